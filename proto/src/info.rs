@@ -1,0 +1,22 @@
+//! `GET /v1/info`.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InfoResponse {
+    /// The agent's version (`CARGO_PKG_VERSION`).
+    pub version: String,
+    /// `PRETTY_NAME` from `/etc/os-release`, if it could be read.
+    pub os: Option<String>,
+    /// Kernel release (`uname -r`).
+    pub kernel: Option<String>,
+    pub hostname: Option<String>,
+    /// Seconds since the guest booted (`/proc/uptime`).
+    pub uptime_secs: Option<f64>,
+    /// `/proc/sys/kernel/random/boot_id`: changes on every boot, so a backend
+    /// can tell a reboot happened between two calls.
+    pub boot_id: Option<String>,
+    /// Seconds since this agent process started.
+    pub agent_uptime_secs: f64,
+}

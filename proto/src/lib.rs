@@ -1,0 +1,43 @@
+//! The contract between `lab-agent` (in the guest) and everything that talks
+//! to it (the backend client, `labctl`, tests).
+//!
+//! # Layout
+//! - [`ready`]: `GET /v1/ready` — readiness states and the response body.
+//! - [`exec`]: `POST /v1/exec` — the request and its result.
+//! - [`info`]: `GET /v1/info`.
+//! - [`error`]: the error body every non-2xx response carries.
+//! - [`lab`] (feature `lab`): the `lab.toml` model shared by the client and
+//!   the payload generator. The agent never reads `lab.toml`.
+//!
+//! These types are the *only* definition of the wire format: the agent
+//! serializes them and the client deserializes them, so the two cannot drift.
+//! `API.md` at the repository root describes the same contract for humans and
+//! `openapi.yaml` for other languages.
+
+pub mod error;
+pub mod exec;
+pub mod info;
+#[cfg(feature = "lab")]
+pub mod lab;
+pub mod ready;
+
+pub use error::{ErrorBody, ErrorCode, ErrorDetail};
+pub use exec::{ExecRequest, ExecResult};
+pub use info::InfoResponse;
+pub use ready::{CloudInitStatus, ReadyResponse, ReadyState, SetupState, SetupStatus};
+
+/// Port the agent listens on in a lab VM.
+pub const DEFAULT_PORT: u16 = 8899;
+
+/// Largest request body the agent accepts (413 above it).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Longest `?wait=` a `/v1/ready` long-poll may ask for.
+pub const MAX_READY_WAIT_SECS: u64 = 60;
+
+/// Paths of the API, in one place so the agent's router and the client agree.
+pub mod paths {
+    pub const READY: &str = "/v1/ready";
+    pub const EXEC: &str = "/v1/exec";
+    pub const INFO: &str = "/v1/info";
+}

@@ -1,0 +1,1 @@
+//! Finding the lab-agent binary (owned by the [payload] work; `try` uses it too).

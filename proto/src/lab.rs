@@ -14,10 +14,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// The file name of a lab's description inside its folder.
 pub const LAB_TOML: &str = "lab.toml";
-/// Where a lab's files live in the guest, and the default `LAB_DIR`.
-pub const GUEST_LAB_DIR: &str = "/opt/lab";
-/// Environment variable through which setup and checks find the lab's files.
-pub const LAB_DIR_ENV: &str = "LAB_DIR";
+pub use crate::{GUEST_LAB_DIR, LAB_DIR_ENV};
 /// Default `[setup].timeout_secs`.
 pub const DEFAULT_SETUP_TIMEOUT_SECS: u64 = 600;
 /// Default `timeout_secs` of a check.

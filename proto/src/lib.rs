@@ -35,6 +35,11 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Longest `?wait=` a `/v1/ready` long-poll may ask for.
 pub const MAX_READY_WAIT_SECS: u64 = 60;
 
+/// Where a lab's files live in the guest, and the default `LAB_DIR`.
+pub const GUEST_LAB_DIR: &str = "/opt/lab";
+/// Environment variable through which setup and checks find the lab's files.
+pub const LAB_DIR_ENV: &str = "LAB_DIR";
+
 /// Paths of the API, in one place so the agent's router and the client agree.
 pub mod paths {
     pub const READY: &str = "/v1/ready";

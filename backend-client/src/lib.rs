@@ -1,6 +1,50 @@
 //! Async client for lab-agent, and the `labctl` command line.
 //!
+//! A backend holds one [`Client`] per lab VM: it waits for the VM to be
+//! ready ([`Client::wait_ready`], or [`wait_all`] for a multi-VM lab), runs
+//! commands ([`Client::exec`]) and grades the lab ([`Client::grade`]).
+//! Errors are one [`Error`] enum with predicates to branch on
+//! ([`Error::is_setup_failed`], [`Error::is_unauthorized`], …).
+//!
+//! ```no_run
+//! # async fn demo(lab: lab_agent_proto::lab::Lab) -> Result<(), lab_agent_client::Error> {
+//! use lab_agent_client::Client;
+//! use std::time::{Duration, Instant};
+//!
+//! let vm = Client::new("http://10.0.0.5:8899", "token-from-the-secret")?;
+//! match vm.wait_ready(Instant::now() + Duration::from_secs(600)).await {
+//!     Ok(_) => {}
+//!     Err(e) if e.is_setup_failed() => {
+//!         let log = e.ready_response().and_then(|r| r.setup.log_tail.clone());
+//!         // tell the student the lab is broken, show the author `log`
+//!         return Err(e);
+//!     }
+//!     Err(e) => return Err(e),
+//! }
+//! let report = vm.grade(&lab, lab_agent_proto::lab::GUEST_LAB_DIR).await?;
+//! println!("{}/{} checks passed", report.passed, report.total);
+//! # Ok(()) }
+//! ```
+//!
 //! # Layout
+//! - [`client`]: [`Client`], its builder and connection pool; `ready`,
+//!   `exec`, `info`, unchecked requests.
+//! - [`wait`]: `wait_ready`, [`wait_all`], [`Progress`].
+//! - [`grade`]: `grade`, [`GradeReport`].
+//! - [`error`]: [`Error`].
 //! - [`cli`]: `labctl`, one module per verb.
+//!
+//! The wire types are `lab-agent-proto`'s, re-exported as [`proto`]; this
+//! crate defines none of its own.
 
 pub mod cli;
+pub mod client;
+pub mod error;
+pub mod grade;
+pub mod wait;
+
+pub use client::{Client, ClientBuilder, RawResponse};
+pub use error::Error;
+pub use grade::{CheckResult, GradeReport};
+pub use lab_agent_proto as proto;
+pub use wait::{Progress, WaitOutcome, wait_all};

@@ -1,0 +1,602 @@
+//! [`Client`]: one agent, its base URL and token, and a small pool of
+//! kept-alive HTTP/1.1 connections.
+//!
+//! Connections are ours rather than a generic pooled client's because the
+//! client must tell "not up yet" (refused, reset, closed before a response)
+//! from real errors, and because exec latency is benchmarked against ssh: a
+//! grading run reuses one connection, with `TCP_NODELAY`, for every check.
+//!
+//! Checked calls ([`Client::ready`], [`Client::exec`], [`Client::info`])
+//! turn an unexpected status into [`Error::Status`];
+//! [`Client::request_unchecked`] hands back any status with its body.
+
+use crate::error::{Error, Request};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderValue, RETRY_AFTER};
+use hyper::{Method, StatusCode};
+use hyper_util::rt::TokioIo;
+use lab_agent_proto::{ErrorBody, ExecRequest, ExecResult, InfoResponse, ReadyResponse, paths};
+use serde::de::DeserializeOwned;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// Default time to establish a TCP connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time for a response, on top of whatever the request itself asks
+/// the agent to wait (a long-poll's `wait`, an exec's `timeout_secs`).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default length of one `/v1/ready?wait=` long-poll inside `wait_ready`.
+/// Terminal states come back at once whatever this is; it only bounds how
+/// stale a progress report can be.
+pub const DEFAULT_LONG_POLL: Duration = Duration::from_secs(5);
+/// How many 429 `busy` answers `exec` sits out before giving up.
+const MAX_BUSY_RETRIES: u32 = 20;
+/// Idle connections kept per client.
+const MAX_IDLE: usize = 8;
+
+type Sender = SendRequest<Full<Bytes>>;
+
+/// A lab-agent at one URL. Cheap to clone: clones share the connection pool.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// `http://host:port` plus an optional path prefix, without trailing `/`.
+    base: String,
+    /// Path prefix of the base URL (`""` or e.g. `/vm-1`), put before every path.
+    prefix: String,
+    /// `host:port` for the `Host` header.
+    authority: String,
+    /// Host (brackets stripped) and port to connect to.
+    host: String,
+    port: u16,
+    /// `Bearer <token>`, marked sensitive so it never shows in debug output.
+    auth: HeaderValue,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    pub(crate) long_poll: Duration,
+    idle: Mutex<Vec<Sender>>,
+    /// Connections opened so far (a diagnostic: grading should open one).
+    opened: AtomicU64,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.inner.base)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Options for a [`Client`]; start with [`Client::builder`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    long_poll: Duration,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            long_poll: DEFAULT_LONG_POLL,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Time allowed to establish a TCP connection.
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// Time allowed for a response beyond what the request asks the agent
+    /// to spend (a long-poll's `wait`, an exec's `timeout_secs`).
+    pub fn request_timeout(mut self, t: Duration) -> Self {
+        self.request_timeout = t;
+        self
+    }
+
+    /// Length of each `/v1/ready?wait=` long-poll in `wait_ready` (1–60 s).
+    pub fn long_poll(mut self, t: Duration) -> Self {
+        self.long_poll = t.clamp(
+            Duration::from_secs(1),
+            Duration::from_secs(lab_agent_proto::MAX_READY_WAIT_SECS),
+        );
+        self
+    }
+
+    /// A client for the agent at `url` (`http://host:port`), sending `token`.
+    pub fn build(self, url: &str, token: &str) -> Result<Client, Error> {
+        let invalid = |problem: &str| Error::InvalidUrl {
+            url: url.to_owned(),
+            problem: problem.to_owned(),
+        };
+        let uri: hyper::Uri = url
+            .parse()
+            .map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(invalid(
+                    "the agent speaks plain HTTP (the token, not TLS, guards it): use `http://`",
+                ));
+            }
+            Some(other) => return Err(invalid(&format!("scheme `{other}` is not `http`"))),
+            None => return Err(invalid("it has no scheme: write `http://HOST:PORT`")),
+        }
+        let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
+            return Err(invalid("it has no host"));
+        };
+        if uri.query().is_some() {
+            return Err(invalid("it has a query string: give only the base URL"));
+        }
+        let port = uri.port_u16().unwrap_or(80);
+        let authority = match uri.port_u16() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
+        };
+        let prefix = uri.path().trim_end_matches('/').to_owned();
+        let base = format!("http://{authority}{prefix}");
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+
+        let token = token.trim_end();
+        if token.is_empty() {
+            return Err(invalid("the token is empty"));
+        }
+        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            invalid("the token contains characters that cannot go in an HTTP header")
+        })?;
+        auth.set_sensitive(true);
+
+        Ok(Client {
+            inner: Arc::new(Inner {
+                base,
+                prefix,
+                authority,
+                host,
+                port,
+                auth,
+                connect_timeout: self.connect_timeout,
+                request_timeout: self.request_timeout,
+                long_poll: self.long_poll,
+                idle: Mutex::new(Vec::new()),
+                opened: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+/// A response of any status, for callers that judge statuses themselves.
+#[derive(Debug, Clone)]
+pub struct RawResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Client {
+    /// A client with default timeouts. The token is sent as
+    /// `Authorization: Bearer …` and never appears in `Debug` or errors.
+    pub fn new(url: &str, token: &str) -> Result<Client, Error> {
+        ClientBuilder::default().build(url, token)
+    }
+
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The agent's base URL, as used in messages.
+    pub fn url(&self) -> &str {
+        &self.inner.base
+    }
+
+    /// How many TCP connections this client (and its clones) has opened.
+    /// A diagnostic: a grading run over a healthy agent opens one.
+    pub fn connections_opened(&self) -> u64 {
+        self.inner.opened.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn long_poll(&self) -> Duration {
+        self.inner.long_poll
+    }
+
+    /// One readiness poll. Both 200 (ready) and 503 (not ready) carry a
+    /// [`ReadyResponse`] and are returned as `Ok`; look at `state`.
+    pub async fn ready(&self) -> Result<ReadyResponse, Error> {
+        self.ready_wait(Duration::ZERO).await
+    }
+
+    /// A readiness long-poll: the agent answers when the state becomes
+    /// `ready` or `failed`, or after `wait` (whole seconds, at most 60).
+    pub async fn ready_wait(&self, wait: Duration) -> Result<ReadyResponse, Error> {
+        let secs = wait.as_secs().min(lab_agent_proto::MAX_READY_WAIT_SECS);
+        let path = if secs == 0 {
+            paths::READY.to_owned()
+        } else {
+            format!("{}?wait={secs}", paths::READY)
+        };
+        let timeout = Duration::from_secs(secs) + self.inner.request_timeout;
+        let resp = self
+            .request_unchecked(Method::GET, &path, None, timeout)
+            .await?;
+        let request = self.request(Method::GET, &path);
+        match resp.status {
+            StatusCode::OK | StatusCode::SERVICE_UNAVAILABLE => {
+                // A 503 without a readiness body comes from something in
+                // between (a proxy, a Service without endpoints): a status
+                // error, which waiters treat as "not up yet".
+                match serde_json::from_slice::<ReadyResponse>(&resp.body) {
+                    Ok(r) => Ok(r),
+                    Err(_) if resp.status == StatusCode::SERVICE_UNAVAILABLE => {
+                        Err(status_error(request, &resp))
+                    }
+                    Err(source) => Err(Error::Decode {
+                        request,
+                        status: resp.status,
+                        source,
+                    }),
+                }
+            }
+            _ => Err(status_error(request, &resp)),
+        }
+    }
+
+    /// Runs one command in the guest. A command that ran and failed is
+    /// `Ok` with its exit code; `Err` means it could not be run (400 for an
+    /// unknown user or bad cwd, 401, a lost connection, …). A `busy` agent
+    /// (429) is retried after its `Retry-After`: the command did not start.
+    pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResult, Error> {
+        let body = serde_json::to_vec(req).expect("an ExecRequest always serializes");
+        // The agent kills the command after `timeout_secs` plus a short
+        // grace; allow for that before calling the agent unresponsive.
+        let timeout = Duration::from_secs(req.timeout_secs) + self.inner.request_timeout;
+        let mut busy = 0;
+        loop {
+            let resp = self
+                .request_unchecked(Method::POST, paths::EXEC, Some(body.clone()), timeout)
+                .await?;
+            let request = self.request(Method::POST, paths::EXEC);
+            match resp.status {
+                StatusCode::OK => return decode(request, &resp),
+                StatusCode::TOO_MANY_REQUESTS if busy < MAX_BUSY_RETRIES => {
+                    busy += 1;
+                    let after = retry_after(&resp.headers).unwrap_or(1).clamp(1, 10);
+                    tracing::debug!(url = %request.url, after, "agent busy, retrying");
+                    tokio::time::sleep(Duration::from_secs(after)).await;
+                }
+                _ => return Err(status_error(request, &resp)),
+            }
+        }
+    }
+
+    /// The agent's version, OS, uptime and boot id.
+    pub async fn info(&self) -> Result<InfoResponse, Error> {
+        let resp = self
+            .request_unchecked(Method::GET, paths::INFO, None, self.inner.request_timeout)
+            .await?;
+        let request = self.request(Method::GET, paths::INFO);
+        match resp.status {
+            StatusCode::OK => decode(request, &resp),
+            _ => Err(status_error(request, &resp)),
+        }
+    }
+
+    /// Sends one request and returns whatever status came back. Transport
+    /// failures and the timeout (connect plus response) are still errors.
+    /// `path` includes any query string.
+    pub async fn request_unchecked(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<RawResponse, Error> {
+        let request = self.request(method.clone(), path);
+        let work = self.send(method, path, body.map(Bytes::from), &request);
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                request,
+                after: timeout,
+            }),
+        }
+    }
+
+    fn request(&self, method: Method, path: &str) -> Request {
+        Request {
+            method,
+            url: format!("{}{path}", self.inner.base),
+        }
+    }
+
+    fn build_request(
+        &self,
+        method: &Method,
+        path: &str,
+        body: &Option<Bytes>,
+    ) -> hyper::Request<Full<Bytes>> {
+        let mut b = hyper::Request::builder()
+            .method(method.clone())
+            .uri(format!("{}{path}", self.inner.prefix))
+            .header(HOST, &self.inner.authority)
+            .header(AUTHORIZATION, self.inner.auth.clone());
+        if body.is_some() {
+            b = b.header(CONTENT_TYPE, "application/json");
+        }
+        b.body(Full::new(body.clone().unwrap_or_default()))
+            .expect("request parts are valid")
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        request: &Request,
+    ) -> Result<RawResponse, Error> {
+        // A pooled connection may have been closed by the agent while idle.
+        // If it fails before our request was written, or the request is a
+        // GET, try again on a fresh connection; a POST that may have reached
+        // the agent is never sent twice.
+        loop {
+            let (mut sender, reused) = self.checkout(request).await?;
+            let req = self.build_request(&method, path, &body);
+            let result = match sender.try_send_request(req).await {
+                Ok(resp) => Ok(resp),
+                Err(mut e) => {
+                    let unsent = e.take_message().is_some();
+                    let err = e.into_error();
+                    if reused && (unsent || method == Method::GET) {
+                        tracing::debug!(url = %request.url, error = %err, "stale connection, retrying");
+                        continue;
+                    }
+                    Err(transport(request, err))
+                }
+            };
+            let resp = result?;
+            let (parts, incoming) = resp.into_parts();
+            let body = incoming
+                .collect()
+                .await
+                .map_err(|e| transport(request, e))?
+                .to_bytes();
+            self.checkin(sender);
+            return Ok(RawResponse {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            });
+        }
+    }
+
+    /// An idle connection that is still open, or a new one.
+    async fn checkout(&self, request: &Request) -> Result<(Sender, bool), Error> {
+        loop {
+            let idle = self.inner.idle.lock().expect("pool lock").pop();
+            let Some(mut sender) = idle else { break };
+            if sender.is_closed() {
+                continue;
+            }
+            // `ready` resolves once the connection task has finished the
+            // previous exchange, or fails if the connection is gone.
+            match tokio::time::timeout(self.inner.connect_timeout, sender.ready()).await {
+                Ok(Ok(())) => return Ok((sender, true)),
+                _ => continue,
+            }
+        }
+        Ok((self.connect(request).await?, false))
+    }
+
+    fn checkin(&self, sender: Sender) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.inner.idle.lock().expect("pool lock");
+        if idle.len() < MAX_IDLE {
+            idle.push(sender);
+        }
+    }
+
+    async fn connect(&self, request: &Request) -> Result<Sender, Error> {
+        let addr = (self.inner.host.as_str(), self.inner.port);
+        let stream = match tokio::time::timeout(
+            self.inner.connect_timeout,
+            TcpStream::connect(addr),
+        )
+        .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(source)) => {
+                return Err(Error::Connect {
+                    request: request.clone(),
+                    source,
+                });
+            }
+            Err(_) => {
+                return Err(Error::ConnectTimeout {
+                    request: request.clone(),
+                    after: self.inner.connect_timeout,
+                });
+            }
+        };
+        // Small request/response pairs: don't let Nagle hold them back.
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| transport(request, e))?;
+        self.inner.opened.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            // Ends when the agent closes the connection or every sender is
+            // dropped; either way there is nothing to report.
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+}
+
+fn transport(request: &Request, source: hyper::Error) -> Error {
+    Error::Transport {
+        request: request.clone(),
+        source,
+    }
+}
+
+fn decode<T: DeserializeOwned>(request: Request, resp: &RawResponse) -> Result<T, Error> {
+    serde_json::from_slice(&resp.body).map_err(|source| Error::Decode {
+        request,
+        status: resp.status,
+        source,
+    })
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<u64> {
+    headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// A [`Error::Status`] from a response, with the agent's message if its body
+/// is an `ErrorBody`, else the start of whatever it sent.
+pub(crate) fn status_error(request: Request, resp: &RawResponse) -> Error {
+    let (code, message) = match serde_json::from_slice::<ErrorBody>(&resp.body) {
+        Ok(b) => (Some(b.error.code), b.error.message),
+        Err(_) => {
+            let text = String::from_utf8_lossy(&resp.body);
+            let text = text.trim();
+            let message = if text.is_empty() {
+                resp.status
+                    .canonical_reason()
+                    .unwrap_or("no body")
+                    .to_lowercase()
+            } else {
+                text.chars().take(200).collect()
+            };
+            (None, message)
+        }
+    };
+    Error::Status {
+        request,
+        status: resp.status,
+        code,
+        message,
+        retry_after: retry_after(&resp.headers),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let c = Client::new("http://10.0.0.5:8899", "t").unwrap();
+        assert_eq!(c.url(), "http://10.0.0.5:8899");
+        assert_eq!((c.inner.host.as_str(), c.inner.port), ("10.0.0.5", 8899));
+        let c = Client::new("http://[::1]:8899/", "t").unwrap();
+        assert_eq!(c.url(), "http://[::1]:8899");
+        assert_eq!(c.inner.host, "::1");
+        let c = Client::new("http://proxy/vm-1/", "t").unwrap();
+        assert_eq!(c.url(), "http://proxy/vm-1");
+        assert_eq!(c.inner.port, 80);
+        let req = c.build_request(&Method::GET, "/v1/ready?wait=5", &None);
+        assert_eq!(req.uri(), "/vm-1/v1/ready?wait=5");
+        assert_eq!(req.headers()[HOST], "proxy");
+        let c = Client::new("http://vm:1", "t").unwrap();
+        assert_eq!(
+            c.build_request(&Method::GET, "/v1/info", &None).uri(),
+            "/v1/info"
+        );
+
+        for (url, want) in [
+            ("10.0.0.5:8899", "no scheme"),
+            ("https://vm:8899", "plain HTTP"),
+            ("ftp://vm", "scheme `ftp`"),
+            ("http://vm?x=1", "query string"),
+            ("http://", "invalid agent URL"),
+        ] {
+            let err = Client::new(url, "t").unwrap_err();
+            assert!(err.to_string().contains(want), "{url}: {err}");
+            assert!(err.to_string().contains(url), "{url}: {err}");
+        }
+        assert!(Client::new("http://vm", "  \n").is_err());
+        assert!(Client::new("http://vm", "a\nb").is_err());
+    }
+
+    #[test]
+    fn the_token_never_shows() {
+        let c = Client::new("http://vm:1", "s3cret-token").unwrap();
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let req = c.build_request(&Method::GET, "/v1/info", &None);
+        assert_eq!(req.headers()[AUTHORIZATION], "Bearer s3cret-token");
+        assert!(req.headers()[AUTHORIZATION].is_sensitive());
+    }
+
+    #[test]
+    fn status_errors_carry_the_agents_message() {
+        let request = Request {
+            method: Method::POST,
+            url: "http://vm/v1/exec".into(),
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("3"));
+        let resp = RawResponse {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            headers,
+            body: Bytes::from_static(
+                br#"{"error":{"code":"busy","message":"8 commands are running"}}"#,
+            ),
+        };
+        let e = status_error(request.clone(), &resp);
+        assert_eq!(
+            e.to_string(),
+            "status 429 when posting to http://vm/v1/exec: 8 commands are running"
+        );
+        assert_eq!(e.error_code(), Some(lab_agent_proto::ErrorCode::Busy));
+        assert!(matches!(
+            e,
+            Error::Status {
+                retry_after: Some(3),
+                ..
+            }
+        ));
+        let resp = RawResponse {
+            status: StatusCode::BAD_GATEWAY,
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        };
+        assert_eq!(
+            status_error(request, &resp).to_string(),
+            "status 502 when posting to http://vm/v1/exec: bad gateway"
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_is_unreachable() {
+        // Bind and drop to find a port nothing listens on.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let c = Client::new(&format!("http://127.0.0.1:{port}"), "t").unwrap();
+        let err = c.ready().await.unwrap_err();
+        assert!(err.is_unreachable(), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!("failed to connect when getting http://127.0.0.1:{port}/v1/ready")
+        );
+    }
+}

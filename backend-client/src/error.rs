@@ -1,0 +1,432 @@
+//! The client's error type: one enum a backend can match on, with predicates
+//! for the questions it actually asks ("is the VM still coming up?", "did the
+//! lab's setup fail?", "is our token wrong?").
+//!
+//! Every message names the request and the URL ("status 503 when getting
+//! http://10.0.0.5:8899/v1/ready: …"); [`Error::hint`] adds the likely cause.
+//! Causes (`io::Error`, `hyper::Error`) are kept as `source()`, not pasted
+//! into the message, so a caller printing the chain sees each once.
+
+use hyper::StatusCode;
+use lab_agent_proto::{ErrorCode, ReadyResponse, ReadyState};
+use std::fmt;
+use std::time::Duration;
+
+/// Anything that can go wrong talking to a lab-agent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The URL given to [`crate::Client::new`] is not one the client can use.
+    #[error("invalid agent URL `{url}`: {problem}")]
+    InvalidUrl { url: String, problem: String },
+
+    /// The TCP connection could not be made (refused, no route, reset, DNS).
+    #[error("failed to connect when {request}")]
+    Connect {
+        request: Request,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The TCP connection was not made within the connect timeout.
+    #[error("no connection within {} when {request}", secs(*after))]
+    ConnectTimeout { request: Request, after: Duration },
+
+    /// The connection broke before a whole response arrived: closed, reset,
+    /// or not HTTP. Under qemu's user networking a port accepts connections
+    /// before the guest listens and then closes them, which lands here.
+    #[error("connection lost when {request}")]
+    Transport {
+        request: Request,
+        #[source]
+        source: hyper::Error,
+    },
+
+    /// The agent did not answer within the request timeout.
+    #[error("no response within {} when {request}", secs(*after))]
+    Timeout { request: Request, after: Duration },
+
+    /// A checked call got a status it does not accept. The agent's
+    /// `{"error":{…}}` body, when there is one, gives `code` and `message`.
+    #[error("status {} when {request}: {message}", status.as_u16())]
+    Status {
+        request: Request,
+        status: StatusCode,
+        /// The agent's error code, if the body was an `ErrorBody`.
+        code: Option<ErrorCode>,
+        /// The agent's message, or the start of the raw body.
+        message: String,
+        /// `Retry-After` (seconds) of a 429.
+        retry_after: Option<u64>,
+    },
+
+    /// A 2xx (or a `/v1/ready` 503) whose body is not the JSON expected.
+    #[error("unexpected response body (status {}) when {request}", status.as_u16())]
+    Decode {
+        request: Request,
+        status: StatusCode,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// `wait_ready` saw the agent report `failed`: the lab's setup failed, or
+    /// cloud-init finished without setup having run. The response carries
+    /// the reason, the script's exit code and the tail of its log.
+    #[error("{}", setup_failed_message(url, ready))]
+    SetupFailed {
+        url: String,
+        ready: Box<ReadyResponse>,
+    },
+
+    /// `wait_ready`'s deadline passed before the agent was ready.
+    #[error("{}", wait_timeout_message(url, *waited, last))]
+    WaitTimeout {
+        url: String,
+        waited: Duration,
+        /// What the agent last said, or why it could not be reached.
+        last: LastSeen,
+    },
+}
+
+/// What a waiter last knew when its deadline passed.
+#[derive(Debug, Clone)]
+pub enum LastSeen {
+    /// Nothing: the deadline passed before the first attempt.
+    Nothing,
+    /// The agent never answered; the last attempt failed like this.
+    Unreachable(String),
+    /// The agent answered with this (not ready) state.
+    State(Box<ReadyResponse>),
+}
+
+/// The request an error happened in: method and full URL, rendered the way
+/// the messages read ("getting http://…/v1/ready").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub method: hyper::Method,
+    pub url: String,
+}
+
+impl fmt::Display for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verb = match self.method.as_str() {
+            "GET" => "getting",
+            "POST" => "posting to",
+            "PUT" => "putting",
+            "DELETE" => "deleting",
+            other => return write!(f, "sending {other} to {}", self.url),
+        };
+        write!(f, "{verb} {}", self.url)
+    }
+}
+
+impl Error {
+    /// The agent refused our token (401). Waiting longer will not help.
+    pub fn is_unauthorized(&self) -> bool {
+        self.status() == Some(StatusCode::UNAUTHORIZED)
+    }
+
+    /// The agent reports the lab's setup failed (see [`Error::ready_response`]).
+    pub fn is_setup_failed(&self) -> bool {
+        matches!(self, Error::SetupFailed { .. })
+    }
+
+    /// A deadline or timeout passed: connecting, waiting for a response, or
+    /// waiting for readiness.
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            Error::ConnectTimeout { .. } | Error::Timeout { .. } | Error::WaitTimeout { .. }
+        )
+    }
+
+    /// No answer could be had from the agent at all: connection refused,
+    /// reset, closed, timed out, or a wait that ended without one answer.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Error::Connect { .. }
+            | Error::ConnectTimeout { .. }
+            | Error::Transport { .. }
+            | Error::Timeout { .. } => true,
+            Error::WaitTimeout { last, .. } => !matches!(last, LastSeen::State(_)),
+            _ => false,
+        }
+    }
+
+    /// The HTTP status of a [`Error::Status`] or [`Error::Decode`].
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            Error::Status { status, .. } | Error::Decode { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The agent's error code, when it sent an `ErrorBody`.
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Status { code, .. } => *code,
+            _ => None,
+        }
+    }
+
+    /// The agent's last readiness report: the failed one of a
+    /// [`Error::SetupFailed`], or the last one seen before a
+    /// [`Error::WaitTimeout`].
+    pub fn ready_response(&self) -> Option<&ReadyResponse> {
+        match self {
+            Error::SetupFailed { ready, .. } => Some(ready),
+            Error::WaitTimeout {
+                last: LastSeen::State(ready),
+                ..
+            } => Some(ready),
+            _ => None,
+        }
+    }
+
+    /// The likely cause and what to try, for a person reading the error.
+    pub fn hint(&self) -> Option<String> {
+        let hint = match self {
+            Error::InvalidUrl { .. } => {
+                "give the agent's base URL, e.g. `http://10.0.0.5:8899`".to_owned()
+            }
+            Error::Connect { source, .. } => match source.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    "nothing listens there yet: is `lab-agent` running on that address and port? \
+                     A VM's agent starts some seconds into boot; `labctl wait` retries until it answers"
+                        .to_owned()
+                }
+                _ => "check the address, and that the network (or a network policy) lets this \
+                      host reach the agent's port"
+                    .to_owned(),
+            },
+            Error::ConnectTimeout { .. } => "the address does not answer: check it, and that the \
+                 network (or a network policy) lets this host reach the agent's port"
+                .to_owned(),
+            Error::Transport { .. } => "the port accepted the connection but no agent answered: \
+                 the VM may still be booting (qemu forwards ports before the guest listens), \
+                 or something other than lab-agent listens there"
+                .to_owned(),
+            Error::Timeout { .. } => {
+                "the agent or the VM is overloaded or paused; a longer timeout may help".to_owned()
+            }
+            Error::Status { status, code, .. } => match (status.as_u16(), code) {
+                (401, _) => "the token does not match the agent's: use the token the VM's \
+                     payload was made with (`labctl secret --token-out`)"
+                    .to_owned(),
+                (429, _) => "the agent runs a limited number of commands at once \
+                     (`lab-agent serve --max-execs`): retry later"
+                    .to_owned(),
+                (404 | 405, _) | (_, None) => "is this a lab-agent, and of a version that speaks \
+                     the `/v1` API? `GET /v1/info` tells its version"
+                    .to_owned(),
+                _ => return None,
+            },
+            Error::Decode { .. } => "is this a lab-agent, and of a version that speaks the `/v1` \
+                 API? `GET /v1/info` tells its version"
+                .to_owned(),
+            Error::SetupFailed { .. } => "the setup log above shows why; fix the lab's setup \
+                 script and try it locally with `labctl try LAB_DIR`"
+                .to_owned(),
+            Error::WaitTimeout { last, .. } => match last {
+                LastSeen::State(r) if r.state == ReadyState::SettingUp => {
+                    "setup is still running: give it more time, or check `[setup].timeout_secs`"
+                        .to_owned()
+                }
+                LastSeen::State(r) if r.state == ReadyState::WaitingForCloudInit => {
+                    "setup succeeded but cloud-init's final stage has not finished: look at \
+                     `/var/log/cloud-init-output.log` in the VM"
+                        .to_owned()
+                }
+                LastSeen::State(_) => "the agent answers but is not ready yet: wait longer".to_owned(),
+                _ => "the agent never answered: is the VM running, and did cloud-init start \
+                      `lab-agent.service`?"
+                    .to_owned(),
+            },
+        };
+        Some(hint)
+    }
+
+    /// A few words for a progress line ("connection refused", "status 502").
+    pub(crate) fn brief(&self) -> String {
+        match self {
+            Error::Connect { source, .. } => match source.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+                std::io::ErrorKind::ConnectionReset => "connection reset".to_owned(),
+                _ => source.to_string(),
+            },
+            Error::ConnectTimeout { .. } => "connect timed out".to_owned(),
+            Error::Transport { .. } => "connection closed before a response".to_owned(),
+            Error::Timeout { after, .. } => format!("no response within {}", secs(*after)),
+            Error::Status {
+                status, message, ..
+            } => format!("status {}: {message}", status.as_u16()),
+            other => other.to_string(),
+        }
+    }
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 10.0 || s.fract() == 0.0 {
+        format!("{}s", s.round())
+    } else {
+        format!("{s:.1}s")
+    }
+}
+
+fn setup_failed_message(url: &str, ready: &ReadyResponse) -> String {
+    let mut msg = format!("the lab is not ready at {url}: ");
+    match &ready.reason {
+        Some(reason) if !reason.is_empty() => msg.push_str(reason.trim_end_matches('.')),
+        _ => msg.push_str("the agent reports `failed`"),
+    }
+    if let Some(code) = ready.setup.exit_code {
+        if !msg.contains(&format!("exit code {code}")) && !msg.contains(&format!("status {code}")) {
+            msg.push_str(&format!(" (setup exit code {code})"));
+        }
+    }
+    msg
+}
+
+fn wait_timeout_message(url: &str, waited: Duration, last: &LastSeen) -> String {
+    let mut msg = format!("{url} was not ready after {}", secs(waited));
+    match last {
+        LastSeen::Nothing => {}
+        LastSeen::Unreachable(why) => msg.push_str(&format!(": the agent never answered ({why})")),
+        LastSeen::State(r) => {
+            msg.push_str(&format!(": last state `{}`", r.state));
+            if let Some(reason) = &r.reason {
+                msg.push_str(&format!(" ({})", reason.trim_end_matches('.')));
+            }
+        }
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lab_agent_proto::{CloudInitStatus, SetupState, SetupStatus};
+
+    fn req(method: hyper::Method) -> Request {
+        Request {
+            method,
+            url: "http://10.0.0.5:8899/v1/ready".into(),
+        }
+    }
+
+    fn failed() -> ReadyResponse {
+        ReadyResponse {
+            state: ReadyState::Failed,
+            reason: Some("setup script exited with status 7".into()),
+            cloud_init: CloudInitStatus {
+                done: true,
+                errors: vec![],
+            },
+            setup: SetupStatus {
+                state: SetupState::Failed,
+                exit_code: Some(7),
+                duration_ms: Some(12),
+                log_tail: Some("boom\n".into()),
+            },
+        }
+    }
+
+    #[test]
+    fn messages_name_the_request_and_url() {
+        let e = Error::Status {
+            request: req(hyper::Method::GET),
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: None,
+            message: "not ready".into(),
+            retry_after: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "status 503 when getting http://10.0.0.5:8899/v1/ready: not ready"
+        );
+        let e = Error::Timeout {
+            request: req(hyper::Method::POST),
+            after: Duration::from_secs(65),
+        };
+        assert_eq!(
+            e.to_string(),
+            "no response within 65s when posting to http://10.0.0.5:8899/v1/ready"
+        );
+        assert!(e.is_timeout() && e.is_unreachable() && !e.is_unauthorized());
+    }
+
+    #[test]
+    fn predicates() {
+        let unauthorized = Error::Status {
+            request: req(hyper::Method::GET),
+            status: StatusCode::UNAUTHORIZED,
+            code: Some(ErrorCode::Unauthorized),
+            message: "unauthorized".into(),
+            retry_after: None,
+        };
+        assert!(unauthorized.is_unauthorized());
+        assert!(!unauthorized.is_unreachable() && !unauthorized.is_timeout());
+        assert!(unauthorized.hint().unwrap().contains("token"));
+
+        let refused = Error::Connect {
+            request: req(hyper::Method::GET),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert!(refused.is_unreachable() && !refused.is_timeout());
+        assert_eq!(refused.brief(), "connection refused");
+
+        let setup_failed = Error::SetupFailed {
+            url: "http://vm:8899".into(),
+            ready: Box::new(failed()),
+        };
+        assert!(setup_failed.is_setup_failed() && !setup_failed.is_unreachable());
+        assert_eq!(
+            setup_failed.ready_response().unwrap().setup.exit_code,
+            Some(7)
+        );
+        assert_eq!(
+            setup_failed.to_string(),
+            "the lab is not ready at http://vm:8899: setup script exited with status 7"
+        );
+
+        let never = Error::WaitTimeout {
+            url: "http://vm:8899".into(),
+            waited: Duration::from_secs(30),
+            last: LastSeen::Unreachable("connection refused".into()),
+        };
+        assert!(never.is_timeout() && never.is_unreachable());
+        assert_eq!(
+            never.to_string(),
+            "http://vm:8899 was not ready after 30s: the agent never answered (connection refused)"
+        );
+        let mut slow = failed();
+        slow.state = ReadyState::SettingUp;
+        slow.reason = Some("setup is running.".into());
+        let slow = Error::WaitTimeout {
+            url: "http://vm:8899".into(),
+            waited: Duration::from_millis(2500),
+            last: LastSeen::State(Box::new(slow)),
+        };
+        assert!(slow.is_timeout() && !slow.is_unreachable());
+        assert_eq!(
+            slow.to_string(),
+            "http://vm:8899 was not ready after 2.5s: last state `setting_up` (setup is running)"
+        );
+        assert!(slow.hint().unwrap().contains("setup is still running"));
+    }
+
+    #[test]
+    fn setup_failed_adds_the_exit_code_when_the_reason_lacks_it() {
+        let mut r = failed();
+        r.reason = Some("setup failed".into());
+        let e = Error::SetupFailed {
+            url: "http://vm".into(),
+            ready: Box::new(r),
+        };
+        assert_eq!(
+            e.to_string(),
+            "the lab is not ready at http://vm: setup failed (setup exit code 7)"
+        );
+    }
+}

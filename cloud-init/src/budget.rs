@@ -1,0 +1,141 @@
+//! Where the bytes of the user-data go, against the 1 MiB Secret limit.
+//!
+//! What is counted: the user-data itself, i.e. the *decoded* value of the
+//! Secret's `data.userdata`. That is what the API server sums
+//! (`ValidateSecret`: `len(value)` over `data`, rejected when it exceeds
+//! `MaxSecretSize` = 1 MiB), not the base64 text in the manifest, which is a
+//! third larger. The user-data is also what cloud-init parses on every boot
+//! stage, so the same figure is the boot-time cost.
+
+use std::fmt;
+
+/// Kubernetes' `MaxSecretSize`: the sum of a Secret's decoded data values.
+pub const SECRET_LIMIT: usize = 1024 * 1024;
+
+/// One accountable piece of the user-data (a `write_files` entry, or the rest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// What it is: a guest path such as `/usr/local/bin/lab-agent`, or `rest`.
+    pub name: String,
+    /// Bytes of user-data text it takes (encoding and YAML included).
+    pub bytes: usize,
+}
+
+/// How the user-data's bytes split up. `agent + lab_files + rest == total`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// The agent's `write_files` entry (gzip, base64 and YAML included).
+    pub agent: usize,
+    /// The lab's files and its setup script.
+    pub lab_files: usize,
+    /// Everything else: header, token, unit, autologin, commands.
+    pub rest: usize,
+    /// The whole user-data: what Kubernetes counts against [`SECRET_LIMIT`].
+    pub total: usize,
+    /// Every entry, largest first, for "what is large" in errors.
+    pub parts: Vec<Part>,
+}
+
+impl Budget {
+    pub(crate) fn new(agent: usize, lab_files: usize, total: usize, mut parts: Vec<Part>) -> Self {
+        let rest = total - agent - lab_files;
+        parts.push(Part {
+            name: "rest (header, token, unit, commands)".into(),
+            bytes: parts.iter().fold(total, |left, p| left - p.bytes),
+        });
+        // Largest first; equal sizes keep their document order.
+        parts.sort_by_key(|p| std::cmp::Reverse(p.bytes));
+        Budget {
+            agent,
+            lab_files,
+            rest,
+            total,
+            parts,
+        }
+    }
+
+    /// `total` as a percentage of [`SECRET_LIMIT`].
+    pub fn percent_of_limit(&self) -> f64 {
+        self.total as f64 * 100.0 / SECRET_LIMIT as f64
+    }
+
+    /// Bytes over the limit, if any.
+    pub fn excess(&self) -> Option<usize> {
+        self.total
+            .checked_sub(SECRET_LIMIT)
+            .filter(|&over| over > 0)
+    }
+}
+
+/// The one-line summary `labctl secret` prints on stderr, e.g.
+/// `budget: agent 301.2 KiB + lab files 1.1 KiB + rest 2.0 KiB = 304.3 KiB (29.7% of the 1 MiB Secret limit)`.
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "budget: agent {} + lab files {} + rest {} = {} ({:.1}% of the 1 MiB Secret limit)",
+            Kib(self.agent),
+            Kib(self.lab_files),
+            Kib(self.rest),
+            Kib(self.total),
+            self.percent_of_limit()
+        )
+    }
+}
+
+/// A byte count shown as KiB with one decimal.
+#[derive(Debug, Clone, Copy)]
+pub struct Kib(pub usize);
+
+impl fmt::Display for Kib {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.1} KiB", self.0 as f64 / 1024.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(name: &str, bytes: usize) -> Part {
+        Part {
+            name: name.into(),
+            bytes,
+        }
+    }
+
+    #[test]
+    fn rest_is_what_the_entries_do_not_explain() {
+        let b = Budget::new(
+            600,
+            300,
+            1000,
+            vec![part("agent", 600), part("a", 100), part("b", 200)],
+        );
+        assert_eq!(b.rest, 100);
+        let names: Vec<_> = b.parts.iter().map(|p| (p.name.as_str(), p.bytes)).collect();
+        assert_eq!(
+            names,
+            [
+                ("agent", 600),
+                ("b", 200),
+                ("a", 100),
+                ("rest (header, token, unit, commands)", 100)
+            ]
+        );
+        assert_eq!(b.excess(), None);
+        assert_eq!(
+            b.to_string(),
+            "budget: agent 0.6 KiB + lab files 0.3 KiB + rest 0.1 KiB = 1.0 KiB (0.1% of the 1 MiB Secret limit)"
+        );
+    }
+
+    #[test]
+    fn exactly_the_limit_is_allowed() {
+        let at = Budget::new(0, 0, SECRET_LIMIT, vec![]);
+        assert_eq!(at.excess(), None);
+        assert_eq!(at.percent_of_limit(), 100.0);
+        let over = Budget::new(0, 0, SECRET_LIMIT + 7, vec![]);
+        assert_eq!(over.excess(), Some(7));
+    }
+}

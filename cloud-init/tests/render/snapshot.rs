@@ -1,0 +1,55 @@
+//! Whole rendered outputs, pinned. A change here is a change to what every
+//! lab VM receives: review the diff.
+
+use crate::support::{assert_snapshot, example, fixture, spec_for};
+use lab_agent_cloudinit::{Format, SecretMeta, render_secret, render_user_data};
+
+#[test]
+fn fixture_lab_user_data() {
+    let user_data = render_user_data(&spec_for(&fixture("fixture-lab"))).unwrap();
+    assert_snapshot("fixture-lab.user-data.yaml", user_data.as_str());
+}
+
+#[test]
+fn fixture_lab_without_autologin() {
+    let mut spec = spec_for(&fixture("fixture-lab"));
+    spec.serial_autologin = false;
+    let text = render_user_data(&spec).unwrap().into_string();
+    assert!(!text.contains("serial-getty"), "{text}");
+    assert!(!text.contains("autologin"), "{text}");
+}
+
+#[test]
+fn fixture_lab_secret() {
+    let user_data = render_user_data(&spec_for(&fixture("fixture-lab"))).unwrap();
+    let mut meta = SecretMeta::new("fixture-lab-userdata");
+    meta.namespace = Some("lab-vms".into());
+    meta.labels
+        .insert("tt-lab.example/session-id".into(), "s-42".into());
+    meta.labels
+        .insert("tt-lab.example/environment".into(), "dev".into());
+    let yaml = render_secret(&user_data, &meta, Format::Yaml).unwrap();
+    assert_snapshot("fixture-lab.secret.yaml", &yaml);
+    let json = render_secret(&user_data, &meta, Format::Json).unwrap();
+    assert_snapshot("fixture-lab.secret.json", &json);
+}
+
+/// `examples/hello-lab` is the lab every reader looks at first; its payload
+/// is pinned once it exists.
+#[test]
+fn hello_lab_user_data() {
+    let Some(dir) = example("hello-lab") else {
+        eprintln!("examples/hello-lab/lab.toml does not exist yet: nothing to snapshot");
+        return;
+    };
+    let user_data = render_user_data(&spec_for(&dir)).unwrap();
+    assert_snapshot("hello-lab.user-data.yaml", user_data.as_str());
+}
+
+#[test]
+fn rendering_is_deterministic() {
+    let spec = spec_for(&fixture("fixture-lab"));
+    let a = render_user_data(&spec).unwrap().into_string();
+    let b = render_user_data(&spec).unwrap().into_string();
+    assert_eq!(a, b);
+}

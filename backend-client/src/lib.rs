@@ -31,7 +31,7 @@
 //!   `exec`, `info`, unchecked requests.
 //! - [`wait`]: `wait_ready`, [`wait_all`], [`Progress`].
 //! - [`grade`]: `grade`, [`GradeReport`].
-//! - [`error`]: [`Error`].
+//! - [`error`]: the [`Error`] enum.
 //! - [`cli`]: `labctl`, one module per verb.
 //!
 //! The wire types are `lab-agent-proto`'s, re-exported as [`proto`]; this

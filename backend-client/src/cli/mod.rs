@@ -1,14 +1,41 @@
-//! `labctl`: one module per verb. (Scaffold: the [client] work fills in the
-//! other verbs; `secret` lives in `secret.rs`.)
+//! `labctl`: one module per verb. `main` parses the arguments, `run`
+//! dispatches to the verb, and the verb returns an [`Exit`] or a
+//! [`Failure`], printed with its cause chain and hints on stderr.
+//!
+//! Each verb turns its clap arguments into a checked `Config` before any
+//! work; stdout carries only data (reports, JSON, a command's output),
+//! stderr everything else.
+//!
+//! - [`wait`], [`exec`], [`grade`], [`r#try`]: talk to agents.
+//! - [`secret`]: renders a lab's payload (owned by the payload work).
+//! - [`exit`]: exit codes and how errors print; [`common`], [`progress`],
+//!   [`report`]: shared by the verbs.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 pub mod agent_bin;
+pub mod common;
+pub mod exec;
+pub mod exit;
+pub mod grade;
+pub mod progress;
+pub mod report;
 pub mod secret;
+pub mod r#try;
+pub mod wait;
+
+pub use exit::{Exit, Failure};
 
 #[derive(Debug, Parser)]
-#[command(name = "labctl", version, about = "Build, test and grade lab-agent labs")]
+#[command(
+    name = "labctl",
+    version,
+    about = "Build, test and grade lab-agent labs",
+    after_help = "Exit status: 0 success, 1 a check failed, 2 usage or lab.toml error, \
+                  3 agent unreachable or timed out, 4 setup failed; `exec` exits with the \
+                  command's own status."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -16,13 +43,58 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Wait until one or more lab VMs are ready (setup done, cloud-init finished)
+    Wait(wait::WaitArgs),
+    /// Run a command in a lab VM, like `ssh VM COMMAND`
+    Exec(exec::ExecArgs),
+    /// Run a lab's checks against a VM and report
+    Grade(grade::GradeArgs),
+    /// Try a lab locally: start an agent, run setup, grade, clean up
+    Try(r#try::TryArgs),
     /// Render the cloud-init user-data and the Kubernetes Secret for a lab
     Secret(secret::SecretArgs),
 }
 
 pub fn main() -> ExitCode {
+    init_tracing();
     let cli = Cli::parse();
-    match cli.command {
-        Command::Secret(args) => secret::run(&args),
+    if let Command::Secret(args) = &cli.command {
+        return secret::run(args);
     }
+    match run(&cli.command) {
+        Ok(exit) => exit.into(),
+        Err(failure) => {
+            failure.print();
+            failure.exit.into()
+        }
+    }
+}
+
+/// Runs one verb.
+pub fn run(command: &Command) -> Result<Exit, Failure> {
+    match command {
+        Command::Wait(args) => wait::run(args),
+        Command::Exec(args) => exec::run(args),
+        Command::Grade(args) => grade::run(args),
+        Command::Try(args) => r#try::run(args),
+        Command::Secret(args) => Ok(Exit::Command(
+            // `secret` reports its own errors; only its status comes back.
+            if secret::run(args) == ExitCode::SUCCESS {
+                0
+            } else {
+                2
+            },
+        )),
+    }
+}
+
+/// Logs (`RUST_LOG=lab_agent_client=debug`) go to stderr; quiet by default.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
 }

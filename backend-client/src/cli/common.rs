@@ -1,0 +1,108 @@
+//! Pieces several verbs share: the agent's URL and token flags, reading a
+//! token file, and the async runtime.
+
+use super::exit::{Exit, Failure};
+use crate::Client;
+use std::path::{Path, PathBuf};
+
+/// `--url URL --token-file F`: one agent.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
+    /// The agent's base URL, e.g. `http://10.0.0.5:8899`
+    #[arg(long, value_name = "URL")]
+    pub url: String,
+    /// File holding the agent's token (as written by `labctl secret --token-out`)
+    #[arg(long, value_name = "FILE")]
+    pub token_file: PathBuf,
+}
+
+impl AgentArgs {
+    /// A client for the agent, with the token read from its file.
+    pub fn client(&self) -> Result<Client, Failure> {
+        let token = read_token(&self.token_file)?;
+        client(&self.url, &token)
+    }
+}
+
+pub fn client(url: &str, token: &str) -> Result<Client, Failure> {
+    Client::new(url, token).map_err(Failure::client)
+}
+
+/// Reads a token file: the token is its content without trailing
+/// whitespace. It is never printed.
+pub fn read_token(path: &Path) -> Result<String, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::usage(format!("failed to read token file `{}`", path.display()))
+            .with_source(e)
+            .hint("pass the file `labctl secret --token-out` wrote for this VM")
+    })?;
+    let token = text.trim_end();
+    if token.is_empty() {
+        return Err(Failure::usage(format!(
+            "token file `{}` is empty",
+            path.display()
+        )));
+    }
+    if token.contains(['\n', '\r']) {
+        return Err(Failure::usage(format!(
+            "token file `{}` holds more than one line: it should hold the token alone",
+            path.display()
+        )));
+    }
+    Ok(token.to_owned())
+}
+
+/// The runtime every verb runs on: one thread is plenty for a CLI.
+pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            Failure::new(Exit::Unreachable, "failed to start the async runtime").with_source(e)
+        })
+}
+
+/// `12.3s`, `2m05s`: elapsed time for people.
+pub fn human_duration(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else {
+        let whole = d.as_secs();
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_trimmed_and_checked() {
+        let dir = std::env::temp_dir().join(format!("labctl-token-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("token");
+        std::fs::write(&f, "abc\n").unwrap();
+        assert_eq!(read_token(&f).unwrap(), "abc");
+        std::fs::write(&f, " \n").unwrap();
+        assert!(read_token(&f).unwrap_err().message.contains("is empty"));
+        std::fs::write(&f, "a\nb\n").unwrap();
+        assert!(
+            read_token(&f)
+                .unwrap_err()
+                .message
+                .contains("more than one line")
+        );
+        let err = read_token(&dir.join("missing")).unwrap_err();
+        assert_eq!(err.exit, Exit::Usage);
+        assert!(err.render(false).contains("caused by:"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(human_duration(Duration::from_millis(3400)), "3.4s");
+        assert_eq!(human_duration(Duration::from_secs(125)), "2m05s");
+    }
+}

@@ -1,0 +1,111 @@
+//! `labctl exec`: run one command in the guest, the way `ssh host CMD`
+//! would: its stdout and stderr on ours, its exit status as ours.
+
+use super::common::{self, AgentArgs};
+use super::exit::{Exit, Failure};
+use crate::Client;
+use lab_agent_proto::ExecRequest;
+use std::io::{Read, Write};
+
+#[derive(Debug, clap::Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// Run as this user
+    #[arg(long, value_name = "USER", default_value = lab_agent_proto::exec::DEFAULT_USER)]
+    pub user: String,
+    /// Kill the command after this many seconds
+    #[arg(long, value_name = "SECS", default_value_t = lab_agent_proto::exec::DEFAULT_TIMEOUT_SECS)]
+    pub timeout: u64,
+    /// Working directory in the guest (default: the user's home)
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+    /// Set an environment variable for the command; repeatable
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Send labctl's standard input to the command (default: none)
+    #[arg(long)]
+    pub stdin: bool,
+    /// The command; its words are joined with spaces and run by
+    /// `bash --login -c`, as `ssh` does
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct Config {
+    client: Client,
+    request: ExecRequest,
+}
+
+impl Config {
+    pub fn from_args(args: &ExecArgs) -> Result<Config, Failure> {
+        let command = args.command.join(" ");
+        if command.trim().is_empty() {
+            return Err(Failure::usage("the command is empty"));
+        }
+        if args.timeout == 0 || args.timeout > lab_agent_proto::exec::MAX_TIMEOUT_SECS {
+            return Err(Failure::usage(format!(
+                "`--timeout {}` is out of range: use 1 to {} seconds",
+                args.timeout,
+                lab_agent_proto::exec::MAX_TIMEOUT_SECS
+            )));
+        }
+        let mut request = ExecRequest::new(command)
+            .user(args.user.clone())
+            .timeout_secs(args.timeout);
+        if let Some(cwd) = &args.cwd {
+            request = request.cwd(cwd.clone());
+        }
+        for kv in &args.env {
+            let Some((k, v)) = kv.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+                return Err(Failure::usage(format!(
+                    "`--env {kv}` is not of the form `KEY=VALUE`"
+                )));
+            };
+            request = request.env(k, v);
+        }
+        if args.stdin {
+            let mut input = String::new();
+            std::io::stdin().read_to_string(&mut input).map_err(|e| {
+                Failure::usage("failed to read standard input for `--stdin`").with_source(e)
+            })?;
+            request = request.stdin(input);
+        }
+        Ok(Config {
+            client: args.agent.client()?,
+            request,
+        })
+    }
+}
+
+pub fn run(args: &ExecArgs) -> Result<Exit, Failure> {
+    let config = Config::from_args(args)?;
+    let rt = common::runtime()?;
+    let result = rt
+        .block_on(config.client.exec(&config.request))
+        .map_err(Failure::client)?;
+    // Output first, as the command produced it; then our own notes.
+    let _ = std::io::stdout().write_all(result.stdout.as_bytes());
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().write_all(result.stderr.as_bytes());
+    for (truncated, stream) in [
+        (result.stdout_truncated, "stdout"),
+        (result.stderr_truncated, "stderr"),
+    ] {
+        if truncated {
+            eprintln!(
+                "warning: the command's {stream} was cut at {} bytes",
+                config.request.max_output_bytes
+            );
+        }
+    }
+    if result.timed_out {
+        eprintln!(
+            "warning: the command ran past `--timeout {}` and was killed",
+            config.request.timeout_secs
+        );
+    }
+    let status = result.shell_status().clamp(0, 255) as u8;
+    Ok(Exit::Command(status))
+}

@@ -1,0 +1,206 @@
+//! How `labctl` ends: one exit-code enum for every verb, and [`Failure`],
+//! the error a verb returns, printed uv-style with its cause chain and hints.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+
+/// `labctl`'s exit statuses. Scripts and the backend branch on these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: everything asked for worked (all checks passed, all VMs ready).
+    Success,
+    /// 1: grading ran and at least one check failed.
+    CheckFailed,
+    /// 2: a usage error: bad arguments, a bad `lab.toml`, an unreadable
+    /// token file, a token the agent refuses (401), or a command the agent
+    /// cannot start (unknown user, bad cwd).
+    Usage,
+    /// 3: the agent could not be reached or answered wrongly, or a wait
+    /// timed out.
+    Unreachable,
+    /// 4: the lab's setup failed (the agent reports `failed`).
+    SetupFailed,
+    /// `labctl exec`: the command's own status (128 + n if signal n killed it).
+    Command(u8),
+    /// 130: interrupted by Ctrl-C (143 for SIGTERM), after cleaning up.
+    Interrupted(u8),
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::CheckFailed => 1,
+            Exit::Usage => 2,
+            Exit::Unreachable => 3,
+            Exit::SetupFailed => 4,
+            Exit::Command(c) | Exit::Interrupted(c) => c,
+        }
+    }
+
+    /// The exit status for a client error.
+    pub fn for_client_error(e: &crate::Error) -> Exit {
+        use crate::Error;
+        match e {
+            Error::SetupFailed { .. } => Exit::SetupFailed,
+            Error::InvalidUrl { .. } => Exit::Usage,
+            e if e.is_unauthorized() => Exit::Usage,
+            e if e.status() == Some(hyper::StatusCode::BAD_REQUEST) => Exit::Usage,
+            _ => Exit::Unreachable,
+        }
+    }
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(e: Exit) -> Self {
+        std::process::ExitCode::from(e.code())
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a verb failed: what it was doing, the underlying error (printed as
+/// a cause chain), hints, and the exit status.
+#[derive(Debug)]
+pub struct Failure {
+    pub exit: Exit,
+    pub message: String,
+    pub source: Option<BoxError>,
+    /// `source` is the error `message` was made from: print only its causes.
+    source_is_message: bool,
+    pub hints: Vec<String>,
+}
+
+impl Failure {
+    pub fn new(exit: Exit, message: impl Into<String>) -> Self {
+        Failure {
+            exit,
+            message: message.into(),
+            source: None,
+            source_is_message: false,
+            hints: Vec::new(),
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure::new(Exit::Usage, message)
+    }
+
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self.source_is_message = false;
+        self
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hints.push(hint.into());
+        self
+    }
+
+    /// A client error as it stands: its message, causes, hint and status.
+    pub fn client(e: crate::Error) -> Self {
+        let exit = Exit::for_client_error(&e);
+        let hints = e.hint().into_iter().collect();
+        Failure {
+            exit,
+            message: e.to_string(),
+            source: Some(Box::new(e)),
+            source_is_message: true,
+            hints,
+        }
+    }
+
+    /// A lab that failed to load (exit 2); the message names file and field.
+    pub fn lab(e: lab_agent_proto::lab::LabError) -> Self {
+        // LabError's own text may carry a `hint:` line; keep it as one.
+        let text = e.to_string();
+        let mut lines = text.lines();
+        let mut f = Failure::usage(lines.next().unwrap_or_default());
+        for line in lines {
+            match line.strip_prefix("hint: ") {
+                Some(h) => f.hints.push(h.to_owned()),
+                None => f.message.push_str(&format!("\n{line}")),
+            }
+        }
+        f
+    }
+
+    /// The text printed on stderr: `error: …`, each cause, each hint.
+    pub fn render(&self, color: bool) -> String {
+        let (red, cyan, bold, reset) = if color {
+            ("\x1b[1;31m", "\x1b[1;36m", "\x1b[1m", "\x1b[0m")
+        } else {
+            ("", "", "", "")
+        };
+        let mut out = format!("{red}error{reset}{bold}:{reset} {}\n", self.message);
+        let mut cause: Option<&(dyn std::error::Error + 'static)> =
+            self.source.as_deref().map(|s| s as _);
+        if self.source_is_message {
+            cause = cause.and_then(|c| c.source());
+        }
+        while let Some(c) = cause {
+            let _ = writeln!(out, "  {bold}caused by:{reset} {c}");
+            cause = c.source();
+        }
+        for h in &self.hints {
+            let _ = writeln!(out, "{cyan}hint{reset}{bold}:{reset} {h}");
+        }
+        out
+    }
+
+    pub fn print(&self) {
+        eprint!("{}", self.render(stderr_color()));
+    }
+}
+
+/// Whether to color stderr: a terminal, and `NO_COLOR` unset.
+pub fn stderr_color() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        let all = [
+            (Exit::Success, 0),
+            (Exit::CheckFailed, 1),
+            (Exit::Usage, 2),
+            (Exit::Unreachable, 3),
+            (Exit::SetupFailed, 4),
+            (Exit::Command(137), 137),
+            (Exit::Interrupted(130), 130),
+        ];
+        for (e, c) in all {
+            assert_eq!(e.code(), c);
+        }
+    }
+
+    #[test]
+    fn renders_message_causes_and_hints() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let f = Failure::usage("failed to read token file `/x`")
+            .with_source(io)
+            .hint("write the token with `labctl secret --token-out`");
+        assert_eq!(
+            f.render(false),
+            "error: failed to read token file `/x`\n  caused by: no such file\n\
+             hint: write the token with `labctl secret --token-out`\n"
+        );
+    }
+
+    #[test]
+    fn lab_errors_keep_their_hint_as_a_hint() {
+        let e = lab_agent_proto::lab::Lab::load("/nonexistent-lab-dir").unwrap_err();
+        let f = Failure::lab(e);
+        assert_eq!(f.exit, Exit::Usage);
+        assert!(
+            f.message
+                .starts_with("failed to read `/nonexistent-lab-dir/lab.toml`")
+        );
+        assert!(!f.message.contains("hint"));
+        assert_eq!(f.hints.len(), 1);
+    }
+}

@@ -1,0 +1,216 @@
+//! The progress display of a wait: on a terminal, one live line per VM
+//! (spinner, elapsed time, state, reason), redrawn in place; otherwise a
+//! plain line each time a VM's state or reason changes. Always on stderr.
+
+use super::common::human_duration;
+use crate::Progress;
+use lab_agent_proto::ReadyState;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+const SPINNER: &[char] = &['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+/// How often the live display redraws (elapsed time, spinner).
+pub const TICK: Duration = Duration::from_millis(125);
+
+#[derive(Debug)]
+pub struct WaitDisplay {
+    live: bool,
+    start: Instant,
+    rows: Vec<Row>,
+    /// Lines of the live display currently on screen.
+    drawn: usize,
+    frame: usize,
+    /// Show URLs (several VMs) or not (one VM, named once by the caller).
+    show_urls: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Row {
+    url: String,
+    /// `None` until the agent answers.
+    state: Option<ReadyState>,
+    reason: String,
+    /// Set once this VM's wait has ended, with the text to show.
+    done: Option<String>,
+}
+
+impl WaitDisplay {
+    /// A display for these VMs; live when stderr is a terminal.
+    pub fn new(urls: Vec<String>) -> Self {
+        let live =
+            std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb");
+        Self::with_mode(urls, live)
+    }
+
+    pub fn with_mode(urls: Vec<String>, live: bool) -> Self {
+        let show_urls = urls.len() > 1;
+        WaitDisplay {
+            live,
+            start: Instant::now(),
+            rows: urls
+                .into_iter()
+                .map(|url| Row {
+                    url,
+                    state: None,
+                    reason: "connecting".to_owned(),
+                    done: None,
+                })
+                .collect(),
+            drawn: 0,
+            frame: 0,
+            show_urls,
+        }
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
+    /// A progress report for VM `i`.
+    pub fn update(&mut self, i: usize, p: &Progress) {
+        let row = &mut self.rows[i];
+        let changed = row.state != p.state || row.reason != p.reason;
+        row.state = p.state;
+        row.reason = p.reason.clone();
+        if self.live {
+            self.redraw();
+        } else if changed {
+            let line = self.plain_line(i, p.elapsed);
+            eprintln!("{line}");
+        }
+    }
+
+    /// VM `i` is done; `text` says how ("ready after 3.2s").
+    pub fn finish_row(&mut self, i: usize, text: String) {
+        self.rows[i].done = Some(text);
+        if self.live {
+            self.redraw();
+        }
+    }
+
+    /// Called every [`TICK`] on a terminal: advance spinner and clock.
+    pub fn tick(&mut self) {
+        if self.live {
+            self.frame = self.frame.wrapping_add(1);
+            self.redraw();
+        }
+    }
+
+    /// Removes the live lines so the final messages stand alone.
+    pub fn clear(&mut self) {
+        if self.live && self.drawn > 0 {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\x1b[{}F\x1b[J", self.drawn);
+            let _ = err.flush();
+            self.drawn = 0;
+        }
+    }
+
+    fn plain_line(&self, i: usize, elapsed: Duration) -> String {
+        let row = &self.rows[i];
+        let state = row.state.map_or("unreachable", |s| s.as_str());
+        let mut line = format!("[{:>6}] ", human_duration(elapsed));
+        if self.show_urls {
+            line.push_str(&format!("{}: ", row.url));
+        }
+        line.push_str(state);
+        if !row.reason.is_empty() && row.reason != state {
+            line.push_str(&format!(": {}", one_line(&row.reason)));
+        }
+        line
+    }
+
+    fn live_line(&self, row: &Row, width: usize) -> String {
+        let mut line = String::new();
+        match &row.done {
+            Some(text) => line.push_str(&format!("  {text}")),
+            None => {
+                let spin = SPINNER[self.frame % SPINNER.len()];
+                let state = row.state.map_or("unreachable", |s| s.as_str());
+                line.push_str(&format!(
+                    "{spin} {:>6}  {state}",
+                    human_duration(self.start.elapsed())
+                ));
+                if !row.reason.is_empty() && row.reason != state {
+                    line.push_str(&format!(": {}", one_line(&row.reason)));
+                }
+            }
+        }
+        if self.show_urls {
+            line = format!("{line}  ({})", row.url);
+        }
+        truncate(&line, width)
+    }
+
+    fn redraw(&mut self) {
+        let width = terminal_width();
+        let lines: Vec<String> = self.rows.iter().map(|r| self.live_line(r, width)).collect();
+        let mut err = std::io::stderr().lock();
+        let mut buf = String::new();
+        if self.drawn > 0 {
+            buf.push_str(&format!("\x1b[{}F\x1b[J", self.drawn));
+        }
+        for l in &lines {
+            buf.push_str(l);
+            buf.push('\n');
+        }
+        let _ = err.write_all(buf.as_bytes());
+        let _ = err.flush();
+        self.drawn = lines.len();
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn truncate(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_owned();
+    }
+    let mut t: String = s.chars().take(width.saturating_sub(1)).collect();
+    t.push('…');
+    t
+}
+
+/// `$COLUMNS` when set, else 80: lines longer than the terminal would wrap
+/// and break the in-place redraw.
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&c: &usize| c >= 20)
+        .unwrap_or(80)
+        - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_lines_name_state_and_reason() {
+        let mut d = WaitDisplay::with_mode(vec!["http://a".into(), "http://b".into()], false);
+        d.rows[1].state = Some(ReadyState::SettingUp);
+        d.rows[1].reason = "setup is\nrunning".into();
+        assert_eq!(
+            d.plain_line(1, Duration::from_millis(3200)),
+            "[  3.2s] http://b: setting_up: setup is running"
+        );
+        assert_eq!(
+            d.plain_line(0, Duration::from_secs(61)),
+            "[ 1m01s] http://a: unreachable: connecting"
+        );
+        let single = WaitDisplay::with_mode(vec!["http://a".into()], false);
+        assert_eq!(
+            single.plain_line(0, Duration::ZERO),
+            "[  0.0s] unreachable: connecting"
+        );
+    }
+
+    #[test]
+    fn truncates_to_width() {
+        assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(truncate("abc", 4), "abc");
+    }
+}

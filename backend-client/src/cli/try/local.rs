@@ -1,0 +1,486 @@
+//! The local target of `labctl try`: a `lab-agent serve` on loopback,
+//! running the lab's setup itself, with everything it needs in one temp
+//! dir that goes away afterwards:
+//!
+//! ```text
+//! /tmp/labctl-try-XXXX/   0711: others may pass (checks run as `student`)
+//!   token                 0600, fresh 32 random bytes
+//!   addr                  written by the agent once it listens
+//!   agent.log             the agent's stdout and stderr
+//!   state/                the agent's setup.json and setup.log
+//!   setup/<script>        a copy of the lab's setup script, 0755
+//!   lab/                  the staged `[files].source`: setup's and checks' $LAB_DIR
+//! ```
+
+use super::Config;
+use crate::cli::exit::{Exit, Failure};
+use crate::{Client, ClientBuilder};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// How long the agent gets to bind and write its address.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the agent gets to exit after SIGTERM before its group is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+const AGENT_NAME: &str = "lab-agent";
+
+/// A running local agent and its temp dir. Dropping it kills the agent's
+/// process group and removes the dir; [`LocalAgent::stop`] does it politely.
+#[derive(Debug)]
+pub struct LocalAgent {
+    dir: TempDir,
+    child: Option<tokio::process::Child>,
+    url: String,
+    token: String,
+}
+
+impl LocalAgent {
+    /// Stages the lab, writes a token and starts the agent; returns once
+    /// the agent listens (its setup runs on).
+    pub async fn start(config: &Config) -> Result<LocalAgent, Failure> {
+        let lab = &config.lab;
+        let dir = TempDir::new()?;
+        let io = |what: &str, path: &Path, e: std::io::Error| {
+            Failure::new(
+                Exit::Usage,
+                format!("failed to {what} `{}`", path.display()),
+            )
+            .with_source(e)
+        };
+
+        let token = new_token()?;
+        let token_path = dir.path.join("token");
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&token_path)
+            .and_then(|mut f| f.write_all(token.as_bytes()))
+            .map_err(|e| io("write", &token_path, e))?;
+
+        let state = dir.path.join("state");
+        fs::create_dir(&state).map_err(|e| io("create", &state, e))?;
+        let staged = dir.path.join("lab");
+        stage_files(lab, &staged)?;
+
+        let setup_dir = dir.path.join("setup");
+        fs::create_dir(&setup_dir).map_err(|e| io("create", &setup_dir, e))?;
+        let script = match lab.setup_script_path() {
+            Some(src) => {
+                let name = src.file_name().expect("a script path has a file name");
+                let dst = setup_dir.join(name);
+                fs::copy(&src, &dst).map_err(|e| io("copy the setup script to", &dst, e))?;
+                dst
+            }
+            None => {
+                // Nothing to set up: a script that says so keeps the agent's
+                // path the same as for every other lab.
+                let dst = setup_dir.join("no-setup.sh");
+                fs::write(&dst, "#!/bin/sh\n# this lab has no setup script\nexit 0\n")
+                    .map_err(|e| io("write", &dst, e))?;
+                dst
+            }
+        };
+        set_mode(&script, 0o755)?;
+
+        let addr_file = dir.path.join("addr");
+        let log_path = dir.path.join("agent.log");
+        let log = fs::File::create(&log_path).map_err(|e| io("create", &log_path, e))?;
+        let log2 = log.try_clone().map_err(|e| io("open", &log_path, e))?;
+
+        eprintln!(
+            "staged `{}` in `{}`; starting `{}`",
+            lab.name,
+            staged.display(),
+            config.agent.display()
+        );
+        let mut cmd = tokio::process::Command::new(&config.agent);
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .arg("--token-file")
+            .arg(&token_path)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--no-cloud-init")
+            .arg("--run-setup")
+            .arg(&script)
+            .arg("--setup-timeout")
+            .arg(lab.setup_timeout_secs().to_string())
+            .arg("--lab-dir")
+            .arg(&staged)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            // Its own process group: Ctrl-C reaches labctl alone, which
+            // stops the agent in order, and a final kill of the group
+            // catches whatever the agent left behind.
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = cmd.spawn().map_err(|e| {
+            Failure::new(
+                Exit::Usage,
+                format!("failed to start `{}`", config.agent.display()),
+            )
+            .with_source(e)
+        })?;
+        let mut agent = LocalAgent {
+            dir,
+            child: Some(child),
+            url: String::new(),
+            token,
+        };
+        let addr = agent.await_addr(&addr_file).await?;
+        agent.url = format!("http://{addr}");
+        eprintln!("agent listening on {}", agent.url);
+        Ok(agent)
+    }
+
+    /// Polls for the address file, watching that the agent is still alive.
+    async fn await_addr(&mut self, addr_file: &Path) -> Result<String, Failure> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(text) = fs::read_to_string(addr_file) {
+                let addr = text.trim();
+                if !addr.is_empty() {
+                    return Ok(addr.to_owned());
+                }
+            }
+            let child = self.child.as_mut().expect("started");
+            if let Ok(Some(status)) = child.try_wait() {
+                self.print_log_tail();
+                return Err(Failure::new(
+                    Exit::Unreachable,
+                    format!("`lab-agent serve` exited at start ({status})"),
+                )
+                .hint("its log is above; `lab-agent serve --help` lists the flags it takes"));
+            }
+            if Instant::now() >= deadline {
+                self.print_log_tail();
+                return Err(Failure::new(
+                    Exit::Unreachable,
+                    format!(
+                        "`lab-agent serve` did not write its address to `{}` within {}s",
+                        addr_file.display(),
+                        START_TIMEOUT.as_secs()
+                    ),
+                )
+                .hint("is this a lab-agent that knows `--addr-file`? Pass a current one with `--agent`"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A client for the agent. Checks may take as long as their timeout;
+    /// the client adds its own margin on top.
+    pub fn client(&self) -> Result<Client, Failure> {
+        ClientBuilder::default()
+            .long_poll(Duration::from_secs(2))
+            .build(&self.url, &self.token)
+            .map_err(Failure::client)
+    }
+
+    /// Setup's and the checks' `LAB_DIR`: the staged copy.
+    pub fn guest_lab_dir(&self) -> &str {
+        &self.dir.staged
+    }
+
+    /// Prints the end of the agent's own log (start-up errors, crashes).
+    pub fn print_log_tail(&self) {
+        let log = fs::read_to_string(self.dir.path.join("agent.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.trim_end().lines().collect();
+        if lines.is_empty() {
+            return;
+        }
+        eprintln!("agent log (last lines):");
+        for l in &lines[lines.len().saturating_sub(20)..] {
+            eprintln!("  │ {l}");
+        }
+    }
+
+    /// SIGTERM, up to [`STOP_GRACE`] to exit, then SIGKILL to the whole
+    /// process group; then the temp dir goes.
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Some(pid) = child.id() {
+                let pid = Pid::from_raw(pid as i32);
+                let _ = kill(pid, Signal::SIGTERM);
+                if tokio::time::timeout(STOP_GRACE, child.wait())
+                    .await
+                    .is_err()
+                {
+                    eprintln!(
+                        "warning: the agent did not stop within {}s of SIGTERM; killing it",
+                        STOP_GRACE.as_secs()
+                    );
+                }
+                let _ = killpg(pid, Signal::SIGKILL);
+                let _ = child.wait().await;
+            }
+        }
+        self.dir.remove();
+    }
+}
+
+impl Drop for LocalAgent {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            if let Some(pid) = child.id() {
+                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The temp dir; removed on drop.
+#[derive(Debug)]
+struct TempDir {
+    path: PathBuf,
+    staged: String,
+}
+
+impl TempDir {
+    fn new() -> Result<TempDir, Failure> {
+        let mut suffix = [0u8; 6];
+        getrandom::fill(&mut suffix).map_err(|e| {
+            Failure::new(Exit::Usage, "failed to get random bytes").with_source(e.to_string())
+        })?;
+        let name = format!(
+            "labctl-try-{}",
+            suffix
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let path = std::env::temp_dir().join(name);
+        fs::create_dir(&path).map_err(|e| {
+            Failure::new(
+                Exit::Usage,
+                format!("failed to create `{}`", path.display()),
+            )
+            .with_source(e)
+        })?;
+        let dir = TempDir {
+            staged: path.join("lab").to_string_lossy().into_owned(),
+            path,
+        };
+        set_mode(&dir.path, 0o711)?;
+        Ok(dir)
+    }
+
+    fn remove(&self) {
+        if self.path.exists() {
+            if let Err(e) = fs::remove_dir_all(&self.path) {
+                eprintln!("warning: failed to remove `{}`: {e}", self.path.display());
+            }
+        }
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Copies `[files].source` to `staged`, keeping each file's mode.
+fn stage_files(lab: &lab_agent_proto::lab::Lab, staged: &Path) -> Result<(), Failure> {
+    let files = lab.collect_files().map_err(Failure::lab)?;
+    let io = |path: &Path, e: std::io::Error| {
+        Failure::new(Exit::Usage, format!("failed to stage `{}`", path.display())).with_source(e)
+    };
+    fs::create_dir(staged).map_err(|e| io(staged, e))?;
+    set_mode(staged, 0o755)?;
+    for f in files {
+        let dst = staged.join(&f.path);
+        if let Some(parent) = dst.parent() {
+            if !parent.exists() {
+                fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+            }
+        }
+        fs::write(&dst, &f.contents).map_err(|e| io(&dst, e))?;
+        set_mode(&dst, f.mode)?;
+    }
+    // Folders made by create_dir_all follow the umask; make them passable.
+    for entry in walk_dirs(staged) {
+        set_mode(&entry, 0o755)?;
+    }
+    Ok(())
+}
+
+fn walk_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = fs::read_dir(root) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.push(e.path());
+                out.extend(walk_dirs(&e.path()));
+            }
+        }
+    }
+    out
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), Failure> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|e| {
+        Failure::new(
+            Exit::Usage,
+            format!("failed to set the mode of `{}`", path.display()),
+        )
+        .with_source(e)
+    })
+}
+
+/// 32 random bytes from the OS, base64url without padding (43 characters).
+fn new_token() -> Result<String, Failure> {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        Failure::new(Exit::Usage, "failed to get random bytes for a token")
+            .with_source(e.to_string())
+    })?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// The agent to run: `--agent`, else `$LAB_AGENT_BIN`, else next to
+/// `labctl`, else in this source tree's `target/`, else on `PATH`. When
+/// `labctl` itself runs from a cargo build dir of this workspace and no
+/// agent is found, it is built there (`cargo build -p lab-agent`), so that
+/// `cargo run -p lab-agent-client --bin labctl -- try LAB` works from a
+/// fresh clone.
+pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
+    if let Some(p) = explicit {
+        return if p.is_file() {
+            Ok(p.to_owned())
+        } else {
+            Err(Failure::usage(format!(
+                "`--agent {}` is not a file",
+                p.display()
+            )))
+        };
+    }
+    if let Some(p) = std::env::var_os("LAB_AGENT_BIN") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(Failure::usage(format!(
+                "`LAB_AGENT_BIN={}` is not a file",
+                p.display()
+            )))
+        };
+    }
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_owned));
+    let beside = exe_dir.as_ref().map(|d| d.join(AGENT_NAME));
+    if let Some(p) = beside.as_ref().filter(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
+    let workspace = source_workspace();
+    if let (Some(ws), Some(dir)) = (&workspace, &exe_dir) {
+        if let Some(built) = build_agent(ws, dir)? {
+            return Ok(built);
+        }
+    }
+    if let Some(ws) = &workspace {
+        for profile in ["release", "debug"] {
+            let p = ws.join("target").join(profile).join(AGENT_NAME);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join(AGENT_NAME);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(Failure::usage("could not find the `lab-agent` binary")
+        .hint("build it with `cargo build -p lab-agent`, or pass `--agent PATH`"))
+}
+
+/// This crate's workspace, if its sources are still where they were built.
+fn source_workspace() -> Option<PathBuf> {
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.to_owned();
+    (ws.join("Cargo.toml").is_file() && ws.join("agent/Cargo.toml").is_file()).then_some(ws)
+}
+
+/// Builds the agent into `exe_dir` when that is a cargo profile dir
+/// (`…/debug`, `…/release`) of workspace `ws`; `None` when it is not.
+fn build_agent(ws: &Path, exe_dir: &Path) -> Result<Option<PathBuf>, Failure> {
+    let profile = match exe_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => None,
+        Some("release") => Some("--release"),
+        _ => return Ok(None),
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = std::process::Command::new(&cargo);
+    cmd.args(["build", "-p", "lab-agent"]).current_dir(ws);
+    if let Some(p) = profile {
+        cmd.arg(p);
+    }
+    let shown = format!(
+        "cargo build -p lab-agent{}",
+        profile.map_or(String::new(), |p| format!(" {p}"))
+    );
+    eprintln!("`lab-agent` is not built yet; building it: `{shown}`");
+    // cargo's progress goes to stderr; keep our stdout for data.
+    let status = cmd
+        .stdout(std::io::stderr())
+        .status()
+        .map_err(|e| Failure::usage(format!("failed to run `{shown}`")).with_source(e))?;
+    if !status.success() {
+        return Err(Failure::usage(format!("`{shown}` failed ({status})"))
+            .hint("pass a built agent with `--agent PATH`"));
+    }
+    let built = exe_dir.join(AGENT_NAME);
+    Ok(built.is_file().then_some(built))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_long_and_url_safe() {
+        let t = new_token().unwrap();
+        assert_eq!(t.len(), 43);
+        assert!(
+            t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        );
+        assert_ne!(t, new_token().unwrap());
+    }
+
+    #[test]
+    fn an_explicit_agent_must_exist() {
+        let err = find_agent(Some(Path::new("/nonexistent/lab-agent"))).unwrap_err();
+        assert_eq!(err.exit, Exit::Usage);
+        assert!(
+            err.message
+                .contains("`--agent /nonexistent/lab-agent` is not a file")
+        );
+    }
+
+    #[test]
+    fn temp_dirs_are_passable_and_removed() {
+        let d = TempDir::new().unwrap();
+        let p = d.path.clone();
+        let mode = fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o711);
+        drop(d);
+        assert!(!p.exists());
+    }
+}

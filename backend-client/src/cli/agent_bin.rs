@@ -1,1 +1,355 @@
-//! Finding the lab-agent binary (owned by the [payload] work; `try` uses it too).
+//! Finding the `lab-agent` binary: `labctl secret` ships it into lab VMs, so
+//! it must be a static x86_64 executable; `labctl try` runs it on this
+//! machine, where any build will do ([`Linkage::Any`]).
+//!
+//! Where it looks, in order (the first usable one wins):
+//! 1. `--agent PATH` (if given, it must be usable: no fallback);
+//! 2. `lab-agent` next to the running `labctl` (an installed pair);
+//! 3. `../x86_64-unknown-linux-musl/agent/lab-agent` from `labctl`'s folder,
+//!    i.e. the static build in the same target dir as `target/debug/labctl`;
+//! 4. `target/x86_64-unknown-linux-musl/agent/lab-agent` in the source tree
+//!    `labctl` was built from (`packaging/build-agent.sh` puts it there).
+//!
+//! A candidate that exists but is unusable (a dynamic `target/debug/lab-agent`
+//! when a static one is needed) is skipped, and the error lists every place
+//! and why it did not do.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The static build's path relative to a Cargo target dir.
+pub const STATIC_AGENT_IN_TARGET_DIR: &str = "x86_64-unknown-linux-musl/agent/lab-agent";
+
+/// What kind of binary the caller needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Linkage {
+    /// For lab VMs: x86_64, no program interpreter, no shared libraries.
+    Static,
+    /// For running on this machine (`labctl try` local mode): any ELF.
+    Any,
+}
+
+/// A found agent and its bytes.
+#[derive(Debug)]
+pub struct AgentBinary {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentBinError {
+    #[error("failed to read the agent `{}`", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`{}` cannot be used as the agent: {problem}", path.display())]
+    Unusable { path: PathBuf, problem: String },
+    #[error("no usable lab-agent binary found; looked at:{}", list(tried))]
+    NotFound {
+        /// Each place looked at, and why it did not do.
+        tried: Vec<(PathBuf, String)>,
+        linkage: Linkage,
+    },
+}
+
+impl AgentBinError {
+    /// What to do about it.
+    pub fn hint(&self) -> Option<String> {
+        let build =
+            "run `packaging/build-agent.sh` to build the static agent, or pass `--agent PATH`";
+        match self {
+            AgentBinError::Read { .. } => None,
+            AgentBinError::Unusable { .. } => Some(build.into()),
+            AgentBinError::NotFound { linkage, .. } => Some(match linkage {
+                Linkage::Static => build.into(),
+                Linkage::Any => "run `cargo build -p lab-agent`, or pass `--agent PATH`".into(),
+            }),
+        }
+    }
+}
+
+fn list(tried: &[(PathBuf, String)]) -> String {
+    let mut out = String::new();
+    for (path, why) in tried {
+        let _ = write!(out, "\n  `{}`: {why}", path.display());
+    }
+    out
+}
+
+/// Finds the agent (see the module docs for the order) and reads it.
+pub fn load(explicit: Option<&Path>, linkage: Linkage) -> Result<AgentBinary, AgentBinError> {
+    if let Some(path) = explicit {
+        let bytes = read(path)?;
+        check(&bytes, linkage).map_err(|problem| AgentBinError::Unusable {
+            path: path.to_owned(),
+            problem,
+        })?;
+        return Ok(AgentBinary {
+            path: path.to_owned(),
+            bytes,
+        });
+    }
+    let mut tried = Vec::new();
+    for path in candidates() {
+        if tried.iter().any(|(p, _)| *p == path) {
+            continue;
+        }
+        let why = match std::fs::read(&path) {
+            Ok(bytes) => match check(&bytes, linkage) {
+                Ok(()) => return Ok(AgentBinary { path, bytes }),
+                Err(problem) => problem,
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".into(),
+            Err(e) => e.to_string(),
+        };
+        tried.push((path, why));
+    }
+    Err(AgentBinError::NotFound { tried, linkage })
+}
+
+/// Like [`load`], for callers that run the binary rather than ship it.
+pub fn find(explicit: Option<&Path>, linkage: Linkage) -> Result<PathBuf, AgentBinError> {
+    load(explicit, linkage).map(|agent| agent.path)
+}
+
+/// The implicit places, in order.
+fn candidates() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_owned))
+    {
+        out.push(dir.join("lab-agent"));
+        if let Some(target) = dir.parent() {
+            out.push(target.join(STATIC_AGENT_IN_TARGET_DIR));
+        }
+    }
+    let source_tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    out.push(normalize(
+        &source_tree.join("target").join(STATIC_AGENT_IN_TARGET_DIR),
+    ));
+    out
+}
+
+/// `a/b/../c` → `a/c`, lexically (for readable messages and deduplication).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir if out.file_name().is_some() => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, AgentBinError> {
+    std::fs::read(path).map_err(|source| AgentBinError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Checks that `bytes` is an ELF executable of the needed kind; `Err` says
+/// what it is instead.
+pub fn check(bytes: &[u8], linkage: Linkage) -> Result<(), String> {
+    let elf = Elf::parse(bytes)?;
+    if linkage == Linkage::Any {
+        return Ok(());
+    }
+    if elf.machine != EM_X86_64 {
+        return Err(format!(
+            "it is built for ELF machine {:#x}, and lab VMs are x86_64",
+            elf.machine
+        ));
+    }
+    if elf.interpreter {
+        return Err("it is dynamically linked (it has a program interpreter); \
+                    lab VMs need the static musl build"
+            .into());
+    }
+    if elf.needs_libraries {
+        return Err("it needs shared libraries; lab VMs need the static musl build".into());
+    }
+    Ok(())
+}
+
+const EM_X86_64: u16 = 62;
+const PT_DYNAMIC: u32 = 2;
+const PT_INTERP: u32 = 3;
+const DT_NEEDED: u64 = 1;
+
+/// What the static check needs from an ELF file, read from its program
+/// headers (what the kernel and the loader look at), not its sections,
+/// which a stripped binary may lack.
+struct Elf {
+    machine: u16,
+    interpreter: bool,
+    needs_libraries: bool,
+}
+
+impl Elf {
+    fn parse(b: &[u8]) -> Result<Elf, String> {
+        if b.get(..4) != Some(b"\x7fELF") {
+            return Err("it is not an ELF executable".into());
+        }
+        // Only 64-bit little-endian: the one kind we build and ship.
+        if b.get(4) != Some(&2) || b.get(5) != Some(&1) {
+            return Err("it is not a 64-bit little-endian ELF file".into());
+        }
+        let truncated = || "it is a truncated ELF file".to_string();
+        let e_type = u16_at(b, 0x10).ok_or_else(truncated)?;
+        if e_type != 2 && e_type != 3 {
+            return Err(format!(
+                "it is an ELF file of type {e_type}, not an executable"
+            ));
+        }
+        let machine = u16_at(b, 0x12).ok_or_else(truncated)?;
+        let phoff = u64_at(b, 0x20).ok_or_else(truncated)?;
+        let phentsize = u16_at(b, 0x36).ok_or_else(truncated)? as u64;
+        let phnum = u16_at(b, 0x38).ok_or_else(truncated)? as u64;
+        let mut elf = Elf {
+            machine,
+            interpreter: false,
+            needs_libraries: false,
+        };
+        for i in 0..phnum {
+            let ph = phoff + i * phentsize;
+            let p_type = u32_at(b, ph).ok_or_else(truncated)?;
+            match p_type {
+                PT_INTERP => elf.interpreter = true,
+                PT_DYNAMIC => {
+                    let offset = u64_at(b, ph + 8).ok_or_else(truncated)?;
+                    let size = u64_at(b, ph + 0x20).ok_or_else(truncated)?;
+                    let mut at = offset;
+                    while at + 16 <= offset + size {
+                        match u64_at(b, at).ok_or_else(truncated)? {
+                            0 => break, // DT_NULL
+                            DT_NEEDED => elf.needs_libraries = true,
+                            _ => {}
+                        }
+                        at += 16;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(elf)
+    }
+}
+
+fn field<const N: usize>(b: &[u8], at: u64) -> Option<[u8; N]> {
+    let at = usize::try_from(at).ok()?;
+    b.get(at..at.checked_add(N)?)?.try_into().ok()
+}
+
+fn u16_at(b: &[u8], at: u64) -> Option<u16> {
+    field(b, at).map(u16::from_le_bytes)
+}
+
+fn u32_at(b: &[u8], at: u64) -> Option<u32> {
+    field(b, at).map(u32::from_le_bytes)
+}
+
+fn u64_at(b: &[u8], at: u64) -> Option<u64> {
+    field(b, at).map(u64::from_le_bytes)
+}
+
+/// A minimal ELF64 x86_64 executable image, for tests that need an "agent"
+/// without building one: one `PT_LOAD` header, plus `PT_INTERP` when
+/// `dynamic`, followed by `payload`. It passes [`check`] (or fails it as
+/// dynamic) but is not meant to run.
+#[doc(hidden)]
+pub fn fake_elf(dynamic: bool, payload: &[u8]) -> Vec<u8> {
+    let phnum: u16 = if dynamic { 2 } else { 1 };
+    let mut b = Vec::new();
+    b.extend_from_slice(b"\x7fELF\x02\x01\x01\x00");
+    b.extend_from_slice(&[0; 8]);
+    b.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    b.extend_from_slice(&EM_X86_64.to_le_bytes());
+    b.extend_from_slice(&1u32.to_le_bytes()); // EV_CURRENT
+    b.extend_from_slice(&0x40_0078u64.to_le_bytes()); // entry
+    b.extend_from_slice(&64u64.to_le_bytes()); // phoff
+    b.extend_from_slice(&0u64.to_le_bytes()); // shoff
+    b.extend_from_slice(&0u32.to_le_bytes()); // flags
+    b.extend_from_slice(&64u16.to_le_bytes()); // ehsize
+    b.extend_from_slice(&56u16.to_le_bytes()); // phentsize
+    b.extend_from_slice(&phnum.to_le_bytes());
+    b.extend_from_slice(&[0; 6]); // shentsize, shnum, shstrndx
+    let mut phdr = |p_type: u32| {
+        b.extend_from_slice(&p_type.to_le_bytes());
+        b.extend_from_slice(&5u32.to_le_bytes()); // R+X
+        b.extend_from_slice(&[0; 48]);
+    };
+    phdr(1); // PT_LOAD
+    if dynamic {
+        phdr(PT_INTERP);
+    }
+    b.extend_from_slice(payload);
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_and_dynamic_fakes() {
+        assert_eq!(check(&fake_elf(false, b"x"), Linkage::Static), Ok(()));
+        let err = check(&fake_elf(true, b"x"), Linkage::Static).unwrap_err();
+        assert!(err.contains("dynamically linked"), "{err}");
+        assert_eq!(check(&fake_elf(true, b"x"), Linkage::Any), Ok(()));
+    }
+
+    #[test]
+    fn not_elf_or_truncated() {
+        assert!(
+            check(b"#!/bin/sh\n", Linkage::Any)
+                .unwrap_err()
+                .contains("not an ELF")
+        );
+        let elf = fake_elf(false, b"");
+        assert!(
+            check(&elf[..40], Linkage::Any)
+                .unwrap_err()
+                .contains("truncated")
+        );
+        let mut arm = fake_elf(false, b"");
+        arm[0x12] = 183; // EM_AARCH64
+        assert!(check(&arm, Linkage::Static).unwrap_err().contains("x86_64"));
+    }
+
+    /// The system's own shell is dynamically linked on every distribution
+    /// this runs on; the real ELF parser must say so.
+    #[test]
+    fn a_real_dynamic_binary_is_refused() {
+        let Ok(bytes) = std::fs::read("/bin/sh") else {
+            return;
+        };
+        let err = check(&bytes, Linkage::Static).unwrap_err();
+        assert!(err.contains("dynamic"), "{err}");
+    }
+
+    #[test]
+    fn explicit_path_has_no_fallback() {
+        let err = load(Some(Path::new("/nonexistent/lab-agent")), Linkage::Any).unwrap_err();
+        assert!(matches!(err, AgentBinError::Read { .. }), "{err:?}");
+        let err = load(Some(Path::new("/bin/sh")), Linkage::Static).unwrap_err();
+        assert!(
+            err.to_string().contains("cannot be used as the agent"),
+            "{err}"
+        );
+        assert!(err.hint().unwrap().contains("packaging/build-agent.sh"));
+    }
+
+    #[test]
+    fn normalizes_parent_components() {
+        assert_eq!(
+            normalize(Path::new("/a/b/../target/x")),
+            Path::new("/a/target/x")
+        );
+    }
+}

@@ -1,11 +1,422 @@
-//! `labctl secret` (owned by the [payload] work).
+//! `labctl secret LAB_DIR --name NAME …`: the edge of the payload generator.
+//! It reads the lab, the agent and the token (or makes one), hands them to
+//! the pure renderer in `lab-agent-cloudinit`, and writes the results.
+//!
+//! stdout carries data only (the Secret, or the `--json` object); progress,
+//! the budget line and errors go to stderr. Exit status: 0 done; 2 a usage
+//! or input problem (flags, lab, token, Kubernetes names, over 1 MiB); 1
+//! anything else (no usable agent, a file that cannot be written).
 
+use super::agent_bin::{self, AgentBinError, Linkage};
+use base64::Engine as _;
+use lab_agent_cloudinit::{
+    Budget, Format, PayloadSpec, SECRET_LIMIT, SecretMeta, SetupScript, render_secret,
+    render_user_data,
+};
+use lab_agent_proto::lab::{Lab, LabError};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct SecretArgs {}
+#[derive(Debug, Clone, clap::Args)]
+pub struct SecretArgs {
+    /// The lab's folder (with its `lab.toml`)
+    #[arg(value_name = "LAB_DIR")]
+    pub lab_dir: PathBuf,
+    /// The Secret's `metadata.name` (a DNS-1123 subdomain)
+    #[arg(long, value_name = "NAME")]
+    pub name: String,
+    /// The Secret's `metadata.namespace` (default: none, `kubectl -n` decides)
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// A label for the Secret; repeatable
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// Use the token in FILE instead of generating one
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// The static lab-agent binary (default: next to labctl, then the build tree)
+    #[arg(long, value_name = "PATH")]
+    pub agent: Option<PathBuf>,
+    /// Syntax of the Secret manifest
+    #[arg(long, value_enum, default_value_t = ManifestFormat::Yaml)]
+    pub format: ManifestFormat,
+    /// Write the Secret to FILE (mode 0600) instead of stdout
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Also write the raw user-data to FILE (mode 0600), e.g. for a NoCloud seed
+    #[arg(long, value_name = "FILE")]
+    pub user_data_out: Option<PathBuf>,
+    /// Write the token to FILE (mode 0600): the backend needs it to talk to the agent
+    #[arg(long, value_name = "FILE")]
+    pub token_out: Option<PathBuf>,
+    /// Do not log root in automatically on the serial console
+    #[arg(long)]
+    pub no_autologin: bool,
+    /// Print one JSON object on stdout (token, budget, and the Secret unless `-o`)
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: &SecretArgs) -> ExitCode {
-    eprintln!("error: `labctl secret` is not built yet");
-    ExitCode::from(2)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ManifestFormat {
+    Yaml,
+    Json,
+}
+
+/// Why `labctl secret` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    #[error("failed to read {what} `{}`", path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Render(#[from] lab_agent_cloudinit::Error),
+    #[error(transparent)]
+    Agent(#[from] AgentBinError),
+    #[error("failed to get random bytes for the token from the OS: {0}")]
+    Random(getrandom::Error),
+    #[error("failed to write {what} to `{}`", path.display())]
+    Write {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl SecretError {
+    /// 2 for what the caller can fix in the input, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            SecretError::Usage(_)
+            | SecretError::Lab(_)
+            | SecretError::Read { .. }
+            | SecretError::Render(_) => 2,
+            SecretError::Agent(_) | SecretError::Random(_) | SecretError::Write { .. } => 1,
+        }
+    }
+
+    /// Lines to print as `hint: …` after the error.
+    pub fn hints(&self) -> Vec<String> {
+        match self {
+            SecretError::Agent(e) => e.hint().into_iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// What one run produced, as `--json` prints it.
+#[derive(Debug, serde::Serialize)]
+pub struct Report {
+    pub lab: String,
+    pub name: String,
+    pub namespace: Option<String>,
+    /// The token the agent will require; the backend needs it.
+    pub token: String,
+    /// `false` when it came from `--token-file`.
+    pub token_generated: bool,
+    pub agent: PathBuf,
+    pub format: &'static str,
+    pub secret_file: Option<PathBuf>,
+    pub user_data_file: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+    pub budget: BudgetReport,
+    /// The manifest, when it was not written to `-o`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+/// The budget in bytes of user-data (= decoded Secret data, what Kubernetes
+/// limits).
+#[derive(Debug, serde::Serialize)]
+pub struct BudgetReport {
+    pub agent_bytes: usize,
+    pub lab_files_bytes: usize,
+    pub rest_bytes: usize,
+    pub total_bytes: usize,
+    pub limit_bytes: usize,
+    pub percent_of_limit: f64,
+}
+
+impl From<&Budget> for BudgetReport {
+    fn from(b: &Budget) -> Self {
+        BudgetReport {
+            agent_bytes: b.agent,
+            lab_files_bytes: b.lab_files,
+            rest_bytes: b.rest,
+            total_bytes: b.total,
+            limit_bytes: SECRET_LIMIT,
+            percent_of_limit: (b.percent_of_limit() * 10.0).round() / 10.0,
+        }
+    }
+}
+
+pub fn run(args: &SecretArgs) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr();
+    match execute(args, &mut stdout, &mut stderr) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = write!(stderr, "{}", render_error(&e));
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `error: …`, each cause, each hint (`hint:` lines inside a message too).
+pub fn render_error(e: &SecretError) -> String {
+    let mut out = String::new();
+    let text = e.to_string();
+    let mut hints: Vec<String> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if let Some(h) = line.strip_prefix("hint: ") {
+            hints.push(h.to_owned());
+        } else if i == 0 {
+            out.push_str(&format!("error: {line}\n"));
+        } else {
+            out.push_str(&format!("{line}\n"));
+        }
+    }
+    // A lab error's message already ends with its cause.
+    let mut cause = match e {
+        SecretError::Lab(_) => None,
+        e => std::error::Error::source(e),
+    };
+    while let Some(c) = cause {
+        out.push_str(&format!("  caused by: {c}\n"));
+        cause = c.source();
+    }
+    hints.extend(e.hints());
+    for h in hints {
+        out.push_str(&format!("hint: {h}\n"));
+    }
+    out
+}
+
+/// The whole verb, with stdout and stderr passed in (tests capture them).
+pub fn execute(
+    args: &SecretArgs,
+    out: &mut dyn Write,
+    log: &mut dyn Write,
+) -> Result<Report, SecretError> {
+    let meta = secret_meta(args)?;
+    let format = match args.format {
+        ManifestFormat::Yaml => Format::Yaml,
+        ManifestFormat::Json => Format::Json,
+    };
+    if args.token_file.is_none() && args.token_out.is_none() && !args.json {
+        return Err(SecretError::Usage(
+            "a generated token would only be inside the Secret: pass `--token-out FILE` or \
+             `--json` to get it back, or `--token-file FILE` to use your own"
+                .into(),
+        ));
+    }
+
+    let lab = Lab::load(&args.lab_dir)?;
+    let files = lab.collect_files()?;
+    let setup = match lab.setup_script_path() {
+        None => None,
+        Some(path) => Some(SetupScript {
+            contents: std::fs::read(&path).map_err(|source| SecretError::Read {
+                what: "the setup script",
+                path,
+                source,
+            })?,
+            timeout_secs: lab.setup_timeout_secs(),
+        }),
+    };
+    let (token, token_generated) = match &args.token_file {
+        Some(path) => (read_token_file(path, log)?, false),
+        None => (generate_token().map_err(SecretError::Random)?, true),
+    };
+    let agent = agent_bin::load(args.agent.as_deref(), Linkage::Static)?;
+    let _ = writeln!(
+        log,
+        "agent: `{}` ({} bytes)",
+        agent.path.display(),
+        agent.bytes.len()
+    );
+
+    let spec = PayloadSpec {
+        lab_name: lab.name.clone(),
+        agent: agent.bytes,
+        token: token.clone(),
+        files,
+        setup,
+        serial_autologin: !args.no_autologin,
+    };
+    let user_data = render_user_data(&spec)?;
+    // The budget line comes before the size check, so an oversize run shows it too.
+    let _ = writeln!(log, "{}", user_data.budget());
+    let manifest = render_secret(&user_data, &meta, format)?;
+
+    // The token first: if a later write fails, the caller still has it.
+    if let Some(path) = &args.token_out {
+        write_private(path, format!("{token}\n").as_bytes(), "the token")?;
+        let _ = writeln!(log, "wrote the token to `{}`", path.display());
+    }
+    if let Some(path) = &args.user_data_out {
+        write_private(path, user_data.as_bytes(), "the user-data")?;
+        let _ = writeln!(log, "wrote the user-data to `{}`", path.display());
+    }
+    let mut secret_inline = None;
+    match &args.output {
+        Some(path) => {
+            write_private(path, manifest.as_bytes(), "the Secret")?;
+            let _ = writeln!(log, "wrote Secret `{}` to `{}`", meta.name, path.display());
+        }
+        None if args.json => secret_inline = Some(manifest),
+        None => write_stdout(out, manifest.as_bytes())?,
+    }
+
+    let report = Report {
+        lab: lab.name,
+        name: meta.name,
+        namespace: meta.namespace,
+        token,
+        token_generated,
+        agent: agent.path,
+        format: match format {
+            Format::Yaml => "yaml",
+            Format::Json => "json",
+        },
+        secret_file: args.output.clone(),
+        user_data_file: args.user_data_out.clone(),
+        token_file: args.token_out.clone().or_else(|| args.token_file.clone()),
+        budget: user_data.budget().into(),
+        secret: secret_inline,
+    };
+    if args.json {
+        let mut text = serde_json::to_string_pretty(&report).expect("serialize report");
+        text.push('\n');
+        write_stdout(out, text.as_bytes())?;
+    }
+    Ok(report)
+}
+
+/// `--name`, `--namespace` and `--label k=v`, checked before any work.
+fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, SecretError> {
+    let mut labels = BTreeMap::new();
+    for label in &args.labels {
+        let Some((key, value)) = label.split_once('=') else {
+            return Err(SecretError::Usage(format!(
+                "`--label {label}` has no `=`: write `--label key=value`"
+            )));
+        };
+        if labels.insert(key.to_owned(), value.to_owned()).is_some() {
+            return Err(SecretError::Usage(format!(
+                "label `{key}` is given twice: give each key once"
+            )));
+        }
+    }
+    let meta = SecretMeta {
+        name: args.name.clone(),
+        namespace: args.namespace.clone(),
+        labels,
+    };
+    meta.validate()?;
+    Ok(meta)
+}
+
+/// A new per-VM token: 32 bytes from the OS's random source, base64url
+/// without padding (43 characters).
+pub fn generate_token() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// The token is the file's content without trailing whitespace; the
+/// renderer checks its length and characters.
+fn read_token_file(path: &Path, log: &mut dyn Write) -> Result<String, SecretError> {
+    use std::os::unix::fs::PermissionsExt;
+    let read_err = |source| SecretError::Read {
+        what: "the token file",
+        path: path.to_owned(),
+        source,
+    };
+    let text = std::fs::read_to_string(path).map_err(read_err)?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.permissions().mode() & 0o077 != 0 {
+            let _ = writeln!(
+                log,
+                "warning: token file `{}` is readable by others than its owner: `chmod 600` it",
+                path.display()
+            );
+        }
+    }
+    Ok(text.trim_end().to_owned())
+}
+
+/// Writes `bytes` to `path` readable by its owner only (everything we write
+/// holds the token), atomically: a temporary file in the same folder,
+/// renamed over the target, so a reader never sees half a Secret.
+fn write_private(path: &Path, bytes: &[u8], what: &'static str) -> Result<(), SecretError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |source| SecretError::Write {
+        what,
+        path: path.to_owned(),
+        source,
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| err(std::io::Error::other("the path names no file")))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(err)
+}
+
+fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), SecretError> {
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|source| SecretError::Write {
+            what: "the output",
+            path: "<stdout>".into(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_tokens_are_43_chars_of_base64url() {
+        let a = generate_token().unwrap();
+        let b = generate_token().unwrap();
+        assert_eq!(a.len(), 43);
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
+            "{a}"
+        );
+        assert_ne!(a, b);
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&a)
+            .unwrap();
+        assert_eq!(raw.len(), 32);
+    }
 }

@@ -188,6 +188,14 @@ impl LocalAgent {
             .map_err(Failure::client)
     }
 
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn token_file(&self) -> PathBuf {
+        self.dir.path.join("token")
+    }
+
     /// Setup's and the checks' `LAB_DIR`: the staged copy.
     pub fn guest_lab_dir(&self) -> &str {
         &self.dir.staged

@@ -40,6 +40,10 @@ pub struct TryArgs {
     /// Print the grade report as JSON on stdout
     #[arg(long)]
     pub json: bool,
+    /// After grading, keep the agent running until Ctrl-C, to try commands
+    /// and grade again with `labctl exec` and `labctl grade`
+    #[arg(long)]
+    pub keep: bool,
 }
 
 #[derive(Debug)]
@@ -49,6 +53,7 @@ pub struct Config {
     pub keep_going: bool,
     pub timeout: Duration,
     pub json: bool,
+    pub keep: bool,
 }
 
 impl Config {
@@ -68,6 +73,7 @@ impl Config {
             keep_going: args.keep_going,
             timeout,
             json: args.json,
+            keep: args.keep,
         })
     }
 }
@@ -78,6 +84,11 @@ pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
     rt.block_on(async {
         let mut agent = interruptible(local::LocalAgent::start(&config)).await??;
         let outcome = interruptible(flow(&config, &agent)).await;
+        if config.keep && outcome.is_ok() {
+            // The grading outcome stands; Ctrl-C now just ends the session.
+            keep_running(&config, &agent);
+            let _ = interruptible(std::future::pending::<()>()).await;
+        }
         agent.stop().await;
         outcome?
     })
@@ -122,6 +133,26 @@ async fn flow(config: &Config, agent: &local::LocalAgent) -> Result<Exit, Failur
     } else {
         exit_for(&report)
     })
+}
+
+/// `--keep`: say how to reach the agent, for the author to poke at it.
+fn keep_running(config: &Config, agent: &local::LocalAgent) {
+    let labctl = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "labctl".to_owned());
+    let conn = format!(
+        "--url {} --token-file {}",
+        agent.url(),
+        agent.token_file().display()
+    );
+    eprintln!(
+        "\nthe agent keeps running; press Ctrl-C to stop it and clean up. Meanwhile, e.g.:\n  \
+         {labctl} exec {conn} [--user USER] -- COMMAND\n  \
+         {labctl} grade {} {conn} --lab-dir {}",
+        config.lab.dir.display(),
+        agent.guest_lab_dir()
+    );
 }
 
 /// Runs `work` unless SIGINT or SIGTERM comes first; then the caller's

@@ -11,6 +11,9 @@ pub const MAX_TIMEOUT_SECS: u64 = 3600;
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
 /// Hard per-stream output cap: a request asking for more is rejected.
 pub const MAX_OUTPUT_BYTES_CAP: u64 = 16 * 1024 * 1024;
+/// Longest `command`: Linux limits one argument of `execve` to 128 KiB
+/// (`MAX_ARG_STRLEN`, including its NUL). Longer scripts belong in a file.
+pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
 /// Default user commands run as.
 pub const DEFAULT_USER: &str = "root";
 

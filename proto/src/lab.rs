@@ -264,7 +264,9 @@ impl Lab {
                 return Err(invalid(
                     &path,
                     &field("name"),
-                    format!("`{check_name}` is used by an earlier check: check names must be unique"),
+                    format!(
+                        "`{check_name}` is used by an earlier check: check names must be unique"
+                    ),
                 ));
             }
             if c.run.trim().is_empty() {
@@ -410,7 +412,11 @@ fn timeout(path: &Path, field: &str, value: Option<i64>, default: u64) -> Result
 /// A path inside the lab folder: relative, and never climbing out of it.
 fn relative_path(path: &Path, field: &str, value: &str) -> Result<PathBuf, LabError> {
     if value.trim().is_empty() {
-        return Err(invalid(path, field, "is empty: name a path inside the lab folder"));
+        return Err(invalid(
+            path,
+            field,
+            "is empty: name a path inside the lab folder",
+        ));
     }
     let p = PathBuf::from(value);
     for c in p.components() {
@@ -491,25 +497,67 @@ run = "true"
             ("name = \"x\"\nsetpu = 1", "unknown field `setpu`"),
             ("name = \"\"", "name is empty"),
             ("name = \"a b\"", "contains ' '"),
-            ("name = \"x\"\n[setup]\nscript = \"/etc/passwd\"", "is absolute"),
-            ("name = \"x\"\n[setup]\nscript = \"../x.sh\"", "leaves the lab folder"),
-            ("name = \"x\"\n[setup]\ntimeout_secs = 0", "setup.timeout_secs is 0"),
-            ("name = \"x\"\n[setup]\ntimeout_secs = 99999", "from 1 to 3600"),
-            ("name = \"x\"\n[setup]\ntimeout_secs = \"5\"", "invalid type"),
-            ("name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"  \"", "checks[0].run of check `a` is empty"),
-            ("name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n[[checks]]\nname = \"a\"\nrun = \"true\"", "checks[1].name `a` is used by an earlier check"),
-            ("name = \"x\"\n[[checks]]\nname = \"\"\nrun = \"true\"", "checks[0].name is empty"),
-            ("name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\ntimeout_secs = -1", "checks[0].timeout_secs is -1"),
-            ("name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nuser = \"\"", "checks[0].user of check `a` is empty"),
-            ("name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nfail = \"x\"", "unknown field `fail`"),
-            ("name = \"x\"\n[[checks]]\nname = \"a\"", "missing field `run`"),
-            ("name = \"x\"\n[files]\nsource = \"..\"", "leaves the lab folder"),
+            (
+                "name = \"x\"\n[setup]\nscript = \"/etc/passwd\"",
+                "is absolute",
+            ),
+            (
+                "name = \"x\"\n[setup]\nscript = \"../x.sh\"",
+                "leaves the lab folder",
+            ),
+            (
+                "name = \"x\"\n[setup]\ntimeout_secs = 0",
+                "setup.timeout_secs is 0",
+            ),
+            (
+                "name = \"x\"\n[setup]\ntimeout_secs = 99999",
+                "from 1 to 3600",
+            ),
+            (
+                "name = \"x\"\n[setup]\ntimeout_secs = \"5\"",
+                "invalid type",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"  \"",
+                "checks[0].run of check `a` is empty",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n[[checks]]\nname = \"a\"\nrun = \"true\"",
+                "checks[1].name `a` is used by an earlier check",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"\"\nrun = \"true\"",
+                "checks[0].name is empty",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\ntimeout_secs = -1",
+                "checks[0].timeout_secs is -1",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nuser = \"\"",
+                "checks[0].user of check `a` is empty",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nfail = \"x\"",
+                "unknown field `fail`",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"",
+                "missing field `run`",
+            ),
+            (
+                "name = \"x\"\n[files]\nsource = \"..\"",
+                "leaves the lab folder",
+            ),
             ("name = [", "not valid lab.toml"),
         ];
         for (text, want) in cases {
             let err = Lab::parse(text, "/labs/x").unwrap_err().to_string();
             assert!(err.contains(want), "for {text:?}: {err:?} lacks {want:?}");
-            assert!(err.contains("/labs/x/lab.toml"), "{err} does not name the file");
+            assert!(
+                err.contains("/labs/x/lab.toml"),
+                "{err} does not name the file"
+            );
         }
     }
 

@@ -1,0 +1,79 @@
+//! Every way a request can fail, and the one place that turns a failure into
+//! a status and a JSON body. Adding a variant forces a choice of status here.
+
+use crate::http::{Response, json_response};
+use hyper::StatusCode;
+use lab_agent_proto::{ErrorBody, ErrorCode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Missing or wrong token. Deliberately says nothing about what exists.
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("no such endpoint: {0}")]
+    NotFound(String),
+    #[error("method {method} is not allowed on {path}; use {allowed}")]
+    MethodNotAllowed {
+        method: String,
+        path: String,
+        allowed: &'static str,
+    },
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("{running} commands are already running (the agent's --max-execs); retry in a moment")]
+    Busy { running: usize },
+    #[error("the agent is shutting down")]
+    ShuttingDown,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::BadRequest(_) => ErrorCode::BadRequest,
+            ApiError::NotFound(_) => ErrorCode::NotFound,
+            ApiError::MethodNotAllowed { .. } => ErrorCode::MethodNotAllowed,
+            ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            ApiError::Busy { .. } | ApiError::ShuttingDown => ErrorCode::Busy,
+            ApiError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    pub fn into_response(self) -> Response {
+        let code = self.code();
+        let status =
+            StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = ErrorBody::new(code, self.to_string());
+        let mut resp = json_response(status, &body);
+        let headers = resp.headers_mut();
+        match &self {
+            ApiError::Unauthorized => {
+                headers.insert(
+                    hyper::header::WWW_AUTHENTICATE,
+                    hyper::header::HeaderValue::from_static("Bearer"),
+                );
+            }
+            ApiError::MethodNotAllowed { allowed, .. } => {
+                headers.insert(
+                    hyper::header::ALLOW,
+                    hyper::header::HeaderValue::from_static(allowed),
+                );
+            }
+            ApiError::Busy { .. } | ApiError::ShuttingDown => {
+                headers.insert(
+                    hyper::header::RETRY_AFTER,
+                    hyper::header::HeaderValue::from_static("1"),
+                );
+            }
+            ApiError::BadRequest(_)
+            | ApiError::NotFound(_)
+            | ApiError::PayloadTooLarge { .. }
+            | ApiError::Internal(_) => {}
+        }
+        resp
+    }
+}

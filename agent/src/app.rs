@@ -1,0 +1,30 @@
+//! The state every request handler shares.
+
+use crate::process::Jobs;
+use crate::readiness::Readiness;
+use crate::token::Token;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{Semaphore, watch};
+
+#[derive(Debug)]
+pub struct App {
+    pub token: Token,
+    pub readiness: Readiness,
+    /// `--max-execs` permits; exhausted means 429, never a queue, so a
+    /// runaway backend sees back-pressure instead of piling up shells.
+    pub exec_slots: Arc<Semaphore>,
+    pub max_execs: usize,
+    /// Process groups of running commands (and the setup), for shutdown.
+    pub jobs: Jobs,
+    pub started: Instant,
+    /// Flips to `true` once shutdown begins: long-polls answer at once and
+    /// new execs are refused.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl App {
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}

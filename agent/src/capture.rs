@@ -1,0 +1,148 @@
+//! Reading a command's output without ever holding more than the caller's
+//! cap: bytes past it are read (so the command never blocks on a full pipe)
+//! and dropped.
+
+use std::io;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+const CHUNK: usize = 16 * 1024;
+
+/// Where pumped bytes go.
+pub trait Sink {
+    fn put(&mut self, data: &[u8]);
+}
+
+/// Keeps the first `cap` bytes and notes whether more came.
+#[derive(Debug)]
+pub struct Capped {
+    buf: Vec<u8>,
+    cap: usize,
+    truncated: bool,
+}
+
+impl Capped {
+    pub fn new(cap: usize) -> Self {
+        Capped {
+            buf: Vec::new(),
+            cap,
+            truncated: false,
+        }
+    }
+
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// The kept bytes as text; invalid UTF-8 becomes U+FFFD, and a multi-byte
+    /// character cut by the cap is dropped rather than mangled.
+    pub fn into_string(self) -> String {
+        match String::from_utf8(self.buf) {
+            Ok(s) => s,
+            Err(e) => {
+                let mut bytes = e.into_bytes();
+                if self.truncated {
+                    trim_cut_char(&mut bytes);
+                }
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+        }
+    }
+}
+
+/// Drops an incomplete UTF-8 sequence at the very end of `bytes`.
+fn trim_cut_char(bytes: &mut Vec<u8>) {
+    let tail = bytes.len().saturating_sub(3);
+    for i in (tail..bytes.len()).rev() {
+        let b = bytes[i];
+        if b & 0xC0 == 0x80 {
+            continue; // continuation byte: keep looking for the lead byte
+        }
+        let need = match b {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        if bytes.len() - i < need {
+            bytes.truncate(i);
+        }
+        return;
+    }
+}
+
+impl Sink for Capped {
+    fn put(&mut self, data: &[u8]) {
+        let room = self.cap - self.buf.len();
+        if data.len() > room {
+            self.truncated = true;
+        }
+        let take = data.len().min(room);
+        if take > 0 {
+            if self.buf.capacity() == 0 {
+                self.buf.reserve(take.max(4096).min(self.cap));
+            }
+            self.buf.extend_from_slice(&data[..take]);
+        }
+    }
+}
+
+/// Copies `reader` into `sink` until EOF. Cancel-safe in the sense that
+/// matters here: every chunk read is already in the sink when the future is
+/// dropped.
+pub async fn pump<R: AsyncRead + Unpin, S: Sink>(mut reader: R, sink: &mut S) -> io::Result<()> {
+    let mut chunk = vec![0u8; CHUNK];
+    loop {
+        let n = reader.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        sink.put(&chunk[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_at_most_the_cap() {
+        let mut c = Capped::new(5);
+        c.put(b"abc");
+        assert!(!c.truncated());
+        c.put(b"defg");
+        assert!(c.truncated());
+        c.put(b"hij");
+        assert_eq!(c.into_string(), "abcde");
+    }
+
+    #[test]
+    fn zero_cap_keeps_nothing() {
+        let mut c = Capped::new(0);
+        c.put(b"x");
+        assert!(c.truncated());
+        assert_eq!(c.into_string(), "");
+    }
+
+    #[test]
+    fn a_character_cut_by_the_cap_is_dropped() {
+        let mut c = Capped::new(4);
+        c.put("ab€".as_bytes()); // € is 3 bytes: only 2 fit
+        assert_eq!(c.into_string(), "ab");
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced() {
+        let mut c = Capped::new(100);
+        c.put(b"a\xffb");
+        assert_eq!(c.into_string(), "a\u{fffd}b");
+    }
+
+    #[tokio::test]
+    async fn pump_reads_to_eof() {
+        let data = vec![7u8; 100_000];
+        let mut c = Capped::new(10);
+        pump(&data[..], &mut c).await.unwrap();
+        assert!(c.truncated());
+        assert_eq!(c.into_string().len(), 10);
+    }
+}

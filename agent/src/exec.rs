@@ -1,0 +1,235 @@
+//! `POST /v1/exec`: parse, validate, take an exec slot, run, answer.
+
+use crate::api_error::ApiError;
+use crate::app::App;
+use crate::capture::{Capped, pump};
+use crate::http::{Response, json_response, read_body};
+use crate::identity::Identity;
+use crate::process::{self, Cwd, Script, ShellCommand};
+use hyper::StatusCode;
+use hyper::body::Incoming;
+use lab_agent_proto::exec::{MAX_COMMAND_BYTES, MAX_OUTPUT_BYTES_CAP, MAX_TIMEOUT_SECS};
+use lab_agent_proto::{ExecRequest, ExecResult, MAX_BODY_BYTES};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+
+/// Grace between SIGTERM and SIGKILL when a command times out.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// How long to keep reading output after the shell exited: a background
+/// process it left holding the pipes must not hold up the answer.
+pub const OUTPUT_LINGER: Duration = Duration::from_millis(200);
+
+/// What the request log line says about an exec.
+#[derive(Debug, Default)]
+pub struct ExecLog {
+    pub user: String,
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+}
+
+pub async fn handle(
+    app: &App,
+    req: hyper::Request<Incoming>,
+    log: &mut Option<ExecLog>,
+) -> Result<Response, ApiError> {
+    let body = read_body(req, MAX_BODY_BYTES).await?;
+    let request = parse(&body)?;
+    *log = Some(ExecLog {
+        user: request.user.clone(),
+        command: cut(&request.command, 200),
+        ..ExecLog::default()
+    });
+    let identity = Identity::lookup(&request.user).map_err(|e| {
+        if e.is_client_error() {
+            ApiError::BadRequest(e.to_string())
+        } else {
+            ApiError::Internal(e.to_string())
+        }
+    })?;
+    if app.is_shutting_down() {
+        return Err(ApiError::ShuttingDown);
+    }
+    let _slot = app
+        .exec_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Busy {
+            running: app.max_execs,
+        })?;
+    let result = run(app, &request, &identity).await?;
+    if let Some(l) = log.as_mut() {
+        l.exit_code = result.exit_code;
+        l.signal = result.signal;
+        l.timed_out = result.timed_out;
+    }
+    Ok(json_response(StatusCode::OK, &result))
+}
+
+/// Decodes and validates a request; every problem is a 400 that names it.
+pub fn parse(body: &[u8]) -> Result<ExecRequest, ApiError> {
+    let req: ExecRequest = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("invalid exec request: {e}")))?;
+    if req.command.trim().is_empty() {
+        return Err(ApiError::BadRequest("command is empty".into()));
+    }
+    if req.command.len() > MAX_COMMAND_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "command is {} bytes; Linux passes at most {MAX_COMMAND_BYTES} bytes in one argument: put a long script in a file (or send it as stdin to `bash -s`)",
+            req.command.len()
+        )));
+    }
+    if req.timeout_secs == 0 || req.timeout_secs > MAX_TIMEOUT_SECS {
+        return Err(ApiError::BadRequest(format!(
+            "timeout_secs is {}: use 1 to {MAX_TIMEOUT_SECS}",
+            req.timeout_secs
+        )));
+    }
+    if req.max_output_bytes > MAX_OUTPUT_BYTES_CAP {
+        return Err(ApiError::BadRequest(format!(
+            "max_output_bytes is {}: the cap is {MAX_OUTPUT_BYTES_CAP} (16 MiB)",
+            req.max_output_bytes
+        )));
+    }
+    Ok(req)
+}
+
+async fn run(app: &App, req: &ExecRequest, identity: &Identity) -> Result<ExecResult, ApiError> {
+    let cwd = match &req.cwd {
+        Some(dir) => Cwd::Dir(Path::new(dir)),
+        None => Cwd::Home,
+    };
+    let mut job = process::spawn(
+        ShellCommand {
+            identity,
+            script: Script::Command(&req.command),
+            cwd,
+            env: &req.env,
+            stdin: if req.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            },
+            stdout: Stdio::piped(),
+            stderr: Stdio::piped(),
+        },
+        &app.jobs,
+    )
+    .map_err(|e| {
+        if e.is_client_error() {
+            ApiError::BadRequest(e.to_string())
+        } else {
+            ApiError::Internal(e.to_string())
+        }
+    })?;
+
+    let cap = req.max_output_bytes as usize;
+    let mut out = Capped::new(cap);
+    let mut err = Capped::new(cap);
+    let stdout = job.child.stdout.take();
+    let stderr = job.child.stderr.take();
+    let stdin = job.child.stdin.take();
+    let exit = {
+        let out_f = async {
+            if let Some(s) = stdout {
+                let _ = pump(s, &mut out).await;
+            }
+        };
+        let err_f = async {
+            if let Some(s) = stderr {
+                let _ = pump(s, &mut err).await;
+            }
+        };
+        // A command that never reads its stdin must not block anything:
+        // this future is simply dropped when the command is done.
+        let in_f = async {
+            if let (Some(mut pipe), Some(data)) = (stdin, req.stdin.as_deref()) {
+                let _ = pipe.write_all(data.as_bytes()).await;
+            }
+        };
+        let waited = job.wait(Duration::from_secs(req.timeout_secs), KILL_GRACE);
+        tokio::pin!(out_f, err_f, in_f, waited);
+        let (mut out_done, mut err_done, mut in_done) = (false, false, false);
+        let exit = loop {
+            tokio::select! {
+                e = &mut waited => break e,
+                _ = &mut out_f, if !out_done => out_done = true,
+                _ = &mut err_f, if !err_done => err_done = true,
+                _ = &mut in_f, if !in_done => in_done = true,
+            }
+        };
+        let linger = tokio::time::sleep(OUTPUT_LINGER);
+        tokio::pin!(linger);
+        while !(out_done && err_done) {
+            tokio::select! {
+                _ = &mut out_f, if !out_done => out_done = true,
+                _ = &mut err_f, if !err_done => err_done = true,
+                _ = &mut linger => break,
+            }
+        }
+        exit
+    };
+    let exit =
+        exit.map_err(|e| ApiError::Internal(format!("failed to wait for the command: {e}")))?;
+    Ok(ExecResult {
+        exit_code: exit.code(),
+        signal: exit.signal(),
+        timed_out: exit.timed_out,
+        duration_ms: exit.duration.as_millis() as u64,
+        stdout_truncated: out.truncated(),
+        stderr_truncated: err.truncated(),
+        stdout: out.into_string(),
+        stderr: err.into_string(),
+    })
+}
+
+/// At most `max` characters, for the log line.
+fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad(body: &str) -> String {
+        match parse(body.as_bytes()) {
+            Err(ApiError::BadRequest(m)) => m,
+            other => panic!("{body}: expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parse_rejects_with_reasons() {
+        assert!(bad("").contains("invalid exec request"));
+        assert!(bad("[]").contains("invalid exec request"));
+        assert!(bad(r#"{"command":"x","bogus":1}"#).contains("unknown field `bogus`"));
+        assert!(bad(r#"{"command":"  "}"#).contains("command is empty"));
+        assert!(bad(r#"{"command":"x","timeout_secs":0}"#).contains("timeout_secs is 0"));
+        assert!(bad(r#"{"command":"x","timeout_secs":3601}"#).contains("1 to 3600"));
+        assert!(bad(r#"{"command":"x","timeout_secs":-1}"#).contains("invalid value"));
+        assert!(bad(r#"{"command":"x","max_output_bytes":16777217}"#).contains("16 MiB"));
+        assert!(bad(r#"{"command":1}"#).contains("invalid type"));
+        let long = format!(r#"{{"command":"{}"}}"#, "x".repeat(MAX_COMMAND_BYTES + 1));
+        assert!(bad(&long).contains("at most 131071 bytes"));
+        assert!(bad(r#"{"timeout_secs":5}"#).contains("missing field `command`"));
+    }
+
+    #[test]
+    fn parse_accepts_the_minimum() {
+        let r = parse(br#"{"command":"true"}"#).unwrap();
+        assert_eq!(r, ExecRequest::new("true"));
+    }
+
+    #[test]
+    fn cut_is_char_safe() {
+        assert_eq!(cut("abc", 5), "abc");
+        assert_eq!(cut("ééééé", 2), "éé…");
+    }
+}

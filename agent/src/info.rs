@@ -1,0 +1,56 @@
+//! `GET /v1/info`: what the backend may want to know about the guest.
+
+use crate::app::App;
+use crate::http::{Response, json_response};
+use crate::readiness::current_boot_id;
+use hyper::StatusCode;
+use lab_agent_proto::InfoResponse;
+
+pub fn handle(app: &App) -> Response {
+    let uts = nix::sys::utsname::uname().ok();
+    let info = InfoResponse {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        os: os_pretty_name(),
+        kernel: uts
+            .as_ref()
+            .map(|u| u.release().to_string_lossy().into_owned()),
+        hostname: uts
+            .as_ref()
+            .map(|u| u.nodename().to_string_lossy().into_owned()),
+        uptime_secs: std::fs::read_to_string("/proc/uptime")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok()),
+        boot_id: current_boot_id(),
+        agent_uptime_secs: app.started.elapsed().as_secs_f64(),
+    };
+    json_response(StatusCode::OK, &info)
+}
+
+fn os_pretty_name() -> Option<String> {
+    let text = std::fs::read_to_string("/etc/os-release")
+        .or_else(|_| std::fs::read_to_string("/usr/lib/os-release"))
+        .ok()?;
+    parse_pretty_name(&text)
+}
+
+fn parse_pretty_name(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix("PRETTY_NAME=")?;
+        Some(value.trim().trim_matches(['"', '\'']).to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pretty_name() {
+        let text = "NAME=\"Debian GNU/Linux\"\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n";
+        assert_eq!(
+            parse_pretty_name(text).as_deref(),
+            Some("Debian GNU/Linux 12 (bookworm)")
+        );
+        assert_eq!(parse_pretty_name("NAME=x"), None);
+    }
+}

@@ -1,0 +1,47 @@
+//! lab-agent: the in-guest daemon of a lab VM. It tells the backend when the
+//! VM is really ready and runs its grading commands.
+//!
+//! # Layout
+//! - [`cli`]: arguments → validated [`serve::ServeConfig`] / [`setup::SetupConfig`].
+//! - [`serve`]: `lab-agent serve` wiring: token, bind, signals, optional setup.
+//! - [`server`]: accept loop, connection cap, timeouts, graceful shutdown.
+//! - [`router`]: the routing table; auth first; one log line per request.
+//! - [`ready`], [`exec`], [`info`]: one file per endpoint.
+//! - [`readiness`]: the readiness rule, from `result.json` and `setup.json`.
+//! - [`setup`], [`setup_record`]: running the setup script; its record.
+//! - [`process`], [`identity`], [`capture`]: login shells as a user, in their
+//!   own process group, with timeouts and capped output.
+//! - [`token`]: loading and checking the bearer token.
+//! - [`api_error`], [`http`]: error → status + JSON; HTTP helpers.
+//!
+//! Data flows one way: `server` → `router` → endpoint → (`readiness` |
+//! `process`). Nothing here reads `lab.toml` or knows about Kubernetes.
+
+pub mod api_error;
+pub mod app;
+pub mod capture;
+pub mod cli;
+pub mod exec;
+pub mod http;
+pub mod identity;
+pub mod info;
+pub mod logging;
+pub mod process;
+pub mod readiness;
+pub mod ready;
+pub mod router;
+pub mod serve;
+pub mod server;
+pub mod setup;
+pub mod setup_record;
+pub mod token;
+
+/// `lab-agent version` output.
+pub fn version_text() -> String {
+    format!(
+        "lab-agent {}\ncommit: {}\ntarget: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        env!("LAB_AGENT_COMMIT"),
+        env!("LAB_AGENT_TARGET"),
+    )
+}

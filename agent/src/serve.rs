@@ -1,0 +1,139 @@
+//! `lab-agent serve`: load the token, bind, start the setup if asked, and
+//! run the server until SIGTERM/SIGINT.
+
+use crate::app::App;
+use crate::process::Jobs;
+use crate::readiness::{Readiness, ReadinessConfig};
+use crate::setup::{self, SetupConfig};
+use crate::token::{Token, TokenError};
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{Semaphore, watch};
+
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub addr_file: Option<PathBuf>,
+    pub token_file: PathBuf,
+    pub state_dir: PathBuf,
+    /// `None`: `--no-cloud-init`.
+    pub cloud_init_dir: Option<PathBuf>,
+    pub run_setup: Option<PathBuf>,
+    pub setup_timeout: Duration,
+    pub lab_dir: PathBuf,
+    pub max_execs: usize,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    #[error(
+        "failed to listen on {addr}: {source}\nhint: is another lab-agent already running? choose another address with `--listen`"
+    )]
+    Bind { addr: SocketAddr, source: io::Error },
+    #[error("failed to write the bound address to `{path}`: {source}")]
+    AddrFile { path: PathBuf, source: io::Error },
+    #[error("failed to install the signal handler: {0}")]
+    Signals(io::Error),
+}
+
+impl ServeError {
+    /// Configuration mistakes exit 2, everything else 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ServeError::Token(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
+    let token = Token::load(&cfg.token_file)?;
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+        addr: cfg.listen,
+        source,
+    })?;
+    if let Some(path) = &cfg.addr_file {
+        write_atomically(path, format!("{addr}\n").as_bytes()).map_err(|source| {
+            ServeError::AddrFile {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
+
+    let (shutting_down, shutdown_rx) = watch::channel(false);
+    let jobs = Jobs::default();
+    let app = Arc::new(App {
+        token,
+        readiness: Readiness::new(ReadinessConfig {
+            state_dir: cfg.state_dir.clone(),
+            cloud_init_dir: cfg.cloud_init_dir.clone(),
+            agent_runs_setup: cfg.run_setup.is_some(),
+        }),
+        exec_slots: Arc::new(Semaphore::new(cfg.max_execs)),
+        max_execs: cfg.max_execs,
+        jobs: jobs.clone(),
+        started: Instant::now(),
+        shutdown: shutdown_rx,
+    });
+    tracing::info!(
+        %addr,
+        version = env!("CARGO_PKG_VERSION"),
+        cloud_init = cfg.cloud_init_dir.is_some(),
+        run_setup = cfg.run_setup.is_some(),
+        "listening"
+    );
+
+    if let Some(script) = cfg.run_setup.clone() {
+        let setup_cfg = SetupConfig {
+            script: Some(script),
+            state_dir: cfg.state_dir.clone(),
+            timeout: cfg.setup_timeout,
+            user: "root".into(),
+            lab_dir: cfg.lab_dir.clone(),
+            echo: false,
+        };
+        let jobs = jobs.clone();
+        tokio::spawn(async move {
+            match setup::run(&setup_cfg, &jobs).await {
+                Ok(outcome) => tracing::info!(
+                    state = %outcome.record.state,
+                    exit_status = outcome.exit_status,
+                    "setup finished"
+                ),
+                Err(e) => tracing::error!(error = %e, "failed to record the setup"),
+            }
+        });
+    }
+
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    };
+    crate::server::run(listener, app, shutting_down, shutdown, cfg.shutdown_grace).await;
+    Ok(())
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}

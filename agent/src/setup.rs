@@ -1,0 +1,312 @@
+//! Running the lab's setup script and recording its outcome: `lab-agent
+//! setup` (from cloud-init's runcmd) and `lab-agent serve --run-setup`
+//! (local use) both come here.
+//!
+//! The record goes `running` → `succeeded`/`failed` in `setup.json`; the
+//! script's combined output goes to `setup.log` (0600: a setup may print
+//! secrets) and, for `lab-agent setup`, to stdout as well, so it also lands
+//! in cloud-init's output log.
+
+use crate::capture::{Sink, pump};
+use crate::identity::Identity;
+use crate::process::{self, Cwd, Jobs, Script, ShellCommand};
+use crate::readiness::current_boot_id;
+use crate::setup_record::{self, RecordError, SETUP_LOG, SetupRecord};
+use lab_agent_proto::LAB_DIR_ENV;
+use lab_agent_proto::SetupState;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime};
+
+/// Grace between SIGTERM and SIGKILL when the setup times out.
+pub const KILL_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone)]
+pub struct SetupConfig {
+    pub script: Option<PathBuf>,
+    pub state_dir: PathBuf,
+    pub timeout: Duration,
+    pub user: String,
+    pub lab_dir: PathBuf,
+    /// Copy the script's output to our stdout (`lab-agent setup`).
+    pub echo: bool,
+}
+
+/// What happened, for the caller's exit status.
+#[derive(Debug, Clone)]
+pub struct SetupOutcome {
+    pub record: SetupRecord,
+    /// The status `lab-agent setup` exits with: the script's own, 128+signal
+    /// when killed, 124 on timeout (as timeout(1)), 127/126 when it could not
+    /// be found/started.
+    pub exit_status: i32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("failed to create the state directory `{path}`: {source}")]
+    StateDir { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+/// Runs the setup and records it. Errors are only for when the outcome could
+/// not be *recorded*; a failing script is a successful run of this function
+/// with a `failed` record.
+pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupError> {
+    prepare_state_dir(&cfg.state_dir)?;
+    let started = SystemTime::now();
+    let mut record = SetupRecord {
+        state: SetupState::Running,
+        started_at: setup_record::rfc3339(started),
+        finished_at: None,
+        exit_code: None,
+        signal: None,
+        timed_out: false,
+        duration_ms: None,
+        error: None,
+        script: cfg.script.as_ref().map(|p| p.display().to_string()),
+        pid: Some(std::process::id()),
+        boot_id: current_boot_id(),
+    };
+    setup_record::write(&cfg.state_dir, &record)?;
+
+    let mut log = Tee::open(&cfg.state_dir.join(SETUP_LOG), cfg.echo);
+    let exit_status = execute(cfg, jobs, &mut log, &mut record).await;
+    if let Some(e) = &log.error {
+        let note = format!("writing setup.log failed: {e}");
+        record.error = Some(match record.error.take() {
+            Some(prev) => format!("{prev}; {note}"),
+            None => note,
+        });
+    }
+    record.finished_at = Some(setup_record::rfc3339(SystemTime::now()));
+    record.duration_ms = Some(
+        SystemTime::now()
+            .duration_since(started)
+            .unwrap_or_default()
+            .as_millis() as u64,
+    );
+    record.state = if exit_status == 0 {
+        SetupState::Succeeded
+    } else {
+        SetupState::Failed
+    };
+    drop(log);
+    if let Err(e) = setup_record::write(&cfg.state_dir, &record) {
+        // Most likely a full disk. The log is ours to sacrifice: cut it to
+        // its tail and try once more, so the outcome is never lost to it.
+        shrink_log(&cfg.state_dir.join(SETUP_LOG));
+        setup_record::write(&cfg.state_dir, &record).map_err(|_| e)?;
+    }
+    Ok(SetupOutcome {
+        record,
+        exit_status,
+    })
+}
+
+/// Runs the script (if any) and fills the record's outcome fields; returns
+/// the exit status to mirror.
+async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut SetupRecord) -> i32 {
+    let Some(script) = &cfg.script else {
+        log.line("lab-agent: no setup script; nothing to do");
+        record.exit_code = Some(0);
+        return 0;
+    };
+    let fail = |record: &mut SetupRecord, log: &mut Tee, status: i32, msg: String| {
+        log.line(&format!("lab-agent: {msg}"));
+        record.error = Some(msg);
+        status
+    };
+    if !script.is_file() {
+        return fail(
+            record,
+            log,
+            127,
+            format!("setup script `{}` does not exist", script.display()),
+        );
+    }
+    let identity = match Identity::lookup(&cfg.user) {
+        Ok(id) => id,
+        Err(e) => return fail(record, log, 126, e.to_string()),
+    };
+    // One pipe for both streams keeps their interleaving in the log.
+    let (reader, writer) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return fail(record, log, 126, format!("failed to create a pipe: {e}")),
+    };
+    let writer_err = match writer.try_clone() {
+        Ok(w) => w,
+        Err(e) => return fail(record, log, 126, format!("failed to create a pipe: {e}")),
+    };
+    let mut env = BTreeMap::new();
+    env.insert(LAB_DIR_ENV.to_owned(), cfg.lab_dir.display().to_string());
+    let cwd = if cfg.lab_dir.is_dir() {
+        Cwd::Dir(&cfg.lab_dir)
+    } else {
+        Cwd::Home
+    };
+    let spawned = process::spawn(
+        ShellCommand {
+            identity: &identity,
+            script: Script::File(script),
+            cwd,
+            env: &env,
+            stdin: Stdio::null(),
+            stdout: Stdio::from(writer),
+            stderr: Stdio::from(writer_err),
+        },
+        jobs,
+    );
+    let mut job = match spawned {
+        Ok(job) => job,
+        Err(e) => return fail(record, log, 126, e.to_string()),
+    };
+    let reader = match tokio::net::unix::pipe::Receiver::from_owned_fd(reader) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = job.terminate(Duration::ZERO).await;
+            return fail(
+                record,
+                log,
+                126,
+                format!("failed to read the script's output: {e}"),
+            );
+        }
+    };
+
+    let exit = {
+        let output = pump(reader, log);
+        let waited = job.wait(cfg.timeout, KILL_GRACE);
+        tokio::pin!(output, waited);
+        let mut output_done = false;
+        let exit = loop {
+            tokio::select! {
+                e = &mut waited => break e,
+                _ = &mut output, if !output_done => output_done = true,
+            }
+        };
+        // Collect what the script printed last; background processes it left
+        // holding the pipe must not hold up the record.
+        if !output_done {
+            let _ = tokio::time::timeout(Duration::from_millis(500), &mut output).await;
+        }
+        exit
+    };
+    let exit = match exit {
+        Ok(e) => e,
+        Err(e) => {
+            return fail(
+                record,
+                log,
+                1,
+                format!("failed to wait for the script: {e}"),
+            );
+        }
+    };
+    record.exit_code = exit.code();
+    record.signal = exit.signal();
+    record.timed_out = exit.timed_out;
+    if exit.timed_out {
+        let msg = format!(
+            "setup timed out after {} s; its process group was killed",
+            cfg.timeout.as_secs()
+        );
+        log.line(&format!("lab-agent: {msg}"));
+        record.error = Some(msg);
+        return 124;
+    }
+    match (exit.code(), exit.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    }
+}
+
+fn prepare_state_dir(dir: &Path) -> Result<(), SetupError> {
+    let err = |source| SetupError::StateDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) => return Err(err(e)),
+    }
+    // Never world-writable: anyone who can write setup.json decides readiness.
+    let meta = std::fs::metadata(dir).map_err(err)?;
+    let mode = meta.permissions().mode();
+    if mode & 0o022 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & !0o022 & 0o7777))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+fn shrink_log(path: &Path) {
+    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) {
+        let _ = f.set_len(0);
+    }
+}
+
+/// The setup's output sink: the log file, and stdout when echoing. A failing
+/// log (full disk) stops logging but never the setup.
+struct Tee {
+    file: Option<File>,
+    echo: bool,
+    error: Option<io::Error>,
+}
+
+impl Tee {
+    fn open(path: &Path, echo: bool) -> Tee {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+        {
+            Ok(file) => {
+                // An existing log keeps its old mode through O_TRUNC.
+                let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
+                Tee {
+                    file: Some(file),
+                    echo,
+                    error: None,
+                }
+            }
+            Err(e) => Tee {
+                file: None,
+                echo,
+                error: Some(e),
+            },
+        }
+    }
+
+    fn line(&mut self, msg: &str) {
+        self.put(format!("{msg}\n").as_bytes());
+    }
+}
+
+impl Sink for Tee {
+    fn put(&mut self, data: &[u8]) {
+        if let Some(f) = &mut self.file
+            && let Err(e) = f.write_all(data)
+        {
+            self.error = Some(e);
+            self.file = None;
+        }
+        if self.echo {
+            let mut out = io::stdout().lock();
+            let _ = out.write_all(data);
+            let _ = out.flush();
+        }
+    }
+}

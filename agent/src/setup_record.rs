@@ -1,0 +1,181 @@
+//! `STATE_DIR/setup.json`: what `lab-agent setup` records and what readiness
+//! reads. Written atomically (temp file, fsync, rename, fsync dir), so a
+//! reader sees the previous record or the new one, never a torn one — even
+//! when the writer is killed with SIGKILL mid-write.
+
+use lab_agent_proto::SetupState;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+pub const SETUP_JSON: &str = "setup.json";
+pub const SETUP_LOG: &str = "setup.log";
+
+/// One record of the setup's progress. Unknown fields are tolerated so that a
+/// newer `lab-agent setup` and an older server can share a state dir.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetupRecord {
+    pub state: SetupState,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// Why setup failed when the script itself could not say (did not start,
+    /// timed out, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
+    /// Process that is running the setup; with `boot_id` it lets readiness
+    /// tell a running setup from one that died or was cut by a reboot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("failed to read `{path}`: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("`{path}` is not a valid setup record: {source}")]
+    Corrupt {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("failed to write `{path}`: {source}")]
+    Write { path: PathBuf, source: io::Error },
+}
+
+pub fn path(state_dir: &Path) -> PathBuf {
+    state_dir.join(SETUP_JSON)
+}
+
+/// The current record, or `None` when setup has never started.
+pub fn read(state_dir: &Path) -> Result<Option<SetupRecord>, RecordError> {
+    let path = path(state_dir);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| RecordError::Corrupt { path, source }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(RecordError::Read { path, source }),
+    }
+}
+
+/// Replaces the record atomically.
+pub fn write(state_dir: &Path, record: &SetupRecord) -> Result<(), RecordError> {
+    let path = path(state_dir);
+    let tmp = state_dir.join(format!(".{SETUP_JSON}.{}.tmp", std::process::id()));
+    let err = |source| RecordError::Write {
+        path: path.clone(),
+        source,
+    };
+    let mut bytes = serde_json::to_vec(record).map_err(|e| err(io::Error::other(e)))?;
+    bytes.push(b'\n');
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        // Make the rename itself durable: a power cut must not bring back
+        // the previous state.
+        if let Ok(dir) = std::fs::File::open(state_dir) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(err)
+}
+
+/// RFC 3339 in UTC with second precision, without a date crate.
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+// Howard Hinnant's days-to-civil algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn formats_rfc3339() {
+        let at = |s| rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_795_942_604), "2026-11-29T08:56:44Z");
+    }
+
+    #[test]
+    fn write_then_read_round_trips_and_leaves_no_temp_file() {
+        let dir = std::env::temp_dir().join(format!("lab-agent-rec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(read(&dir).unwrap(), None);
+        let rec = SetupRecord {
+            state: SetupState::Failed,
+            started_at: "2026-11-29T08:56:44Z".into(),
+            finished_at: None,
+            exit_code: Some(3),
+            signal: None,
+            timed_out: false,
+            duration_ms: Some(12),
+            error: None,
+            script: Some("/x".into()),
+            pid: Some(1),
+            boot_id: None,
+        };
+        write(&dir, &rec).unwrap();
+        assert_eq!(read(&dir).unwrap(), Some(rec));
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from(SETUP_JSON)]);
+        std::fs::write(dir.join(SETUP_JSON), b"{\"state\":").unwrap();
+        assert!(matches!(read(&dir), Err(RecordError::Corrupt { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,183 @@
+use crate::support::*;
+use serde_json::json;
+
+#[test]
+fn unknown_path_is_404_and_wrong_method_is_405_with_allow() {
+    let agent = Agent::local("errors-route");
+    let msg = agent.get("/v2/ready").error(404, "not_found");
+    assert!(msg.contains("/v2/ready"), "{msg}");
+    let r = agent.request("GET", "/v1/exec", Some(TOKEN), None);
+    r.error(405, "method_not_allowed");
+    assert_eq!(r.header("allow"), Some("POST"));
+    let r = agent.request("POST", "/v1/ready", Some(TOKEN), Some(b"{}"));
+    r.error(405, "method_not_allowed");
+    assert_eq!(r.header("allow"), Some("GET"));
+    agent
+        .request("PUT", "/v1/info", Some(TOKEN), None)
+        .error(405, "method_not_allowed");
+}
+
+#[test]
+fn bad_exec_requests_are_400_saying_what_is_wrong() {
+    let agent = Agent::local("errors-400");
+    let cases: &[(&[u8], &str)] = &[
+        (b"not json", "invalid exec request"),
+        (
+            b"{\"command\":\"true\",\"timeout\":5}",
+            "unknown field `timeout`",
+        ),
+        (
+            b"{\"command\":\"true\",\"command\":\"false\"}",
+            "duplicate field `command`",
+        ),
+        (b"{\"command\":5}", "invalid type"),
+        (b"{}", "missing field `command`"),
+        (b"{\"command\":\"\"}", "command is empty"),
+        (
+            b"{\"command\":\"true\",\"timeout_secs\":0}",
+            "timeout_secs is 0",
+        ),
+        (
+            b"{\"command\":\"true\",\"max_output_bytes\":99999999}",
+            "16 MiB",
+        ),
+        (
+            b"{\"command\":\"true\",\"user\":\"no-such-user-xyz\"}",
+            "unknown user `no-such-user-xyz`",
+        ),
+        (
+            b"{\"command\":\"true\",\"cwd\":\"/no/such/dir\"}",
+            "cwd `/no/such/dir` does not exist",
+        ),
+        (
+            b"{\"command\":\"true\",\"cwd\":\"/etc/passwd\"}",
+            "is not a directory",
+        ),
+        (
+            b"{\"command\":\"true\",\"cwd\":\"relative\"}",
+            "not an absolute path",
+        ),
+        (
+            b"{\"command\":\"true\",\"env\":{\"A=B\":\"x\"}}",
+            "environment variable",
+        ),
+        (b"{\"command\":\"a\\u0000b\"}", "NUL"),
+        (b"\xff\xfe", "invalid exec request"),
+    ];
+    for (body, want) in cases {
+        let r = agent.request("POST", "/v1/exec", Some(TOKEN), Some(body));
+        let msg = r.error(400, "bad_request");
+        assert!(
+            msg.contains(want),
+            "{}: {msg:?} lacks {want:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
+#[test]
+fn a_cwd_the_user_cannot_enter_is_a_400_not_an_exit_code() {
+    let agent = Agent::local("errors-cwd");
+    let dir = agent.dir.join("private");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let r = agent.exec(json!({"command": "true", "user": "nobody", "cwd": dir}));
+    let msg = r.error(400, "bad_request");
+    assert!(msg.contains("Permission denied"), "{msg}");
+    assert!(msg.contains("nobody"), "{msg}");
+}
+
+#[test]
+fn bodies_over_one_mib_are_413() {
+    let agent = Agent::local("errors-413");
+    let big = format!("{{\"command\":\"{}\"}}", "x".repeat(1024 * 1024 + 10));
+    agent
+        .request("POST", "/v1/exec", Some(TOKEN), Some(big.as_bytes()))
+        .error(413, "payload_too_large");
+    // Without a Content-Length (chunked), the limit applies while reading.
+    let mut raw = format!(
+        "POST /v1/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .into_bytes();
+    for _ in 0..20 {
+        raw.extend_from_slice(format!("{:x}\r\n", 64 * 1024).as_bytes());
+        raw.extend(std::iter::repeat_n(b'x', 64 * 1024));
+        raw.extend_from_slice(b"\r\n");
+    }
+    raw.extend_from_slice(b"0\r\n\r\n");
+    let r = agent.raw(&raw).expect("an answer");
+    r.error(413, "payload_too_large");
+    // Just under the body limit is fine: a big stdin.
+    let ok = serde_json::json!({"command": "wc -c", "stdin": "x".repeat(1000 * 1000)}).to_string();
+    let r = agent.request("POST", "/v1/exec", Some(TOKEN), Some(ok.as_bytes()));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["stdout"].as_str().unwrap().trim(), "1000000");
+    // A command longer than one execve argument may be: a clear 400.
+    let long = serde_json::json!({"command": format!(": {}", "x".repeat(200_000))}).to_string();
+    let msg = agent
+        .request("POST", "/v1/exec", Some(TOKEN), Some(long.as_bytes()))
+        .error(400, "bad_request");
+    assert!(msg.contains("in one argument"), "{msg}");
+}
+
+#[test]
+fn beyond_max_execs_is_429_with_retry_after() {
+    let agent = Agent::builder("errors-429")
+        .no_cloud_init()
+        .args(["--max-execs", "1"])
+        .start();
+    let addr = agent.addr;
+    let marker = agent.dir.join("started");
+    let slow = std::thread::spawn({
+        let marker = marker.clone();
+        move || {
+            let body =
+                json!({"command": format!("touch {}; sleep 2", marker.display())}).to_string();
+            let raw = format!(
+                "POST /v1/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            std::io::Write::write_all(&mut s, raw.as_bytes()).unwrap();
+            read_response(&mut std::io::BufReader::new(s)).unwrap()
+        }
+    });
+    eventually(10, "the first exec to start", || {
+        marker.exists().then_some(())
+    });
+    let r = agent.exec(json!({"command": "true"}));
+    let msg = r.error(429, "busy");
+    assert!(msg.contains("--max-execs"), "{msg}");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(slow.join().unwrap().status, 200);
+    // The slot is free again.
+    assert_eq!(agent.run(json!({"command": "true"}))["exit_code"], 0);
+}
+
+#[test]
+fn garbage_gets_a_4xx_or_a_close_and_the_agent_keeps_serving() {
+    let agent = Agent::local("errors-garbage");
+    let inputs: &[&[u8]] = &[
+        b"\r\n\r\n",
+        b"GARBAGE\r\n\r\n",
+        b"GET\r\n\r\n",
+        b"GET /v1/ready HTTP/9.9\r\n\r\n",
+        b"GET /v1/ready HTTP/1.1\r\nBad Header\r\n\r\n",
+        b"\x00\x01\x02\x03",
+        b"POST /v1/exec HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc",
+        b"POST /v1/exec HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ];
+    for input in inputs {
+        if let Some(r) = agent.raw_eof(input) {
+            assert!((400..500).contains(&r.status), "{input:?}: {}", r.status);
+        }
+    }
+    let big_header = format!(
+        "GET /v1/ready HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
+    if let Some(r) = agent.raw(big_header.as_bytes()) {
+        assert_eq!(r.status, 431);
+    }
+    assert_eq!(agent.get("/v1/info").status, 200);
+}

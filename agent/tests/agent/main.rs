@@ -1,0 +1,11 @@
+//! Integration tests: the real `lab-agent` binary on loopback, real HTTP,
+//! real login shells, real files. One module per topic.
+
+mod support;
+
+mod auth;
+mod errors;
+mod exec;
+mod lifecycle;
+mod ready;
+mod setup;

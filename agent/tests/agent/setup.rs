@@ -1,0 +1,190 @@
+use crate::support::*;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+struct Run {
+    status: i32,
+    stdout: String,
+    record: serde_json::Value,
+    log: String,
+    dir: TempDir,
+}
+
+fn setup(tag: &str, script: Option<&str>, extra: &[&str]) -> Run {
+    let dir = TempDir::new(tag);
+    let mut cmd = Command::new(bin());
+    cmd.arg("setup")
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--lab-dir")
+        .arg(dir.path());
+    if let Some(body) = script {
+        write_file(&dir.join("setup.sh"), body, 0o755);
+        cmd.arg("--script").arg(dir.join("setup.sh"));
+    }
+    cmd.args(extra);
+    let out = cmd.output().unwrap();
+    let record = std::fs::read_to_string(dir.join("state/setup.json"))
+        .map(|t| serde_json::from_str(&t).unwrap())
+        .unwrap_or(serde_json::Value::Null);
+    Run {
+        status: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        record,
+        log: std::fs::read_to_string(dir.join("state/setup.log")).unwrap_or_default(),
+        dir,
+    }
+}
+
+#[test]
+fn success_is_recorded_logged_and_echoed() {
+    let r = setup(
+        "setup-ok",
+        Some("#!/bin/bash\necho \"lab=$LAB_DIR\"; echo to-stderr >&2; pwd\n"),
+        &[],
+    );
+    assert_eq!(r.status, 0, "{}", r.stdout);
+    assert_eq!(r.record["state"], "succeeded");
+    assert_eq!(r.record["exit_code"], 0);
+    assert!(r.record["duration_ms"].is_u64());
+    assert!(r.record["started_at"].as_str().unwrap().ends_with('Z'));
+    let want = format!("lab={0}\nto-stderr\n{0}\n", r.dir.path().display());
+    assert_eq!(r.log, want);
+    assert!(r.stdout.contains(&want), "tee to stdout: {}", r.stdout);
+    let mode = std::fs::metadata(r.dir.join("state/setup.log"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the log may hold secrets");
+    let mode = std::fs::metadata(r.dir.join("state"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o022, 0, "state dir must not be writable by others");
+}
+
+#[test]
+fn a_failing_script_is_mirrored() {
+    let r = setup("setup-fail", Some("echo about to fail\nexit 7\n"), &[]);
+    assert_eq!(r.status, 7);
+    assert_eq!(r.record["state"], "failed");
+    assert_eq!(r.record["exit_code"], 7);
+    assert!(r.log.contains("about to fail"));
+}
+
+#[test]
+fn a_non_executable_script_still_runs_through_the_shell() {
+    let dir = TempDir::new("setup-noexec");
+    write_file(&dir.join("s.sh"), "echo via-shell\n", 0o644);
+    let out = Command::new(bin())
+        .args(["setup", "--script"])
+        .arg(dir.join("s.sh"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("via-shell"));
+}
+
+#[test]
+fn no_script_is_success() {
+    let r = setup("setup-none", None, &[]);
+    assert_eq!(r.status, 0);
+    assert_eq!(r.record["state"], "succeeded");
+}
+
+#[test]
+fn a_missing_script_is_failed_with_the_reason() {
+    let dir = TempDir::new("setup-missing");
+    let out = Command::new(bin())
+        .args(["setup", "--script", "/no/such/setup.sh", "--state-dir"])
+        .arg(dir.join("state"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("state/setup.json")).unwrap())
+            .unwrap();
+    assert_eq!(rec["state"], "failed");
+    assert!(
+        rec["error"].as_str().unwrap().contains("does not exist"),
+        "{rec}"
+    );
+}
+
+#[test]
+fn a_timeout_kills_the_group_and_records_failed() {
+    let r = setup(
+        "setup-timeout",
+        Some("#!/bin/bash\nsleep 300 &\necho $! > \"$LAB_DIR/bg\"\nsleep 300\n"),
+        &["--timeout", "1"],
+    );
+    assert_eq!(r.status, 124);
+    assert_eq!(r.record["state"], "failed");
+    assert_eq!(r.record["timed_out"], true);
+    assert!(r.log.contains("timed out after 1 s"), "{}", r.log);
+    let bg: u32 = std::fs::read_to_string(r.dir.join("bg"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually(10, "the background child to die", || {
+        (!alive(bg)).then_some(())
+    });
+}
+
+#[test]
+fn runs_as_the_given_user() {
+    let r = setup(
+        "setup-user",
+        Some("#!/bin/sh\nid -un\n"),
+        &["--user", "nobody"],
+    );
+    assert_eq!(r.status, 0, "{}", r.log);
+    assert_eq!(r.log, "nobody\n");
+}
+
+#[test]
+fn serve_run_setup_reports_setting_up_then_ready() {
+    let dir = TempDir::new("serve-setup");
+    write_file(
+        &dir.join("lab/setup.sh"),
+        "#!/bin/sh\necho preparing\nwhile [ ! -e \"$LAB_DIR/go\" ]; do sleep 0.05; done\necho done\n",
+        0o755,
+    );
+    let mut b = Agent::builder("serve-setup-agent").no_cloud_init();
+    b = b
+        .arg("--run-setup")
+        .arg(dir.join("lab/setup.sh").display().to_string())
+        .arg("--lab-dir")
+        .arg(dir.join("lab").display().to_string());
+    let agent = b.start();
+    let v = eventually(10, "setting_up", || {
+        let v = agent.get("/v1/ready").json();
+        (v["state"] == "setting_up").then_some(v)
+    });
+    assert_eq!(v["setup"]["state"], "running");
+    std::fs::write(dir.join("lab/go"), "").unwrap();
+    let r = agent.get("/v1/ready?wait=20");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["setup"]["log_tail"], "preparing\ndone\n");
+}
+
+#[test]
+fn serve_run_setup_failure_is_reported() {
+    let dir = TempDir::new("serve-setup-fail");
+    write_file(&dir.join("setup.sh"), "echo oops >&2\nexit 42\n", 0o755);
+    let agent = Agent::builder("serve-setup-fail-agent")
+        .no_cloud_init()
+        .arg("--run-setup")
+        .arg(dir.join("setup.sh").display().to_string())
+        .start();
+    let r = agent.get("/v1/ready?wait=20");
+    assert_eq!(r.status, 503);
+    let v = r.json();
+    assert_eq!(v["state"], "failed", "{v}");
+    assert_eq!(v["setup"]["exit_code"], 42);
+    assert!(v["setup"]["log_tail"].as_str().unwrap().contains("oops"));
+}

@@ -1,0 +1,359 @@
+//! Test environment: a temp dir, a token, the real `lab-agent` binary on a
+//! free loopback port, and a deliberately dumb HTTP/1.1 client (so tests can
+//! also send what no proper client would).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const TOKEN: &str = "test-token-0123456789-abcdefghijklmnopqrstuv";
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_lab-agent")
+}
+
+/// A temp dir removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "lab-agent-it-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn write_file(path: &Path, contents: &str, mode: u32) {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(path, contents).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+pub struct AgentBuilder {
+    pub dir: TempDir,
+    args: Vec<String>,
+    cloud_init: bool,
+}
+
+impl AgentBuilder {
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, a: I) -> Self {
+        self.args.extend(a.into_iter().map(Into::into));
+        self
+    }
+
+    pub fn no_cloud_init(mut self) -> Self {
+        self.cloud_init = false;
+        self
+    }
+
+    /// Starts the agent and waits until it has bound its port.
+    pub fn start(self) -> Agent {
+        let dir = self.dir;
+        let token_file = dir.join("token");
+        if !token_file.exists() {
+            write_file(&token_file, &format!("{TOKEN}\n"), 0o600);
+        }
+        let addr_file = dir.join("addr");
+        let log = dir.join("agent.log");
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--addr-file"])
+            .arg(&addr_file)
+            .arg("--token-file")
+            .arg(&token_file)
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--cloud-init-dir")
+            .arg(dir.join("cloud-init"));
+        if !self.cloud_init {
+            cmd.arg("--no-cloud-init");
+        }
+        cmd.args(&self.args)
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.join("agent.out")).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = cmd.spawn().expect("failed to start lab-agent");
+        let mut agent = Agent {
+            child,
+            addr: "127.0.0.1:1".parse().unwrap(),
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&addr_file)
+                && let Ok(addr) = text.trim().parse()
+            {
+                agent.addr = addr;
+                return agent;
+            }
+            if let Some(status) = agent.child.try_wait().unwrap() {
+                panic!("agent exited with {status}: {}", agent.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "agent did not bind: {}",
+                agent.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+pub struct Agent {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub dir: TempDir,
+}
+
+impl Agent {
+    pub fn builder(tag: &str) -> AgentBuilder {
+        AgentBuilder {
+            dir: TempDir::new(tag),
+            args: Vec::new(),
+            cloud_init: true,
+        }
+    }
+
+    /// An agent in local mode (no cloud-init) with nothing else set up.
+    pub fn local(tag: &str) -> Agent {
+        Agent::builder(tag).no_cloud_init().start()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    pub fn cloud_init_dir(&self) -> PathBuf {
+        self.dir.join("cloud-init")
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.request("GET", path, Some(TOKEN), None)
+    }
+
+    pub fn exec(&self, body: serde_json::Value) -> Resp {
+        self.request(
+            "POST",
+            "/v1/exec",
+            Some(TOKEN),
+            Some(body.to_string().as_bytes()),
+        )
+    }
+
+    /// The result of a successful exec.
+    pub fn run(&self, body: serde_json::Value) -> serde_json::Value {
+        let r = self.exec(body.clone());
+        assert_eq!(r.status, 200, "{body}: {}", r.text());
+        r.json()
+    }
+
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> Resp {
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            self.addr
+        );
+        if let Some(t) = token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        if let Some(b) = body {
+            head.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                b.len()
+            ));
+        }
+        head.push_str("\r\n");
+        let mut raw = head.into_bytes();
+        raw.extend_from_slice(body.unwrap_or_default());
+        self.raw(&raw).expect("no HTTP response")
+    }
+
+    /// Sends raw bytes and reads one response; `None` if the agent closed
+    /// the connection without answering.
+    pub fn raw(&self, bytes: &[u8]) -> Option<Resp> {
+        let mut s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let _ = s.write_all(bytes);
+        read_response(&mut BufReader::new(s))
+    }
+
+    /// Like [`Agent::raw`], then closes our sending side, so a truncated
+    /// request ends instead of waiting for the body timeout.
+    pub fn raw_eof(&self, bytes: &[u8]) -> Option<Resp> {
+        let mut s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let _ = s.write_all(bytes);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        read_response(&mut BufReader::new(s))
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args(["-s", sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+
+    /// Waits for the agent to exit (panics after `secs`).
+    pub fn wait_exit(&mut self, secs: u64) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "agent did not exit: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- agent log ---\n{}", self.log());
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Asserts an API error with this status and code; returns the message.
+    pub fn error(&self, status: u16, code: &str) -> String {
+        assert_eq!(self.status, status, "{}", self.text());
+        let v = self.json();
+        assert_eq!(v["error"]["code"], code, "{v}");
+        v["error"]["message"].as_str().unwrap().to_owned()
+    }
+}
+
+pub fn read_response<R: BufRead>(r: &mut R) -> Option<Resp> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let status: u16 = line.split_whitespace().nth(1)?.parse().ok()?;
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).ok()?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':')?;
+        headers.push((k.trim().to_owned(), v.trim().to_owned()));
+    }
+    let len = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).ok()?;
+    Some(Resp {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// Polls `f` until it returns `Some` (panics after `secs`).
+pub fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .is_some_and(|s| s != "Z"),
+    }
+}
+
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .to_owned()
+}

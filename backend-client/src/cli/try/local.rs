@@ -13,6 +13,7 @@
 //! ```
 
 use super::Config;
+use crate::cli::agent_bin::{self, Linkage};
 use crate::cli::exit::{Exit, Failure};
 use crate::{Client, ClientBuilder};
 use nix::sys::signal::{Signal, kill, killpg};
@@ -358,65 +359,67 @@ fn new_token() -> Result<String, Failure> {
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
-/// The agent to run: `--agent`, else `$LAB_AGENT_BIN`, else next to
-/// `labctl`, else in this source tree's `target/`, else on `PATH`. When
-/// `labctl` itself runs from a cargo build dir of this workspace and no
-/// agent is found, it is built there (`cargo build -p lab-agent`), so that
+/// The agent to run. `--agent` or `$LAB_AGENT_BIN` when given; else
+/// [`agent_bin`]'s places (next to `labctl`, the static build); else, when
+/// `labctl` runs from a cargo build dir of this workspace, the agent built
+/// there, building it if need be (`cargo build -p lab-agent`, so that
 /// `cargo run -p lab-agent-client --bin labctl -- try LAB` works from a
-/// fresh clone.
+/// fresh clone); else this source tree's `target/`, else `PATH`. Local mode
+/// runs the agent here, so any build will do.
 pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
-    if let Some(p) = explicit {
-        return if p.is_file() {
-            Ok(p.to_owned())
-        } else {
-            Err(Failure::usage(format!(
-                "`--agent {}` is not a file",
-                p.display()
-            )))
-        };
+    let given = explicit
+        .map(|p| (p.to_owned(), format!("`--agent {}`", p.display())))
+        .or_else(|| {
+            std::env::var_os("LAB_AGENT_BIN").map(|p| {
+                let p = PathBuf::from(p);
+                let shown = format!("`LAB_AGENT_BIN={}`", p.display());
+                (p, shown)
+            })
+        });
+    if let Some((path, shown)) = given {
+        if !path.is_file() {
+            return Err(Failure::usage(format!("{shown} is not a file")));
+        }
+        return agent_bin::find(Some(&path), Linkage::Any).map_err(agent_bin_failure);
     }
-    if let Some(p) = std::env::var_os("LAB_AGENT_BIN") {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(Failure::usage(format!(
-                "`LAB_AGENT_BIN={}` is not a file",
-                p.display()
-            )))
-        };
-    }
+    let not_found = match agent_bin::find(None, Linkage::Any) {
+        Ok(p) => return Ok(p),
+        Err(e) => e,
+    };
+    let workspace = source_workspace();
     let exe_dir = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(Path::to_owned));
-    let beside = exe_dir.as_ref().map(|d| d.join(AGENT_NAME));
-    if let Some(p) = beside.as_ref().filter(|p| p.is_file()) {
-        return Ok(p.clone());
-    }
-    let workspace = source_workspace();
     if let (Some(ws), Some(dir)) = (&workspace, &exe_dir) {
         if let Some(built) = build_agent(ws, dir)? {
             return Ok(built);
         }
     }
+    let mut others: Vec<PathBuf> = Vec::new();
     if let Some(ws) = &workspace {
         for profile in ["release", "debug"] {
-            let p = ws.join("target").join(profile).join(AGENT_NAME);
-            if p.is_file() {
-                return Ok(p);
-            }
+            others.push(ws.join("target").join(profile).join(AGENT_NAME));
         }
     }
     if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join(AGENT_NAME);
-            if p.is_file() {
-                return Ok(p);
-            }
-        }
+        others.extend(std::env::split_paths(&path).map(|d| d.join(AGENT_NAME)));
     }
-    Err(Failure::usage("could not find the `lab-agent` binary")
-        .hint("build it with `cargo build -p lab-agent`, or pass `--agent PATH`"))
+    if let Some(p) = others.into_iter().find(|p| p.is_file()) {
+        return Ok(p);
+    }
+    Err(agent_bin_failure(not_found))
+}
+
+fn agent_bin_failure(e: agent_bin::AgentBinError) -> Failure {
+    let hint = e.hint();
+    let mut f = Failure::usage(e.to_string());
+    if let Some(source) = std::error::Error::source(&e) {
+        f = f.with_source(source.to_string());
+    }
+    if let Some(h) = hint {
+        f = f.hint(h);
+    }
+    f
 }
 
 /// This crate's workspace, if its sources are still where they were built.

@@ -1,1 +1,3 @@
 //! Test-only package: see `tests/`.
+
+pub mod local;

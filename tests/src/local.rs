@@ -1,0 +1,331 @@
+//! Support for tests that run the real binaries on this machine (no VM):
+//! finding (and once per process building) `lab-agent` and `labctl`, temp
+//! dirs, token files, and agents started on a loopback port that are killed
+//! when the test lets go of them.
+//!
+//! Binaries: `$LAB_AGENT_BIN` / `$LABCTL_BIN` when set; otherwise the ones
+//! in this test binary's target dir, brought up to date first with
+//! `cargo build -p lab-agent -p lab-agent-client --bins` (through `$CARGO`,
+//! which cargo sets for the tests it runs) so a test never runs a stale one.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The `lab-agent` binary to test.
+pub fn agent_bin() -> PathBuf {
+    bin("LAB_AGENT_BIN", "lab-agent")
+}
+
+/// The `labctl` binary to test.
+pub fn labctl_bin() -> PathBuf {
+    bin("LABCTL_BIN", "labctl")
+}
+
+fn bin(env: &str, name: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "{env}={} is not a file", p.display());
+        return p;
+    }
+    let dir = built_bins();
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "`{}` does not exist; build it with `cargo build -p lab-agent -p lab-agent-client --bins` \
+         or set {env}",
+        p.display()
+    );
+    p
+}
+
+/// The profile dir (`target/debug`) of this test binary, with the binaries
+/// built once per process.
+fn built_bins() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // target/debug/deps/<test> → target/debug
+        let exe = std::env::current_exe().expect("current_exe");
+        let mut dir = exe.parent().expect("exe dir").to_owned();
+        if dir.ends_with("deps") {
+            dir.pop();
+        }
+        if let Some(cargo) = std::env::var_os("CARGO") {
+            let mut cmd = Command::new(cargo);
+            cmd.args([
+                "build",
+                "-p",
+                "lab-agent",
+                "-p",
+                "lab-agent-client",
+                "--bins",
+            ]);
+            if dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+            let status = cmd.status().expect("run cargo build");
+            assert!(status.success(), "cargo build of the binaries failed");
+        }
+        dir
+    })
+}
+
+/// A temp dir, removed on drop (kept, and named, when the test panicked).
+#[derive(Debug)]
+pub struct TempDir {
+    pub path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "lab-agent-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        // Passable by others: checks may run as another user.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o711)).unwrap();
+        TempDir { path }
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.path.join(p)
+    }
+
+    /// Writes `contents` to `name` with `mode`, creating parent folders.
+    pub fn write(&self, name: &str, contents: &str, mode: u32) -> PathBuf {
+        let p = self.path.join(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&p, contents).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("(kept {} for inspection)", self.path.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// A token of 43 characters, different in every call.
+pub fn new_token() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let seed = format!(
+        "{:?}{}{}",
+        Instant::now(),
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut out = String::new();
+    while out.len() < 43 {
+        for b in seed.bytes().chain(out.clone().bytes()) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        out.push_str(&format!("{h:016x}"));
+    }
+    out.truncate(43);
+    out
+}
+
+/// Writes `token` to `path` with mode 0600, as the agent demands.
+pub fn write_token(path: &Path, token: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .expect("write token");
+    f.write_all(token.as_bytes()).unwrap();
+}
+
+/// A loopback port nothing listens on (right now).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// How to start an agent: `lab-agent serve --no-cloud-init` on loopback.
+#[derive(Debug, Clone, Default)]
+pub struct AgentOptions {
+    /// `--listen`; default `127.0.0.1:0`.
+    pub listen: Option<String>,
+    /// A setup script's text, run with `--run-setup`; default `true`, so
+    /// the agent becomes ready at once (without any setup it reports
+    /// `failed`, as a VM whose setup never ran).
+    pub setup: Option<String>,
+    /// `--lab-dir` for the setup.
+    pub lab_dir: Option<PathBuf>,
+    pub extra_args: Vec<String>,
+    /// The token; default a fresh one.
+    pub token: Option<String>,
+}
+
+impl AgentOptions {
+    pub fn setup(mut self, script: &str) -> Self {
+        self.setup = Some(script.to_owned());
+        self
+    }
+
+    pub fn listen(mut self, addr: impl Into<String>) -> Self {
+        self.listen = Some(addr.into());
+        self
+    }
+
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+}
+
+/// A running agent; killed (and its dir removed) on drop. When the test
+/// panicked, its log is printed.
+#[derive(Debug)]
+pub struct Agent {
+    child: Child,
+    pub dir: TempDir,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    pub token: String,
+    pub token_file: PathBuf,
+}
+
+impl Agent {
+    pub fn start(opts: AgentOptions) -> Agent {
+        let dir = TempDir::new("agent");
+        let token = opts.token.clone().unwrap_or_else(new_token);
+        let token_file = dir.join("token");
+        write_token(&token_file, &token);
+        let addr_file = dir.join("addr");
+        let log = std::fs::File::create(dir.join("agent.log")).unwrap();
+        let mut cmd = Command::new(agent_bin());
+        cmd.arg("serve")
+            .args(["--listen", opts.listen.as_deref().unwrap_or("127.0.0.1:0")])
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .arg("--token-file")
+            .arg(&token_file)
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--no-cloud-init");
+        let script = opts.setup.as_deref().unwrap_or("true\n");
+        let path = dir.write("setup.sh", script, 0o755);
+        cmd.arg("--run-setup").arg(path);
+        if let Some(lab_dir) = &opts.lab_dir {
+            cmd.arg("--lab-dir").arg(lab_dir);
+        }
+        cmd.args(&opts.extra_args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let child = cmd.spawn().expect("spawn lab-agent");
+        let mut agent = Agent {
+            child,
+            dir,
+            addr: String::new(),
+            token,
+            token_file,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(a) = std::fs::read_to_string(&addr_file) {
+                if !a.trim().is_empty() {
+                    agent.addr = a.trim().to_owned();
+                    break;
+                }
+            }
+            if let Ok(Some(status)) = agent.child.try_wait() {
+                panic!("lab-agent exited at start ({status}):\n{}", agent.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "lab-agent wrote no address:\n{}",
+                agent.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        agent
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The agent's stdout and stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
+    }
+
+    /// Kills the agent now (SIGKILL).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("--- lab-agent log ---\n{}--- end ---", self.log());
+        }
+    }
+}
+
+/// `labctl ARGS…` with no stdin, output captured.
+pub fn labctl<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(labctl_bin())
+        .args(args)
+        .env_remove("LAB_AGENT_BIN")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run labctl")
+}
+
+/// The exit code of a finished `labctl`, and its output as text, for
+/// assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status: {:?}\n--- stdout ---\n{}--- stderr ---\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Whether this process runs as root (needed to create users, run checks
+/// as another user).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}

@@ -1,0 +1,258 @@
+//! `lab-agent-client` against the real `lab-agent` binary on loopback.
+
+use lab_agent_client::{Client, Error, Progress, wait_all};
+use lab_agent_proto::lab::Lab;
+use lab_agent_proto::{ExecRequest, ReadyState};
+use lab_agent_tests::local::{Agent, AgentOptions, TempDir, free_port, is_root, new_token};
+use std::time::{Duration, Instant};
+
+fn client(agent: &Agent) -> Client {
+    Client::new(&agent.url(), &agent.token).unwrap()
+}
+
+fn in_secs(s: u64) -> Instant {
+    Instant::now() + Duration::from_secs(s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_rides_out_an_agent_that_starts_late() {
+    let port = free_port();
+    let token = new_token();
+    let c = Client::new(&format!("http://127.0.0.1:{port}"), &token).unwrap();
+    let waiter = tokio::spawn(async move {
+        let mut seen: Vec<Progress> = Vec::new();
+        let r = c
+            .wait_ready_with(in_secs(120), |p| seen.push(p.clone()))
+            .await;
+        (r, seen)
+    });
+    // Nothing listens yet: the waiter sees a closed port for a while.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let opts = AgentOptions::default()
+        .listen(format!("127.0.0.1:{port}"))
+        .token(token)
+        .setup("echo preparing; sleep 2; echo prepared");
+    let agent = tokio::task::spawn_blocking(move || Agent::start(opts))
+        .await
+        .unwrap();
+    let (result, seen) = waiter.await.unwrap();
+    let ready = result.unwrap_or_else(|e| panic!("{e}\n{}", agent.log()));
+    assert_eq!(ready.state, ReadyState::Ready);
+    assert!(
+        seen.iter().any(|p| p.state.is_none()),
+        "the closed port was reported: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|p| p.state == Some(ReadyState::SettingUp)),
+        "setup was seen running: {seen:?}"
+    );
+    assert_eq!(seen.last().unwrap().state, Some(ReadyState::Ready));
+}
+
+#[tokio::test]
+async fn a_failed_setup_ends_the_wait_at_once_with_its_log() {
+    let agent = Agent::start(
+        AgentOptions::default().setup("echo 'step 1 of 2'; echo 'boom: disk full' >&2; exit 7"),
+    );
+    let err = client(&agent).wait_ready(in_secs(300)).await.unwrap_err();
+    assert!(err.is_setup_failed(), "{err:?}");
+    assert!(!err.is_timeout() && !err.is_unreachable());
+    let r = err.ready_response().unwrap();
+    assert_eq!(r.state, ReadyState::Failed);
+    assert_eq!(r.setup.exit_code, Some(7));
+    let tail = r.setup.log_tail.as_deref().unwrap_or_default();
+    assert!(
+        tail.contains("boom: disk full") && tail.contains("step 1 of 2"),
+        "{tail:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains(&agent.url()), "{msg}");
+    assert!(msg.contains('7'), "{msg}");
+}
+
+#[tokio::test]
+async fn a_wrong_token_fails_fast() {
+    let agent = Agent::start(AgentOptions::default());
+    let c = Client::new(&agent.url(), "not-the-token-not-the-token-not-the-token").unwrap();
+    let err = c.wait_ready(in_secs(300)).await.unwrap_err();
+    assert!(err.is_unauthorized(), "{err:?}");
+    assert!(!err.is_timeout() && !err.is_unreachable());
+    assert_eq!(err.status().map(|s| s.as_u16()), Some(401));
+    assert!(
+        err.to_string()
+            .starts_with(&format!("status 401 when getting {}/v1/ready", agent.url())),
+        "{err}"
+    );
+    assert!(err.hint().unwrap().contains("token"));
+    let err = c.exec(&ExecRequest::new("true")).await.unwrap_err();
+    assert!(err.is_unauthorized(), "{err:?}");
+}
+
+#[tokio::test]
+async fn exec_passes_status_output_and_signals_through() {
+    let agent = Agent::start(AgentOptions::default());
+    let c = client(&agent);
+    c.wait_ready(in_secs(60)).await.unwrap();
+
+    let r = c
+        .exec(&ExecRequest::new("echo out; echo err >&2; exit 3"))
+        .await
+        .unwrap();
+    assert_eq!((r.exit_code, r.signal, r.timed_out), (Some(3), None, false));
+    assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("out\n", "err\n"));
+
+    let r = c.exec(&ExecRequest::new("kill -TERM $$")).await.unwrap();
+    assert_eq!((r.exit_code, r.signal), (None, Some(15)));
+    assert_eq!(r.shell_status(), 143);
+
+    let r = c
+        .exec(
+            &ExecRequest::new("echo \"$GREETING from $PWD\"")
+                .env("GREETING", "hi")
+                .cwd("/tmp"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.stdout, "hi from /tmp\n");
+
+    let r = c
+        .exec(&ExecRequest::new("sleep 30").timeout_secs(1))
+        .await
+        .unwrap();
+    assert!(r.timed_out && !r.success(), "{r:?}");
+
+    let err = c
+        .exec(&ExecRequest::new("true").user("no-such-user-here"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status().map(|s| s.as_u16()), Some(400), "{err:?}");
+    assert!(!err.is_unreachable());
+
+    // Keep-alive: every request above went over one connection.
+    assert_eq!(c.connections_opened(), 1);
+}
+
+#[tokio::test]
+async fn info_names_the_agent() {
+    let agent = Agent::start(AgentOptions::default());
+    let info = client(&agent).info().await.unwrap();
+    assert!(!info.version.is_empty());
+    assert!(info.agent_uptime_secs >= 0.0);
+}
+
+#[tokio::test]
+async fn grading_reports_passing_and_failing_checks_in_order() {
+    let lab_dir = TempDir::new("gradelab");
+    lab_dir.write("files/greeting", "hello\n", 0o644);
+    let toml = r#"
+name = "grading-test"
+[files]
+source = "files"
+[[checks]]
+name = "greeting exists"
+run = 'test -f "$LAB_DIR/greeting" && cat "$LAB_DIR/greeting"'
+[[checks]]
+name = "fails with output"
+run = "echo some output; echo why >&2; exit 3"
+fail_message = "Do the thing."
+[[checks]]
+name = "runs as nobody"
+run = "id -un"
+user = "nobody"
+[[checks]]
+name = "no such user"
+run = "true"
+user = "no-such-user-here"
+fail_message = "never runs"
+[[checks]]
+name = "too slow"
+run = "sleep 30"
+timeout_secs = 1
+"#;
+    lab_dir.write("lab.toml", toml, 0o644);
+    let lab = Lab::load(&lab_dir.path).unwrap();
+    let agent = Agent::start(AgentOptions::default());
+    let c = client(&agent);
+    c.wait_ready(in_secs(60)).await.unwrap();
+    let staged = lab_dir.join("files");
+    let mut order = Vec::new();
+    let report = c
+        .grade_with(&lab, staged.to_str().unwrap(), |r| {
+            order.push(r.name.clone())
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(report.lab, "grading-test");
+    assert_eq!(report.total, 5);
+    let names: Vec<_> = report.checks.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "greeting exists",
+            "fails with output",
+            "runs as nobody",
+            "no such user",
+            "too slow"
+        ]
+    );
+    assert_eq!(order, names);
+
+    let [greeting, fails, nobody, no_user, slow] = &report.checks[..] else {
+        unreachable!()
+    };
+    assert!(greeting.passed, "{greeting:?}");
+    assert_eq!(
+        (greeting.exit_code, greeting.stdout.as_str()),
+        (Some(0), "hello\n")
+    );
+    assert_eq!(greeting.fail_message, None);
+
+    assert!(!fails.passed);
+    assert_eq!(fails.exit_code, Some(3));
+    assert_eq!(
+        (fails.stdout.as_str(), fails.stderr.as_str()),
+        ("some output\n", "why\n")
+    );
+    assert_eq!(fails.fail_message.as_deref(), Some("Do the thing."));
+
+    if is_root() {
+        assert!(nobody.passed, "{nobody:?}");
+        assert_eq!(nobody.stdout, "nobody\n");
+    }
+
+    assert!(!no_user.passed && no_user.exit_code.is_none());
+    assert!(no_user.not_started.is_some(), "{no_user:?}");
+    assert!(no_user.stderr.contains("no-such-user-here"), "{no_user:?}");
+
+    assert!(!slow.passed && slow.timed_out, "{slow:?}");
+
+    assert_eq!(report.passed, if is_root() { 2 } else { 1 });
+    assert!(!report.all_passed());
+}
+
+#[tokio::test]
+async fn waiting_on_several_vms_reports_each_one() {
+    let good = Agent::start(AgentOptions::default().setup("sleep 1; echo ok"));
+    let bad = Agent::start(AgentOptions::default().setup("echo 'cannot fetch image' >&2; exit 5"));
+    let unreachable = format!("http://127.0.0.1:{}", free_port());
+    let clients = vec![
+        client(&good),
+        client(&bad),
+        Client::new(&unreachable, "whatever-token-whatever-token-whatever").unwrap(),
+    ];
+    let mut progressed = [false; 3];
+    let outcomes = wait_all(&clients, in_secs(3), |i, _| progressed[i] = true).await;
+    assert_eq!(outcomes.len(), 3);
+    assert_eq!(outcomes[0].url, good.url());
+    assert_eq!(
+        outcomes[0].result.as_ref().unwrap().state,
+        ReadyState::Ready
+    );
+    let err = outcomes[1].result.as_ref().unwrap_err();
+    assert!(err.is_setup_failed(), "{err:?}");
+    assert_eq!(err.ready_response().unwrap().setup.exit_code, Some(5));
+    let err: &Error = outcomes[2].result.as_ref().unwrap_err();
+    assert!(err.is_timeout() && err.is_unreachable(), "{err:?}");
+    assert_eq!(progressed, [true; 3]);
+}

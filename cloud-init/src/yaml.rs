@@ -64,7 +64,8 @@ fn push_escaped(out: &mut String, c: char) {
         '\n' => out.push_str("\\n"),
         '\r' => out.push_str("\\r"),
         '\u{1b}' => out.push_str("\\e"),
-        // YAML 1.1 line breaks: raw, PyYAML would fold them like newlines.
+        // YAML 1.1 line breaks: PyYAML folds a raw NEL like a newline, and
+        // parsers disagree on LS and PS; escaped, every parser agrees.
         '\u{85}' => out.push_str("\\N"),
         '\u{2028}' => out.push_str("\\L"),
         '\u{2029}' => out.push_str("\\P"),

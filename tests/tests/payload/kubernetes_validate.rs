@@ -1,0 +1,147 @@
+//! The manifests against Kubernetes' own schemas (`kubernetes-validate
+//! --strict`, cluster version 1.34), and the KubeVirt example against the
+//! Secret and NetworkPolicy it relies on.
+
+use crate::support::{
+    CLOUD_INIT_HINT, PYTHON, TempDir, fixture_lab, kubernetes_validate, labs, run, secret,
+    spec_for, user_data, workspace,
+};
+use lab_agent_cloudinit::Format;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+fn assert_valid(file: &Path) {
+    let out = kubernetes_validate(file);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.contains("passed"),
+        "`{}`: kubernetes-validate said:\n{said}",
+        file.display()
+    );
+}
+
+#[test]
+fn secrets_pass_strict_validation() {
+    for lab in labs() {
+        let ud = user_data(&spec_for(&lab));
+        for (format, name) in [(Format::Yaml, "secret.yaml"), (Format::Json, "secret.json")] {
+            let dir = TempDir::new("k8s");
+            assert_valid(&dir.write(name, secret(&ud, format)));
+        }
+    }
+}
+
+/// So that a pass means something: an unknown field fails under `--strict`.
+#[test]
+fn a_secret_with_an_unknown_field_fails() {
+    let ud = user_data(&spec_for(&fixture_lab()));
+    let text = secret(&ud, Format::Yaml).replace("type: Opaque", "type: Opaque\nstringdata: {}");
+    let dir = TempDir::new("k8s-bad");
+    let out = kubernetes_validate(&dir.write("secret.yaml", text));
+    assert!(
+        !out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn example_network_policy_passes_strict_validation() {
+    assert_valid(&workspace().join("examples/kubevirt/networkpolicy.yaml"));
+}
+
+/// kubernetes-validate has no KubeVirt schemas, so check what the VM must
+/// agree on with the other objects.
+#[test]
+fn example_vm_matches_its_secret_and_policy() {
+    let vm = load_yaml(&workspace().join("examples/kubevirt/virtualmachine.yaml"));
+    let policy = load_yaml(&workspace().join("examples/kubevirt/networkpolicy.yaml"));
+    assert_eq!(vm["apiVersion"], "kubevirt.io/v1");
+    assert_eq!(vm["kind"], "VirtualMachine");
+    let template = &vm["spec"]["template"];
+    let volumes = template["spec"]["volumes"].as_array().unwrap();
+    let cloud_init = volumes
+        .iter()
+        .find_map(|v| v.get("cloudInitNoCloud"))
+        .expect("a cloudInitNoCloud volume");
+    // `secretRef` is the JSON name of KubeVirt's UserDataSecretRef.
+    assert_eq!(
+        cloud_init.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["secretRef"]
+    );
+    let secret_name = cloud_init["secretRef"]["name"].as_str().unwrap();
+    lab_agent_cloudinit::SecretMeta::new(secret_name)
+        .validate()
+        .unwrap();
+    let disks = template["spec"]["domain"]["devices"]["disks"]
+        .as_array()
+        .unwrap();
+    for v in volumes {
+        assert!(
+            disks.iter().any(|d| d["name"] == v["name"]),
+            "volume {} has no disk",
+            v["name"]
+        );
+    }
+    // The labels a backend sets, on the VM and on the pod template.
+    for key in [
+        "tt-lab.example/lab-session",
+        "tt-lab.example/session-id",
+        "tt-lab.example/environment",
+    ] {
+        assert!(
+            vm["metadata"]["labels"].get(key).is_some(),
+            "VM lacks {key}"
+        );
+        assert_eq!(
+            vm["metadata"]["labels"][key], template["metadata"]["labels"][key],
+            "{key} differs between the VM and its template"
+        );
+    }
+    // The policy selects the template's pods and opens 8899 only.
+    assert_eq!(vm["metadata"]["namespace"], policy["metadata"]["namespace"]);
+    let selector = policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    for (k, v) in selector {
+        assert_eq!(&template["metadata"]["labels"][k], v, "selector {k}");
+    }
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress"])
+    );
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 1);
+    assert_eq!(
+        ingress[0]["ports"],
+        serde_json::json!([{"protocol": "TCP", "port": 8899}])
+    );
+    assert!(
+        !ingress[0]["from"].as_array().unwrap().is_empty(),
+        "ingress must name its sources"
+    );
+}
+
+/// One YAML document as JSON, read by PyYAML (installed with cloud-init).
+fn load_yaml(path: &Path) -> Value {
+    let out = run(
+        Command::new(PYTHON)
+            .args([
+                "-c",
+                "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)",
+            ])
+            .arg(path),
+        CLOUD_INIT_HINT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -1,0 +1,291 @@
+//! `labctl secret` end to end, in process: what it writes where, with which
+//! modes, what stdout carries (data only), and its exit statuses.
+
+use crate::support::{TempDir, decode_with_cloud_init, fixture_lab};
+use lab_agent_client::cli::agent_bin::fake_elf;
+use lab_agent_client::cli::secret::{
+    ManifestFormat, Report, SecretArgs, SecretError, execute, render_error,
+};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// A run's result and what it printed.
+struct Run {
+    result: Result<Report, SecretError>,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(args: &SecretArgs) -> Run {
+    let (mut out, mut log) = (Vec::new(), Vec::new());
+    let result = execute(args, &mut out, &mut log);
+    Run {
+        result,
+        stdout: String::from_utf8(out).unwrap(),
+        stderr: String::from_utf8(log).unwrap(),
+    }
+}
+
+impl Run {
+    fn report(&self) -> &Report {
+        match &self.result {
+            Ok(r) => r,
+            Err(e) => panic!("labctl secret failed:\n{}{}", self.stderr, render_error(e)),
+        }
+    }
+
+    /// The exit status and the full stderr, error included.
+    fn failure(&self) -> (u8, String) {
+        let e = self
+            .result
+            .as_ref()
+            .expect_err("labctl secret should have failed");
+        (e.exit_code(), format!("{}{}", self.stderr, render_error(e)))
+    }
+}
+
+/// A fake static agent in `dir`, and default arguments using it.
+fn args(dir: &TempDir, lab: &Path) -> (SecretArgs, Vec<u8>) {
+    let agent = fake_elf(false, b"the agent for labctl tests");
+    let agent_path = dir.write("lab-agent", &agent);
+    let args = SecretArgs {
+        lab_dir: lab.to_owned(),
+        name: "hello-userdata".into(),
+        namespace: None,
+        labels: Vec::new(),
+        token_file: None,
+        agent: Some(agent_path),
+        format: ManifestFormat::Yaml,
+        output: None,
+        user_data_out: None,
+        token_out: None,
+        no_autologin: false,
+        json: false,
+    };
+    (args, agent)
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn writes_secret_user_data_and_token_privately() {
+    let dir = TempDir::new("labctl");
+    let (mut a, agent) = args(&dir, &fixture_lab());
+    let out = |name: &str| -> PathBuf { dir.path().join(name) };
+    a.namespace = Some("lab-vms".into());
+    a.labels = vec![
+        "tt-lab.example/session-id=s-1".into(),
+        "tt-lab.example/environment=dev".into(),
+    ];
+    a.output = Some(out("secret.yaml"));
+    a.user_data_out = Some(out("user-data"));
+    a.token_out = Some(out("token"));
+    let r = run(&a);
+    let report = r.report();
+    assert_eq!(r.stdout, "", "with -o and no --json, stdout stays empty");
+    assert!(r.stderr.contains("\nbudget: agent "), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("of the 1 MiB Secret limit)"),
+        "{}",
+        r.stderr
+    );
+    for f in ["secret.yaml", "user-data", "token"] {
+        assert_eq!(mode(&out(f)), 0o600, "{f} holds the token: owner-only");
+    }
+    let token = std::fs::read_to_string(out("token")).unwrap();
+    let token = token.strip_suffix('\n').unwrap();
+    assert_eq!(token, report.token);
+    assert_eq!(
+        token.len(),
+        43,
+        "32 random bytes, base64url without padding"
+    );
+    assert!(
+        token
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+    );
+    assert!(report.token_generated);
+    assert!(!r.stderr.contains(token), "the token never goes to the log");
+
+    let d = decode_with_cloud_init(&std::fs::read_to_string(out("secret.yaml")).unwrap());
+    assert_eq!(d.read("/usr/local/bin/lab-agent").0, agent);
+    assert_eq!(
+        d.read("/etc/lab-agent/token").0,
+        format!("{token}\n").into_bytes()
+    );
+    assert_eq!(d.report["metadata"]["namespace"], "lab-vms");
+    assert_eq!(
+        d.report["metadata"]["labels"]["tt-lab.example/session-id"],
+        "s-1"
+    );
+    let user_data = std::fs::read(out("user-data")).unwrap();
+    assert_eq!(d.report["user_data_len"], user_data.len());
+    assert_eq!(report.budget.total_bytes, user_data.len());
+}
+
+#[test]
+fn json_output_is_one_object_with_the_token_and_the_secret() {
+    let dir = TempDir::new("labctl-json");
+    let (mut a, _) = args(&dir, &fixture_lab());
+    a.json = true;
+    a.format = ManifestFormat::Json;
+    let r = run(&a);
+    let report = r.report();
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["token"], report.token.as_str());
+    assert_eq!(v["lab"], "fixture-lab");
+    assert_eq!(v["budget"]["limit_bytes"], 1024 * 1024);
+    let secret: serde_json::Value = serde_json::from_str(v["secret"].as_str().unwrap()).unwrap();
+    assert_eq!(secret["kind"], "Secret");
+    let d = decode_with_cloud_init(v["secret"].as_str().unwrap());
+    assert_eq!(
+        d.read("/etc/lab-agent/token").0,
+        format!("{}\n", report.token).into_bytes()
+    );
+}
+
+#[test]
+fn token_file_is_used_and_checked() {
+    let dir = TempDir::new("labctl-token");
+    let (mut a, _) = args(&dir, &fixture_lab());
+    let mine = "my-own-token-that-is-long-enough-0123456789";
+    let file = dir.write("mine", format!("{mine}\n"));
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    a.token_file = Some(file.clone());
+    a.output = Some(dir.path().join("s.yaml"));
+    let r = run(&a);
+    assert_eq!(r.report().token, mine);
+    assert!(!r.report().token_generated);
+    assert!(!r.stderr.contains("warning"), "{}", r.stderr);
+
+    std::fs::write(&file, "short\n").unwrap();
+    let (code, err) = run(&a).failure();
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("invalid token: it is 5 characters long"),
+        "{err}"
+    );
+
+    a.token_file = Some(dir.path().join("missing"));
+    let (code, err) = run(&a).failure();
+    assert_eq!(code, 2);
+    assert!(err.contains("failed to read the token file"), "{err}");
+}
+
+#[test]
+fn a_generated_token_must_be_handed_back() {
+    let dir = TempDir::new("labctl-noback");
+    let (mut a, _) = args(&dir, &fixture_lab());
+    a.output = Some(dir.path().join("s.yaml"));
+    let r = run(&a);
+    let (code, err) = r.failure();
+    assert_eq!(code, 2);
+    assert!(err.contains("pass `--token-out FILE` or `--json`"), "{err}");
+    assert!(!dir.path().join("s.yaml").exists(), "nothing written");
+    assert_eq!(r.stdout, "");
+}
+
+#[test]
+fn a_dynamic_agent_is_refused_with_a_hint() {
+    let dir = TempDir::new("labctl-dyn");
+    let (mut a, _) = args(&dir, &fixture_lab());
+    a.json = true;
+    a.agent = Some(dir.write("dyn-agent", fake_elf(true, b"")));
+    let (code, err) = run(&a).failure();
+    assert_eq!(code, 1);
+    assert!(err.contains("dynamically linked"), "{err}");
+    assert!(
+        err.contains("hint: run `packaging/build-agent.sh`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_metadata_and_labs_are_usage_errors() {
+    let dir = TempDir::new("labctl-usage");
+    type Change = fn(&mut SecretArgs);
+    let cases: Vec<(Change, &str)> = vec![
+        (
+            |a| a.name = "Bad_Name".into(),
+            "invalid metadata.name `Bad_Name`",
+        ),
+        (
+            |a| a.namespace = Some("a.b".into()),
+            "invalid metadata.namespace",
+        ),
+        (|a| a.labels = vec!["novalue".into()], "has no `=`"),
+        (
+            |a| a.labels = vec!["k=1".into(), "k=2".into()],
+            "given twice",
+        ),
+        (
+            |a| a.labels = vec!["k=white space".into()],
+            "invalid value of label `k`",
+        ),
+        (
+            |a| a.lab_dir = "/nonexistent-lab".into(),
+            "hint: a lab is a folder",
+        ),
+    ];
+    for (change, want) in cases {
+        let (mut a, _) = args(&dir, &fixture_lab());
+        a.json = true;
+        change(&mut a);
+        let r = run(&a);
+        let (code, err) = r.failure();
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(want), "{err:?} lacks {want:?}");
+        assert_eq!(r.stdout, "", "stdout is for data only");
+    }
+}
+
+#[test]
+fn over_one_mib_fails_after_printing_the_budget() {
+    let dir = TempDir::new("labctl-big");
+    let lab = dir.path().join("big-lab");
+    std::fs::create_dir_all(lab.join("files")).unwrap();
+    std::fs::write(
+        lab.join("lab.toml"),
+        "name = \"big-lab\"\n[files]\nsource = \"files\"\n",
+    )
+    .unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let noise: Vec<u8> = (0..900 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect();
+    std::fs::write(lab.join("files/disk.img"), noise).unwrap();
+    let (mut a, _) = args(&dir, &lab);
+    a.output = Some(dir.path().join("s.yaml"));
+    a.token_out = Some(dir.path().join("token"));
+    let r = run(&a);
+    let (code, err) = r.failure();
+    assert_eq!(code, 2);
+    assert!(err.contains("budget: agent "), "{err}");
+    assert!(err.contains("over the 1 MiB Secret limit"), "{err}");
+    assert!(err.contains("largest parts: `/opt/lab/disk.img`"), "{err}");
+    assert!(!dir.path().join("s.yaml").exists());
+    assert!(
+        !dir.path().join("token").exists(),
+        "no token for a Secret that was not made"
+    );
+}
+
+#[test]
+fn no_autologin_leaves_the_console_alone() {
+    let dir = TempDir::new("labctl-noauto");
+    let (mut a, _) = args(&dir, &fixture_lab());
+    a.no_autologin = true;
+    a.user_data_out = Some(dir.path().join("ud"));
+    a.json = true;
+    run(&a).report();
+    let ud = std::fs::read_to_string(dir.path().join("ud")).unwrap();
+    assert!(!ud.contains("serial-getty"), "{ud}");
+}

@@ -1,0 +1,240 @@
+//! Secret → base64 → user-data → cloud-init's YAML loader → cloud-init's
+//! `write_files`: every byte and mode arrives as it left, for the fixture
+//! lab, for `examples/hello-lab`, and for names and contents chosen to break
+//! YAML.
+
+use crate::support::{Decoded, TOKEN, decode_with_cloud_init, labs, secret, spec_for, user_data};
+use lab_agent_cloudinit::payload::{
+    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH, UNIT, UNIT_PATH,
+};
+use lab_agent_cloudinit::{Format, PayloadSpec, SetupScript};
+use lab_agent_proto::lab::LabFile;
+use serde_json::json;
+
+/// Everything in `spec` arrived intact, with the right modes and owner.
+fn assert_delivered(spec: &PayloadSpec, d: &Decoded) {
+    let (agent, mode) = d.read(AGENT_PATH);
+    assert!(
+        agent == spec.agent,
+        "agent bytes differ after the round trip"
+    );
+    assert_eq!(mode, 0o755, "agent mode");
+    let (token, mode) = d.read(TOKEN_PATH);
+    assert_eq!(
+        String::from_utf8(token).unwrap(),
+        format!("{}\n", spec.token)
+    );
+    assert_eq!(mode, 0o600, "the token must be readable by root only");
+    let (unit, mode) = d.read(UNIT_PATH);
+    assert_eq!(String::from_utf8(unit).unwrap(), UNIT);
+    assert_eq!(mode, 0o644);
+    match &spec.setup {
+        Some(setup) => {
+            let (script, mode) = d.read(SETUP_SCRIPT_PATH);
+            assert!(script == setup.contents, "setup script differs");
+            assert_eq!(mode, 0o700, "setup script mode");
+        }
+        None => assert!(!d.file(SETUP_SCRIPT_PATH).exists()),
+    }
+    for f in &spec.files {
+        let guest = format!("/opt/lab/{}", f.path);
+        let (bytes, mode) = d.read(&guest);
+        assert!(bytes == f.contents, "`{guest}`: contents differ");
+        assert_eq!(mode, f.mode, "`{guest}`: mode {mode:o}, want {:o}", f.mode);
+    }
+    for file in d.report["files"].as_array().unwrap() {
+        assert_eq!(file["owner"], "root:root", "{file}");
+        assert!(file["permissions"].is_string(), "{file}");
+    }
+    let expected = spec.files.len()
+        + 3
+        + usize::from(spec.setup.is_some())
+        + usize::from(spec.serial_autologin);
+    assert_eq!(d.report["files"].as_array().unwrap().len(), expected);
+}
+
+#[test]
+fn labs_round_trip_through_yaml_and_json_secrets() {
+    for lab in labs() {
+        let spec = spec_for(&lab);
+        let ud = user_data(&spec);
+        for format in [Format::Yaml, Format::Json] {
+            let d = decode_with_cloud_init(&secret(&ud, format));
+            assert_delivered(&spec, &d);
+            assert_eq!(d.report["user_data_len"], ud.as_bytes().len());
+            assert_eq!(d.report["metadata"]["name"], "round-trip");
+            assert_eq!(
+                d.report["metadata"]["labels"]["tt-lab.example/environment"],
+                "dev"
+            );
+        }
+    }
+}
+
+/// The commands, exactly, and the script cloud-init makes of them.
+#[test]
+fn commands_are_what_the_guest_runs() {
+    let spec = spec_for(&crate::support::fixture_lab());
+    let d = decode_with_cloud_init(&secret(&user_data(&spec), Format::Yaml));
+    assert_eq!(
+        d.report["keys"],
+        json!(["bootcmd", "runcmd", "write_files"])
+    );
+    assert_eq!(
+        d.report["bootcmd"],
+        json!([
+            [
+                "install",
+                "-d",
+                "-m",
+                "0700",
+                "/etc/lab-agent",
+                "/var/lib/lab-agent"
+            ],
+            ["mkdir", "-p", "/opt/lab"]
+        ])
+    );
+    assert_eq!(
+        d.report["runcmd"],
+        json!([
+            ["systemctl", "daemon-reload"],
+            [
+                "systemctl",
+                "enable",
+                "--now",
+                "--no-block",
+                "lab-agent.service"
+            ],
+            [
+                "systemctl",
+                "restart",
+                "--no-block",
+                "serial-getty@ttyS0.service"
+            ],
+            [
+                "/usr/local/bin/lab-agent",
+                "setup",
+                "--script",
+                "/etc/lab-agent/setup.sh",
+                "--timeout",
+                "120",
+                "--lab-dir",
+                "/opt/lab"
+            ]
+        ])
+    );
+    let script = d.report["runcmd_script"].as_str().unwrap();
+    assert!(
+        script.starts_with("#!/bin/sh\n'systemctl' 'daemon-reload'\n"),
+        "{script}"
+    );
+    assert!(
+        !script.contains("cloud-init status"),
+        "never wait for cloud-init inside it"
+    );
+    let (dropin, _) = d.read(AUTOLOGIN_DROPIN_PATH);
+    let dropin = String::from_utf8(dropin).unwrap();
+    // systemd reads `\\u` as `\u`, which agetty replaces with the user name.
+    assert!(
+        dropin
+            .contains("ExecStart=\nExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --autologin root "),
+        "{dropin}"
+    );
+}
+
+#[test]
+fn without_autologin_or_setup() {
+    let mut spec = PayloadSpec::new("bare", crate::support::fake_agent(), TOKEN);
+    spec.serial_autologin = false;
+    let d = decode_with_cloud_init(&secret(&user_data(&spec), Format::Json));
+    assert_delivered(&spec, &d);
+    assert!(!d.file(AUTOLOGIN_DROPIN_PATH).exists());
+    let runcmd = d.report["runcmd"].to_string();
+    assert!(!runcmd.contains("serial-getty"), "{runcmd}");
+    // Setup still runs, with no script: it records "succeeded".
+    assert_eq!(
+        d.report["runcmd"][2],
+        json!(["/usr/local/bin/lab-agent", "setup", "--lab-dir", "/opt/lab"])
+    );
+}
+
+/// Names and contents that break hand-written YAML, through the real parser.
+#[test]
+fn hostile_names_and_contents_arrive_intact() {
+    let long_line = "x: y # z ".repeat(40_000);
+    // Incompressible and valid UTF-8, so it travels as text or base64.
+    let mut seed = 0x0123_4567_89ab_cdef_u64;
+    let noisy_text: String = (0..60_000)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            char::from(b' ' + (seed >> 40) as u8 % 95)
+        })
+        .collect();
+    let contents: Vec<(&str, Vec<u8>)> = vec![
+        ("a: b.txt", b"key: value\n".to_vec()),
+        (
+            "quote\"d'.txt",
+            b"\"double\" and 'single' quotes\n".to_vec(),
+        ),
+        ("---", b"---\n...\n--- !tag &anchor *alias\n".to_vec()),
+        (
+            " leading space.txt",
+            b"  two leading spaces\n\n\ttab first\n   \n".to_vec(),
+        ),
+        ("#hash", b"# not a comment\nx # nor this\n".to_vec()),
+        (
+            "trailing space ",
+            b"trailing spaces   \nand tabs\t\t\n".to_vec(),
+        ),
+        ("back\\slash", b"\\ at start, \\n literal, end \\".to_vec()),
+        (
+            "ünï ✓/日本語.txt",
+            "ünïcödé ✓ 日本語 🦀\n".as_bytes().to_vec(),
+        ),
+        (
+            "bytes/not-utf8.bin",
+            vec![0xff, 0xfe, 0x00, 0x85, 0xc3, 0x28, b'\n'],
+        ),
+        ("bytes/nul.txt", b"nul\x00inside\n".to_vec()),
+        (
+            "bytes/yaml-breaks.txt",
+            "nel\u{85}ls\u{2028}ps\u{2029}bom\u{feff}\n"
+                .as_bytes()
+                .to_vec(),
+        ),
+        ("crlf.txt", b"windows\r\nline\r\nends\r\n".to_vec()),
+        ("no-newline", b"no newline at end".to_vec()),
+        ("newlines", b"\n\n\n".to_vec()),
+        ("empty", Vec::new()),
+        ("quote-line", b"\"\n\"\n".to_vec()),
+        (
+            "directive",
+            b"%YAML 1.1\n- item\n? key\n: value\n{flow: [seq]}\n".to_vec(),
+        ),
+        ("long/line.txt", long_line.into_bytes()),
+        ("long/noise.txt", noisy_text.into_bytes()),
+    ];
+    let modes = [0o644, 0o600, 0o755, 0o4755, 0o640, 0o444];
+    let files: Vec<LabFile> = contents
+        .into_iter()
+        .enumerate()
+        .map(|(i, (path, contents))| LabFile {
+            path: path.into(),
+            mode: modes[i % modes.len()],
+            contents,
+        })
+        .collect();
+    let mut spec = PayloadSpec::new("hostile.lab_1", crate::support::fake_agent(), TOKEN);
+    spec.files = files;
+    spec.setup = Some(SetupScript {
+        contents: b"#!/bin/sh\n---\n  key: \"value\" # x\n\xff\xfe\n".to_vec(),
+        timeout_secs: 3600,
+    });
+    let ud = user_data(&spec);
+    for format in [Format::Yaml, Format::Json] {
+        let d = decode_with_cloud_init(&secret(&ud, format));
+        assert_delivered(&spec, &d);
+    }
+}

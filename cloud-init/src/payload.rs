@@ -297,6 +297,9 @@ struct Content {
     scalar: String,
 }
 
+/// Fewest bytes an encoding must save before a text file loses readability.
+const MIN_SAVING: usize = 2048;
+
 /// Continuation lines of a multi-line `content:` scalar.
 const CONTENT_INDENT: usize = 4;
 
@@ -328,11 +331,12 @@ impl Content {
 
     /// Text when the bytes are UTF-8, else the smaller of base64 and gzip +
     /// base64. Every byte of user-data is read and YAML-parsed by cloud-init
-    /// in several boot stages (pure-Python PyYAML), so fewer bytes is less
-    /// boot time; but text keeps scripts readable in the user-data, which an
-    /// operator reads when a lab fails. So text gives way only when an
-    /// encoding saves at least a quarter (large or repetitive files, or text
-    /// that is mostly escapes).
+    /// in several boot stages (pure-Python PyYAML; ~25 µs a byte under TCG,
+    /// `notes/vm-guest-facts.md`), so fewer bytes is less boot time; but text
+    /// keeps scripts readable in the user-data, which an operator reads when
+    /// a lab fails. So text gives way only when an encoding saves at least a
+    /// quarter and at least [`MIN_SAVING`] bytes: large or repetitive files,
+    /// or text that is mostly escapes, not a 2 KiB setup script.
     fn for_file(bytes: &[u8]) -> Content {
         let encoded = {
             let b64 = Content::base64(bytes, "b64");
@@ -346,7 +350,8 @@ impl Content {
         match std::str::from_utf8(bytes) {
             Ok(s) => {
                 let text = Content::text(s);
-                if encoded.cost() * 4 < text.cost() * 3 {
+                let saving = text.cost().saturating_sub(encoded.cost());
+                if encoded.cost() * 4 < text.cost() * 3 && saving >= MIN_SAVING {
                     encoded
                 } else {
                     text
@@ -496,11 +501,13 @@ mod tests {
     }
 
     #[test]
-    fn text_unless_an_encoding_saves_a_quarter() {
+    fn text_unless_an_encoding_saves_much() {
         assert_eq!(Content::for_file(b"hello\n").encoding, None);
         let script = b"#!/bin/sh\nset -eu\necho one\necho two\necho three\necho four\n";
         assert_eq!(Content::for_file(script).encoding, None);
-        assert_eq!(Content::for_file(&[1; 40]).encoding, Some("gz+b64"));
+        // Mostly escapes, but too small to be worth it; then large enough.
+        assert_eq!(Content::for_file(&[1; 40]).encoding, None);
+        assert_eq!(Content::for_file(&[1; 1000]).encoding, Some("gz+b64"));
         assert_eq!(Content::for_file(&[0xff, 0xfe, 0]).encoding, Some("b64"));
         let text = "the same line again\n".repeat(200);
         assert_eq!(Content::for_file(text.as_bytes()).encoding, Some("gz+b64"));

@@ -16,12 +16,11 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The workspace's `examples/NAME`, if it has a `lab.toml` yet.
-pub fn example(name: &str) -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+/// The workspace's `examples/NAME`.
+pub fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../examples")
-        .join(name);
-    dir.join("lab.toml").is_file().then_some(dir)
+        .join(name)
 }
 
 /// The spec `labctl secret` would build for the lab in `dir`, with the fixed

@@ -1,3 +1,4 @@
 //! Test-only package: see `tests/`.
 
 pub mod local;
+pub mod vm;

@@ -160,6 +160,13 @@ impl WaitDisplay {
     }
 }
 
+impl Drop for WaitDisplay {
+    /// An interrupted wait leaves no half-drawn lines behind.
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }

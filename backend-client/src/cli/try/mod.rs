@@ -26,8 +26,8 @@ pub struct TryArgs {
     /// The lab's folder (with its `lab.toml`)
     #[arg(value_name = "LAB_DIR")]
     pub lab: PathBuf,
-    /// The `lab-agent` binary to run (default: next to `labctl`, then the
-    /// build tree, then `PATH`)
+    /// The `lab-agent` binary to run (default: next to `labctl`, the static
+    /// build, or built from this source tree; then `PATH`)
     #[arg(long, value_name = "PATH")]
     pub agent: Option<PathBuf>,
     /// Grade even when setup fails (the exit status stays 4)

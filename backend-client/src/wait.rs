@@ -145,8 +145,7 @@ pub struct WaitOutcome {
 ///
 /// Every VM is waited for to the end even when another fails, so that the
 /// caller can report all of them; a caller that wants to give up on the
-/// first failure can drop this future from `on_progress`'s side (see
-/// `labctl wait`) or wait on each [`Client`] itself.
+/// first failure can wait on each [`Client`] itself.
 pub async fn wait_all(
     clients: &[Client],
     deadline: Instant,

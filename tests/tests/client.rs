@@ -256,3 +256,26 @@ async fn waiting_on_several_vms_reports_each_one() {
     assert!(err.is_timeout() && err.is_unreachable(), "{err:?}");
     assert_eq!(progressed, [true; 3]);
 }
+
+/// A busy agent (429 + `Retry-After`) has not started the command: `exec`
+/// waits and sends it again, so both commands run.
+#[tokio::test]
+async fn exec_sits_out_a_busy_agent() {
+    let mut opts = AgentOptions::default();
+    opts.extra_args = vec!["--max-execs".into(), "1".into()];
+    let agent = Agent::start(opts);
+    let c = client(&agent);
+    c.wait_ready(in_secs(60)).await.unwrap();
+    let (ra, rb) = (
+        ExecRequest::new("sleep 1; echo a"),
+        ExecRequest::new("sleep 1; echo b"),
+    );
+    let (a, b) = tokio::join!(c.exec(&ra), c.exec(&rb));
+    assert_eq!(a.unwrap().stdout, "a\n");
+    assert_eq!(b.unwrap().stdout, "b\n");
+    assert!(
+        agent.log().contains("429"),
+        "one was refused first:\n{}",
+        agent.log()
+    );
+}

@@ -261,9 +261,10 @@ async fn waiting_on_several_vms_reports_each_one() {
 /// waits and sends it again, so both commands run.
 #[tokio::test]
 async fn exec_sits_out_a_busy_agent() {
-    let mut opts = AgentOptions::default();
-    opts.extra_args = vec!["--max-execs".into(), "1".into()];
-    let agent = Agent::start(opts);
+    let agent = Agent::start(AgentOptions {
+        extra_args: vec!["--max-execs".into(), "1".into()],
+        ..AgentOptions::default()
+    });
     let c = client(&agent);
     c.wait_ready(in_secs(60)).await.unwrap();
     let (ra, rb) = (

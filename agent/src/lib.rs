@@ -13,6 +13,7 @@
 //!   own process group, with timeouts and capped output.
 //! - [`token`]: loading and checking the bearer token.
 //! - [`api_error`], [`http`]: error → status + JSON; HTTP helpers.
+//! - [`logging`], [`timefmt`]: a one-line-per-event log subscriber; timestamps.
 //!
 //! Data flows one way: `server` → `router` → endpoint → (`readiness` |
 //! `process`). Nothing here reads `lab.toml` or knows about Kubernetes.
@@ -34,6 +35,7 @@ pub mod serve;
 pub mod server;
 pub mod setup;
 pub mod setup_record;
+pub mod timefmt;
 pub mod token;
 
 /// `lab-agent version` output.

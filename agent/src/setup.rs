@@ -62,7 +62,7 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
     let started = SystemTime::now();
     let mut record = SetupRecord {
         state: SetupState::Running,
-        started_at: setup_record::rfc3339(started),
+        started_at: crate::timefmt::rfc3339(started),
         finished_at: None,
         exit_code: None,
         signal: None,
@@ -84,7 +84,7 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
             None => note,
         });
     }
-    record.finished_at = Some(setup_record::rfc3339(SystemTime::now()));
+    record.finished_at = Some(crate::timefmt::rfc3339(SystemTime::now()));
     record.duration_ms = Some(
         SystemTime::now()
             .duration_since(started)

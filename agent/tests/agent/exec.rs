@@ -141,7 +141,8 @@ fn a_timeout_kills_the_whole_group_including_background_children() {
         "sleep 300 & echo $! > {p}; (trap '' TERM; sleep 300) & echo $! >> {p}; sleep 300",
         p = pids.display()
     );
-    let r = agent.run(json!({"command": cmd, "timeout_secs": 1}));
+    // Generous: on a loaded machine a login shell can take a while to start.
+    let r = agent.run(json!({"command": cmd, "timeout_secs": 5}));
     assert_eq!(r["timed_out"], true);
     assert!(r["signal"] == 15 || r["signal"] == 9, "{r}");
     let text = std::fs::read_to_string(&pids).unwrap();
@@ -211,7 +212,8 @@ fn many_execs_leak_no_fds_or_children() {
         let r = agent.run(json!({"command": format!("echo {i}; echo e >&2"), "stdin": "x"}));
         assert_eq!(r["stdout"], format!("{i}\n"));
     }
-    assert_eq!(fds(), before, "fd count changed");
+    // The last connection's socket may still be closing: allow it a moment.
+    eventually(10, "the fd count to return to where it was", || (fds() == before).then_some(()));
     let children =
         std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", agent.child.id()))
             .unwrap_or_default();

@@ -118,12 +118,12 @@ fn a_timeout_kills_the_group_and_records_failed() {
     let r = setup(
         "setup-timeout",
         Some("#!/bin/bash\nsleep 300 &\necho $! > \"$LAB_DIR/bg\"\nsleep 300\n"),
-        &["--timeout", "1"],
+        &["--timeout", "5"],
     );
     assert_eq!(r.status, 124);
     assert_eq!(r.record["state"], "failed");
     assert_eq!(r.record["timed_out"], true);
-    assert!(r.log.contains("timed out after 1 s"), "{}", r.log);
+    assert!(r.log.contains("timed out after 5 s"), "{}", r.log);
     let bg: u32 = std::fs::read_to_string(r.dir.join("bg"))
         .unwrap()
         .trim()

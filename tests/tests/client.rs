@@ -31,7 +31,8 @@ async fn wait_rides_out_an_agent_that_starts_late() {
     let opts = AgentOptions::default()
         .listen(format!("127.0.0.1:{port}"))
         .token(token)
-        .setup("echo preparing; sleep 2; echo prepared");
+        // Longer than the client's largest backoff, so it sees `setting_up`.
+        .setup("echo preparing; sleep 4; echo prepared");
     let agent = tokio::task::spawn_blocking(move || Agent::start(opts))
         .await
         .unwrap();

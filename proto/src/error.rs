@@ -50,7 +50,6 @@ impl fmt::Display for ErrorCode {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ErrorDetail {
     pub code: ErrorCode,
     pub message: String,
@@ -58,7 +57,6 @@ pub struct ErrorDetail {
 
 /// The body of every non-2xx response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }

@@ -100,7 +100,6 @@ impl ExecRequest {
 
 /// What happened to a command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ExecResult {
     /// Exit status, or `null` when the shell was killed by a signal.
     pub exit_code: Option<i32>,

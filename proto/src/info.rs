@@ -3,7 +3,6 @@
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct InfoResponse {
     /// The agent's version (`CARGO_PKG_VERSION`).
     pub version: String,

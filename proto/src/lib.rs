@@ -13,6 +13,10 @@
 //! serializes them and the client deserializes them, so the two cannot drift.
 //! `API.md` at the repository root describes the same contract for humans and
 //! `openapi.yaml` for other languages.
+//!
+//! Requests deny unknown fields (a typo in a backend is an error, not a
+//! silently ignored setting); responses accept them, so an agent that adds a
+//! response field does not break older clients.
 
 pub mod error;
 pub mod exec;

@@ -73,7 +73,6 @@ impl fmt::Display for SetupState {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct CloudInitStatus {
     /// `result.json` of this boot exists: the final stage has finished.
     pub done: bool,
@@ -83,7 +82,6 @@ pub struct CloudInitStatus {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SetupStatus {
     pub state: SetupState,
     /// The script's exit code, once it has exited (not when killed by a signal).
@@ -98,7 +96,6 @@ pub struct SetupStatus {
 
 /// Body of `GET /v1/ready`, with status 200 or 503.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ReadyResponse {
     pub state: ReadyState,
     /// A human sentence saying why the VM is not ready (absent when ready).

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a Debian 12 machine, idempotently:
+# the musl target (static agent), Debian's cloud-init (its schema checker and
+# loader; no service is started or enabled), the VM tools and guest image
+# (tests/vm/build-image.sh installs qemu from bookworm-backports itself), and
+# the PyPI validators. Needs root for apt; nothing is downloaded at test time.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+log() { printf 'install-deps: %s\n' "$*" >&2; }
+
+if ! rustup target list --installed | grep -qx x86_64-unknown-linux-musl; then
+  log "adding rustup target x86_64-unknown-linux-musl"
+  rustup target add x86_64-unknown-linux-musl
+fi
+for c in rustfmt clippy; do
+  rustup component list --installed | grep -q "^$c" || rustup component add "$c"
+done
+
+debs=(cloud-init python3-yaml mmdebstrap cloud-image-utils genisoimage)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  # There is no init system to start services on a CI machine, but say so
+  # explicitly: installing cloud-init must never configure this host.
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -q update
+  apt-get -q -y -o DPkg::Lock::Timeout=600 install --no-install-recommends "${missing[@]}"
+fi
+
+py=(kubernetes-validate)
+for p in "${py[@]}"; do
+  python3 -m pip show -q "$p" >/dev/null 2>&1 || { log "pip install $p"; python3 -m pip install -q "$p"; }
+done
+
+# The guest image for the VM tests (cached; ~1 min cold) and the static agent
+# they boot with.
+"$root/tests/vm/build-image.sh" >/dev/null
+"$root/packaging/build-agent.sh" >/dev/null
+log "done"

@@ -137,9 +137,9 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
             "--state-dir" => c.state_dir = args.path(&flag, USAGE)?,
             "--cloud-init-dir" => cloud_init_dir = args.path(&flag, USAGE)?,
             "--no-cloud-init" => no_cloud_init = true,
-            "--run-setup" => c.run_setup = Some(args.path(&flag, USAGE)?),
+            "--run-setup" => c.run_setup = Some(args.absolute_path(&flag, USAGE)?),
             "--setup-timeout" => c.setup_timeout = args.secs(&flag, 1, 86_400, USAGE)?,
-            "--lab-dir" => c.lab_dir = args.path(&flag, USAGE)?,
+            "--lab-dir" => c.lab_dir = args.absolute_path(&flag, USAGE)?,
             "--max-execs" => c.max_execs = args.number(&flag, 1, 1024, USAGE)? as usize,
             "--addr-file" => c.addr_file = Some(args.path(&flag, USAGE)?),
             "--shutdown-grace" => c.shutdown_grace = args.secs(&flag, 0, 3600, USAGE)?,
@@ -163,11 +163,11 @@ fn parse_setup(mut args: Args) -> Result<Command, UsageError> {
     while let Some(flag) = args.next_flag(USAGE)? {
         match flag.as_str() {
             "-h" | "--help" => return Ok(Command::Help(SETUP_HELP)),
-            "--script" => c.script = Some(args.path(&flag, USAGE)?),
+            "--script" => c.script = Some(args.absolute_path(&flag, USAGE)?),
             "--state-dir" => c.state_dir = args.path(&flag, USAGE)?,
             "--timeout" => c.timeout = args.secs(&flag, 1, 86_400, USAGE)?,
             "--user" => c.user = args.value::<String>(&flag, USAGE)?,
-            "--lab-dir" => c.lab_dir = args.path(&flag, USAGE)?,
+            "--lab-dir" => c.lab_dir = args.absolute_path(&flag, USAGE)?,
             _ => return Err(args.unknown(&flag, USAGE)),
         }
     }
@@ -246,6 +246,16 @@ impl Args {
             });
         }
         Ok(PathBuf::from(v))
+    }
+
+    /// A path made absolute against the current directory: the setup runs
+    /// in the lab dir, where a relative script path would mean another file.
+    fn absolute_path(&mut self, flag: &str, usage: &'static str) -> Result<PathBuf, UsageError> {
+        let p = self.path(flag, usage)?;
+        std::path::absolute(&p).map_err(|e| UsageError {
+            message: format!("cannot make `{}` absolute for `{flag}`: {e}", p.display()),
+            usage,
+        })
     }
 
     fn value<T: FromStr>(&mut self, flag: &str, usage: &'static str) -> Result<T, UsageError>
@@ -364,6 +374,14 @@ mod tests {
         assert_eq!(c.addr_file, Some(PathBuf::from("/a")));
         assert_eq!(c.shutdown_grace, Duration::ZERO);
         assert_eq!(serve(&["serve", "--no-cloud-init"]).cloud_init_dir, None);
+        let cwd = std::env::current_dir().unwrap();
+        let c = serve(&["serve", "--run-setup", "setup.sh", "--lab-dir", "lab"]);
+        assert_eq!(
+            c.run_setup,
+            Some(cwd.join("setup.sh")),
+            "relative to where the agent starts"
+        );
+        assert_eq!(c.lab_dir, cwd.join("lab"));
     }
 
     #[test]

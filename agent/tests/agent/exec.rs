@@ -213,7 +213,9 @@ fn many_execs_leak_no_fds_or_children() {
         assert_eq!(r["stdout"], format!("{i}\n"));
     }
     // The last connection's socket may still be closing: allow it a moment.
-    eventually(10, "the fd count to return to where it was", || (fds() == before).then_some(()));
+    eventually(10, "the fd count to return to where it was", || {
+        (fds() == before).then_some(())
+    });
     let children =
         std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", agent.child.id()))
             .unwrap_or_default();

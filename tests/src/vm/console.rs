@@ -1,6 +1,8 @@
 //! The serial console, as qemu writes it to a file (`-serial file:`).
 
 use std::path::Path;
+#[cfg(test)]
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::{VmError, tail_lines};
@@ -75,5 +77,70 @@ pub(crate) fn wait_for(
             });
         }
         std::thread::sleep(POLL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch_file(text: &str) -> (PathBuf, impl Drop) {
+        struct Rm(PathBuf);
+        impl Drop for Rm {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+        let path = std::env::temp_dir().join(format!(
+            "lab-agent-console-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::write(&path, text).unwrap();
+        (path.clone(), Rm(path))
+    }
+
+    fn wait(
+        text: &str,
+        from: ConsoleMark,
+        needle: &str,
+        exited: Option<&str>,
+    ) -> Result<Instant, VmError> {
+        let (path, _rm) = watch_file(text);
+        let exited = || exited.map(str::to_owned);
+        let stderr = || "qemu said something".to_owned();
+        let watch = Watch {
+            path: &path,
+            exited: &exited,
+            stderr: &stderr,
+        };
+        wait_for(&watch, from, needle, Duration::from_millis(200))
+    }
+
+    #[test]
+    fn finds_the_needle_only_after_the_mark() {
+        let text = "boot 1: FINAL\nboot 2: ...\n";
+        assert!(wait(text, ConsoleMark(0), "FINAL", None).is_ok());
+        let err = wait(text, ConsoleMark(10), "FINAL", None).unwrap_err();
+        assert!(matches!(err, VmError::ConsoleTimeout { .. }), "{err}");
+        assert!(err.to_string().contains("boot 2"), "{err}");
+    }
+
+    #[test]
+    fn a_kernel_panic_fails_at_once() {
+        let text = "[ 1.0] Kernel panic - not syncing: VFS: Unable to mount root fs\n";
+        let err = wait(text, ConsoleMark(0), "FINAL", None).unwrap_err();
+        assert!(matches!(err, VmError::KernelPanic { .. }), "{err}");
+    }
+
+    #[test]
+    fn qemu_exiting_fails_at_once_with_its_stderr() {
+        let err = wait("booting\n", ConsoleMark(0), "FINAL", Some("exit status: 1")).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, VmError::QemuExited { .. }), "{msg}");
+        assert!(
+            msg.contains("qemu said something") && msg.contains("booting"),
+            "{msg}"
+        );
     }
 }

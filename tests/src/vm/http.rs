@@ -80,3 +80,48 @@ pub fn wait_for_answer(
         std::thread::sleep(Duration::from_millis(250));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A listener that accepts, reads the request, then does `then`.
+    fn server(then: impl FnOnce(TcpStream) + Send + 'static) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = stream.read(&mut buf);
+            then(stream);
+        });
+        addr
+    }
+
+    #[test]
+    fn an_accepted_connection_without_an_answer_is_not_up() {
+        // What slirp does before the guest listens.
+        let addr = server(drop);
+        let err = get(addr, "/", None).unwrap_err();
+        assert!(err.contains("without an answer"), "{err}");
+    }
+
+    #[test]
+    fn any_status_line_is_an_answer() {
+        let addr = server(|mut s| {
+            let _ = s.write_all(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n");
+        });
+        let answer = get(addr, "/v1/ready", None).unwrap();
+        assert_eq!(answer.status, 401);
+    }
+
+    #[test]
+    fn garbage_is_not_an_answer() {
+        let addr = server(|mut s| {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH\r\n");
+        });
+        let err = get(addr, "/", None).unwrap_err();
+        assert!(err.contains("not an HTTP answer"), "{err}");
+    }
+}

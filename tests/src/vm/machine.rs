@@ -98,13 +98,8 @@ impl Vm {
         let dir = make_run_dir(&opts.name)?;
         let result = Self::boot_in(image, &opts, accel, &dir, lock);
         if result.is_err() {
-            // Keep what is needed to see why; the overlay is not.
-            let _ = std::fs::remove_file(dir.join("overlay.qcow2"));
-            eprintln!(
-                "vm[{}]: boot failed, files kept in `{}`",
-                opts.name,
-                dir.display()
-            );
+            // The error carries qemu's stderr; nothing else here is worth keeping.
+            let _ = std::fs::remove_dir_all(&dir);
         }
         result
     }
@@ -567,4 +562,24 @@ fn dir_suffix(dir: &Path) -> String {
         .and_then(|n| n.rsplit('-').next())
         .unwrap_or("0")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostnames_are_valid_labels() {
+        assert_eq!(hostname("vm_boot 0"), "vm-boot-0");
+        assert_eq!(hostname("--"), "labvm");
+        assert_eq!(hostname(&"x".repeat(100)).len(), 63);
+    }
+
+    #[test]
+    fn drive_paths_escape_commas() {
+        assert_eq!(
+            drive_arg(Path::new("/tmp/a,b.qcow2"), "qcow2", "cache=unsafe"),
+            "file=/tmp/a,,b.qcow2,if=virtio,format=qcow2,cache=unsafe"
+        );
+    }
 }

@@ -4,7 +4,8 @@
 //! # Layout
 //! - [`cli`]: arguments → validated [`serve::ServeConfig`] / [`setup::SetupConfig`].
 //! - [`serve`]: `lab-agent serve` wiring: token, bind, signals, optional setup.
-//! - [`server`]: accept loop, connection cap, timeouts, graceful shutdown.
+//! - [`server`]: accept loop, timeouts, graceful shutdown.
+//! - [`conns`]: the connection cap; the longest-idle connection makes room.
 //! - [`router`]: the routing table; auth first; one log line per request.
 //! - [`ready`], [`exec`], [`info`]: one file per endpoint.
 //! - [`readiness`]: the readiness rule, from `result.json` and `setup.json`.
@@ -22,6 +23,7 @@ pub mod api_error;
 pub mod app;
 pub mod capture;
 pub mod cli;
+pub mod conns;
 pub mod exec;
 pub mod http;
 pub mod identity;

@@ -1,8 +1,10 @@
-//! The accept loop: a connection cap, hyper's HTTP/1.1 with a header read
-//! timeout, and a graceful shutdown that lets running commands finish within
-//! a grace period and then kills their process groups.
+//! The accept loop: a connection cap (see [`crate::conns`] for who makes
+//! room when it is reached), hyper's HTTP/1.1 with a header read timeout, and
+//! a graceful shutdown that lets running commands finish within a grace
+//! period and then kills their process groups.
 
 use crate::app::App;
+use crate::conns::{Admit, Conns};
 use crate::router;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -10,17 +12,48 @@ use hyper_util::server::graceful::GracefulShutdown;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
 
-/// Open connections at most; further clients wait in the listen backlog
-/// until one closes (idle ones close after [`HEADER_READ_TIMEOUT`]).
+/// Open connections at most. A connection beyond it evicts the one idle
+/// longest; when none is idle it gets 429 at once (never a queue).
 pub const MAX_CONNECTIONS: usize = 256;
 /// A client must send a complete request head within this time, also when a
 /// kept-alive connection sits idle: slow or silent clients cannot hold a slot.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Request heads larger than this get 431.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// The answer to a connection beyond the cap when every connection is busy.
+const REFUSED: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\n\
+content-type: application/json\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 93\r\n\r\n\
+{\"error\":{\"code\":\"busy\",\"message\":\"the agent is at its connection limit; retry in a moment\"}}";
+
+/// Refused connections being answered at once; beyond this they are just
+/// closed.
+pub const MAX_REFUSALS: usize = 32;
+
+/// Answers 429 and closes, reading what the client sent for a moment so
+/// the close does not reset the connection before it reads the answer.
+async fn refuse(mut stream: TcpStream) {
+    let _ = tokio::time::timeout(Duration::from_millis(500), async {
+        stream.write_all(REFUSED).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        for _ in 0..16 {
+            if stream.read(&mut sink).await? == 0 {
+                break;
+            }
+        }
+        std::io::Result::Ok(())
+    })
+    .await;
+}
 
 /// Serves until `shutdown` resolves, then drains: no new connections, long
 /// polls answer at once, running commands get `grace` to finish before
@@ -32,7 +65,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let conns = Conns::new(MAX_CONNECTIONS);
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -42,13 +76,6 @@ pub async fn run(
     tokio::pin!(shutdown);
 
     loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            _ = &mut shutdown => break,
-        };
         let stream = tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, _peer)) => stream,
@@ -61,15 +88,55 @@ pub async fn run(
             },
             _ = &mut shutdown => break,
         };
+        let conn = match conns.admit() {
+            Admit::Serve { conn, evicted } => {
+                if evicted {
+                    // Let the evicted connection close before accepting
+                    // more, so open sockets stay near the cap in a flood.
+                    tokio::task::yield_now().await;
+                }
+                Arc::new(conn)
+            }
+            Admit::Refuse => {
+                tracing::warn!(
+                    max_connections = MAX_CONNECTIONS,
+                    "refused a connection: every connection is busy"
+                );
+                // Closing with the request unread would reset the
+                // connection and lose the answer: read a little first,
+                // briefly, for a bounded number of refusals at a time.
+                if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        refuse(stream).await;
+                        drop(permit);
+                    });
+                }
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
-        let svc = service_fn(move |req| router::handle(app.clone(), req));
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), svc));
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+        let svc = service_fn({
+            let conn = conn.clone();
+            move |req| {
+                let busy = conn.busy();
+                let app = app.clone();
+                async move {
+                    let resp = router::handle(app, req).await;
+                    drop(busy);
+                    resp
+                }
             }
-            drop(permit);
+        });
+        let served = graceful.watch(http.serve_connection(TokioIo::new(stream), svc));
+        tokio::spawn(async move {
+            tokio::select! {
+                r = served => if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                },
+                // Idle (no request in progress): dropping it loses nothing.
+                _ = conn.evicted() => tracing::debug!("closed the longest-idle connection to make room"),
+            }
         });
     }
 

@@ -6,6 +6,7 @@ mod support;
 mod auth;
 mod errors;
 mod exec;
+mod floods;
 mod lifecycle;
 mod ready;
 mod setup;

@@ -45,8 +45,11 @@ async fn route(
 ) -> Result<Response, ApiError> {
     // Before routing, so an unauthenticated caller learns nothing about
     // which paths or methods exist.
-    let auth = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
-    if !app.token.verify_header(auth) {
+    // Exactly one `Authorization`: with two, which one counts would depend
+    // on who reads them (a proxy in front may check the other).
+    let mut auth = req.headers().get_all(AUTHORIZATION).iter();
+    let (first, second) = (auth.next(), auth.next());
+    if second.is_some() || !app.token.verify_header(first.map(|v| v.as_bytes())) {
         return Err(ApiError::Unauthorized);
     }
     let method = req.method().clone();

@@ -39,6 +39,11 @@ fn scheme_variants_and_raw_headers() {
     assert_eq!(ask(&format!("Bearer {}", TOKEN.to_uppercase())), 401);
     assert_eq!(ask(&format!("Bearer {TOKEN}{TOKEN}")), 401);
     assert_eq!(ask(TOKEN), 401);
+    // Two Authorization headers: refused whichever comes first.
+    let right = format!("Bearer {TOKEN}");
+    assert_eq!(ask(&format!("{right}\r\nAuthorization: Bearer wrong")), 401);
+    assert_eq!(ask(&format!("Bearer wrong\r\nAuthorization: {right}")), 401);
+    assert_eq!(ask(&format!("{right}\r\nAuthorization: {right}")), 401);
 }
 
 #[test]

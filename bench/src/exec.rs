@@ -1,0 +1,246 @@
+//! Exec round trips, every variant one sample per round in a fresh random
+//! order, so whatever the machine does meanwhile hits all of them alike.
+
+use crate::floor::Floor;
+use crate::http::Conn;
+use crate::peers::Sshd;
+use crate::stats::Rng;
+use lab_agent_proto::{ExecRequest, ExecResult};
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// One way of running the shell; `sample` times one complete round trip.
+pub trait Variant {
+    fn name(&self) -> String;
+    fn sample(&mut self) -> io::Result<Duration>;
+}
+
+pub struct FloorV(pub Floor);
+
+impl Variant for FloorV {
+    fn name(&self) -> String {
+        match self.0.mode() {
+            crate::floor::Mode::PosixSpawn => "floor: posix_spawn + wait".into(),
+            crate::floor::Mode::Fork => "(diag.) local fork + setuid, no HTTP".into(),
+            crate::floor::Mode::Vfork => "(diag.) local vfork + setuid, no HTTP".into(),
+        }
+    }
+    fn sample(&mut self) -> io::Result<Duration> {
+        self.0.sample()
+    }
+}
+
+/// The JSON body of an exec request for `command` as `user`.
+pub fn exec_body(command: &str, user: &str, cap: Option<u64>) -> Vec<u8> {
+    let mut req = ExecRequest::new(command).user(user);
+    if let Some(c) = cap {
+        req = req.max_output_bytes(c);
+    }
+    serde_json::to_vec(&req).expect("plain struct")
+}
+
+/// Checks an exec response: 200 and exit code 0.
+pub fn check_exec(resp: &crate::http::Response) -> io::Result<ExecResult> {
+    if resp.status != 200 {
+        return Err(io::Error::other(format!(
+            "exec answered {}: {}",
+            resp.status,
+            String::from_utf8_lossy(&resp.body)
+        )));
+    }
+    let r: ExecResult = serde_json::from_slice(&resp.body).map_err(io::Error::other)?;
+    if r.exit_code != Some(0) {
+        return Err(io::Error::other(format!("exec failed: {r:?}")));
+    }
+    Ok(r)
+}
+
+pub struct AgentKeepAlive {
+    pub conn: Conn,
+    pub body: Vec<u8>,
+}
+
+impl Variant for AgentKeepAlive {
+    fn name(&self) -> String {
+        "lab-agent, kept-alive HTTP/1.1".into()
+    }
+    fn sample(&mut self) -> io::Result<Duration> {
+        let t = Instant::now();
+        let resp = self.conn.request("POST", "/v1/exec", Some(&self.body))?;
+        let d = t.elapsed();
+        check_exec(&resp)?;
+        Ok(d)
+    }
+}
+
+/// Diagnostic: the HTTP hop alone, `GET /v1/ready` on a kept-alive
+/// connection (answered from the agent's cache).
+pub struct AgentReady {
+    pub conn: Conn,
+}
+
+impl Variant for AgentReady {
+    fn name(&self) -> String {
+        "(diag.) lab-agent GET /v1/ready, kept-alive".into()
+    }
+    fn sample(&mut self) -> io::Result<Duration> {
+        let t = Instant::now();
+        let resp = self.conn.request("GET", "/v1/ready", None)?;
+        let d = t.elapsed();
+        if resp.status != 200 {
+            return Err(io::Error::other(format!("ready answered {}", resp.status)));
+        }
+        Ok(d)
+    }
+}
+
+pub struct AgentFresh {
+    pub addr: SocketAddr,
+    pub token: String,
+    pub body: Vec<u8>,
+}
+
+impl Variant for AgentFresh {
+    fn name(&self) -> String {
+        "lab-agent, new TCP connection each".into()
+    }
+    fn sample(&mut self) -> io::Result<Duration> {
+        let t = Instant::now();
+        let mut conn = Conn::connect(self.addr, &self.token)?;
+        let resp = conn.request("POST", "/v1/exec", Some(&self.body))?;
+        let d = t.elapsed();
+        check_exec(&resp)?;
+        Ok(d)
+    }
+}
+
+/// `ssh user@127.0.0.1 'bash --login -c true'`: sshd runs the user's shell
+/// with `-c`, which execs the login shell (one extra exec of a plain
+/// `bash -c`, ~1 ms, which the row includes).
+pub struct Ssh<'a> {
+    pub sshd: &'a Sshd,
+    pub mux: Option<PathBuf>,
+    pub remote: String,
+}
+
+impl Variant for Ssh<'_> {
+    fn name(&self) -> String {
+        match self.mux {
+            None => "OpenSSH, new connection each".into(),
+            Some(_) => "OpenSSH, ControlMaster session".into(),
+        }
+    }
+    fn sample(&mut self) -> io::Result<Duration> {
+        let mut cmd = self.sshd.ssh(self.mux.as_deref(), &self.remote);
+        let t = Instant::now();
+        let out = cmd.output()?;
+        let d = t.elapsed();
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "ssh failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(d)
+    }
+}
+
+/// qemu-guest-agent: `guest-exec` with captured output, then
+/// `guest-exec-status` back to back until it reports `exited` (no sleep
+/// between polls: the fastest a client can learn of the exit).
+pub struct Qga {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    exec: String,
+    pub polls: u64,
+}
+
+impl Qga {
+    pub fn connect(socket: &Path, argv: &[&str]) -> io::Result<Qga> {
+        let writer = UnixStream::connect(socket)?;
+        writer.set_read_timeout(Some(Duration::from_secs(60)))?;
+        let reader = BufReader::new(writer.try_clone()?);
+        let exec = serde_json::json!({
+            "execute": "guest-exec",
+            "arguments": {"path": argv[0], "arg": &argv[1..], "capture-output": true}
+        })
+        .to_string();
+        Ok(Qga {
+            reader,
+            writer,
+            exec,
+            polls: 0,
+        })
+    }
+
+    fn call(&mut self, request: &str) -> io::Result<serde_json::Value> {
+        self.writer.write_all(request.as_bytes())?;
+        self.writer.write_all(b"\n")?;
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Err(io::Error::other("qemu-ga closed the connection"));
+        }
+        let v: serde_json::Value = serde_json::from_str(&line).map_err(io::Error::other)?;
+        match v.get("return") {
+            Some(r) => Ok(r.clone()),
+            None => Err(io::Error::other(format!("qemu-ga: {line}"))),
+        }
+    }
+}
+
+impl Variant for Qga {
+    fn name(&self) -> String {
+        "qemu-ga, guest-exec + status polls".into()
+    }
+    fn sample(&mut self) -> io::Result<Duration> {
+        let t = Instant::now();
+        let exec = self.exec.clone();
+        let r = self.call(&exec)?;
+        let pid = r["pid"]
+            .as_i64()
+            .ok_or_else(|| io::Error::other(format!("guest-exec: {r}")))?;
+        let status = format!(r#"{{"execute":"guest-exec-status","arguments":{{"pid":{pid}}}}}"#);
+        loop {
+            let s = self.call(&status)?;
+            self.polls += 1;
+            if s["exited"].as_bool() == Some(true) {
+                let d = t.elapsed();
+                if s["exitcode"].as_i64() != Some(0) {
+                    return Err(io::Error::other(format!("guest-exec: {s}")));
+                }
+                return Ok(d);
+            }
+        }
+    }
+}
+
+/// Runs `warmup` unrecorded rounds, then `rounds` recorded ones, each round
+/// taking one sample of every variant in a random order.
+pub fn interleave(
+    variants: &mut [Box<dyn Variant + '_>],
+    warmup: usize,
+    rounds: usize,
+    rng: &mut Rng,
+) -> io::Result<Vec<Vec<Duration>>> {
+    let mut samples = vec![Vec::with_capacity(rounds); variants.len()];
+    let mut order: Vec<usize> = (0..variants.len()).collect();
+    for round in 0..warmup + rounds {
+        rng.shuffle(&mut order);
+        for &i in &order {
+            let d = variants[i]
+                .sample()
+                .map_err(|e| io::Error::other(format!("{}: {e}", variants[i].name())))?;
+            if round >= warmup {
+                samples[i].push(d);
+            }
+        }
+        if (round + 1) % 50 == 0 {
+            eprintln!("bench: exec round {}/{}", round + 1, warmup + rounds);
+        }
+    }
+    Ok(samples)
+}

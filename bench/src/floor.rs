@@ -1,0 +1,419 @@
+//! The floor: the least a local program can do to run the same login shell.
+//!
+//! A helper process (this binary, `floor-helper`) runs *as the bench user*,
+//! in the user's home, and for every sample does one `posix_spawn` of
+//! `/bin/bash --login -c true` with the agent's clean login environment,
+//! stdin from /dev/null, stdout and stderr to pipes read until EOF, then
+//! `waitpid`. It times exactly that and reports the nanoseconds over a pipe,
+//! so no IPC is in the number. This is the strictest floor available: no
+//! credential switch, no new session, and glibc's posix_spawn shares the
+//! parent's memory (`CLONE_VM|CLONE_VFORK`) instead of copying page tables.
+
+use crate::children::{Proc, User, prepare};
+use std::ffi::CString;
+use std::io::{self, Read, Write};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The bench's end of a running helper.
+#[derive(Debug)]
+pub struct Floor {
+    proc: Proc,
+    to: ChildStdin,
+    from: ChildStdout,
+    mode: Mode,
+}
+
+/// How the helper starts the shell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The floor: posix_spawn, the helper already runs as the user.
+    PosixSpawn,
+    /// Diagnostic: fork, then setsid/setgroups/setgid/setuid/chdir in the
+    /// child, from a root helper (std's `pre_exec`, as lab-agent 0.1 did).
+    Fork,
+    /// Diagnostic: the same switch in a `clone(CLONE_VM|CLONE_VFORK)` child
+    /// with raw system calls (what posix_spawn does, plus the switch).
+    Vfork,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Mode::PosixSpawn => "posix_spawn",
+            Mode::Fork => "fork",
+            Mode::Vfork => "vfork",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        [Mode::PosixSpawn, Mode::Fork, Mode::Vfork]
+            .into_iter()
+            .find(|m| m.arg() == s)
+    }
+}
+
+impl Floor {
+    pub fn start(user: &User, shell_command: &str, mode: Mode) -> io::Result<Floor> {
+        let exe = std::env::current_exe()?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("floor-helper")
+            .arg(mode.arg())
+            .arg(shell_command)
+            .env_clear()
+            .envs(user.login_env())
+            .current_dir(&user.home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if mode != Mode::PosixSpawn {
+            // Runs as root and switches in the child, as the agent does.
+            cmd.env(
+                "BENCH_IDS",
+                format!(
+                    "{} {} {}",
+                    user.uid,
+                    user.gid,
+                    user.groups
+                        .iter()
+                        .map(|g| g.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            );
+        }
+        prepare(&mut cmd, (mode == Mode::PosixSpawn).then_some(user));
+        let mut proc = Proc::spawn(cmd, "the floor helper")?;
+        let to = proc.child.stdin.take().expect("piped");
+        let from = proc.child.stdout.take().expect("piped");
+        Ok(Floor {
+            proc,
+            to,
+            from,
+            mode,
+        })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn sample(&mut self) -> io::Result<Duration> {
+        self.to.write_all(b"g")?;
+        let mut buf = [0u8; 8];
+        self.from.read_exact(&mut buf).map_err(|e| {
+            let _ = self.proc.check_alive();
+            io::Error::other(format!("the floor helper stopped answering: {e}"))
+        })?;
+        match u64::from_le_bytes(buf) {
+            u64::MAX => Err(io::Error::other(
+                "the floor helper's shell failed (see its stderr above)",
+            )),
+            ns => Ok(Duration::from_nanos(ns)),
+        }
+    }
+}
+
+/// `lab-agent-bench floor-helper MODE COMMAND`: one spawn per byte on stdin.
+pub fn helper_main(mode: Mode, command: &str) -> io::Result<()> {
+    let argv_owned: Vec<CString> = ["/bin/bash", "--login", "-c", command]
+        .iter()
+        .map(|s| CString::new(*s).map_err(io::Error::other))
+        .collect::<io::Result<_>>()?;
+    let env_owned: Vec<CString> = std::env::vars()
+        .filter(|(k, _)| k != "BENCH_IDS")
+        .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(io::Error::other))
+        .collect::<io::Result<_>>()?;
+    let mut argv: Vec<*mut libc::c_char> =
+        argv_owned.iter().map(|s| s.as_ptr() as *mut _).collect();
+    argv.push(std::ptr::null_mut());
+    let mut envp: Vec<*mut libc::c_char> = env_owned.iter().map(|s| s.as_ptr() as *mut _).collect();
+    envp.push(std::ptr::null_mut());
+    let ids = std::env::var("BENCH_IDS")
+        .ok()
+        .map(|s| parse_ids(&s))
+        .transpose()?;
+    let home = CString::new(std::env::var("HOME").unwrap_or_else(|_| "/".into()))
+        .map_err(io::Error::other)?;
+
+    let mut stdin = io::stdin().lock();
+    let mut stdout = io::stdout().lock();
+    let mut go = [0u8; 1];
+    while stdin.read(&mut go)? == 1 {
+        let r = match (mode, &ids) {
+            (Mode::PosixSpawn, _) => spawn_once(&argv, &envp),
+            (Mode::Fork, Some(ids)) => fork_once(command, ids, &home),
+            (Mode::Vfork, Some(ids)) => vfork_once(&argv, &envp, ids, &home),
+            (_, None) => Err(io::Error::other("BENCH_IDS is not set")),
+        };
+        let ns = match r {
+            Ok((d, 0)) => d.as_nanos() as u64,
+            Ok((_, status)) => {
+                eprintln!("floor-helper: the shell exited with wait status {status}");
+                u64::MAX
+            }
+            Err(e) => {
+                eprintln!("floor-helper: {e}");
+                u64::MAX
+            }
+        };
+        stdout.write_all(&ns.to_le_bytes())?;
+        stdout.flush()?;
+    }
+    Ok(())
+}
+
+/// `uid gid g1,g2,…`
+#[derive(Debug)]
+struct Ids {
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+fn parse_ids(s: &str) -> io::Result<Ids> {
+    let bad = || io::Error::other(format!("bad BENCH_IDS {s:?}"));
+    let mut it = s.split(' ');
+    let uid = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let gid = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let groups = it
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .filter(|g| !g.is_empty())
+        .map(|g| g.parse().map_err(|_| bad()))
+        .collect::<io::Result<_>>()?;
+    Ok(Ids { uid, gid, groups })
+}
+
+/// What lab-agent 0.1 did: std's Command with a `pre_exec` (so fork).
+fn fork_once(command: &str, ids: &Ids, home: &CString) -> io::Result<(Duration, libc::c_int)> {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let started = Instant::now();
+    let mut c = Command::new("/bin/bash");
+    c.args(["--login", "-c", command])
+        .env_clear()
+        .envs(std::env::vars().filter(|(k, _)| k != "BENCH_IDS"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let groups = ids.groups.clone();
+    let (gid, uid) = (ids.gid, ids.uid);
+    let home = home.clone();
+    // SAFETY: async-signal-safe calls on data prepared before the fork.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::setsid() < 0
+                || libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+                || libc::chdir(home.as_ptr()) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = c.output()?;
+    Ok((started.elapsed(), out.status.into_raw()))
+}
+
+struct VforkArgs<'a> {
+    argv: &'a [*mut libc::c_char],
+    envp: &'a [*mut libc::c_char],
+    ids: &'a Ids,
+    home: &'a CString,
+    stdin: libc::c_int,
+    stdout: libc::c_int,
+    stderr: libc::c_int,
+    errno: libc::c_int,
+}
+
+extern "C" fn vfork_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: the parent is suspended until we exec or exit; only raw
+    // system calls, no libc state (which we share with the parent).
+    unsafe {
+        let a = &mut *(arg as *mut VforkArgs<'_>);
+        let sys = |r: libc::c_long| r >= 0;
+        let ok = sys(libc::syscall(libc::SYS_setsid))
+            && sys(libc::syscall(
+                libc::SYS_setgroups,
+                a.ids.groups.len(),
+                a.ids.groups.as_ptr(),
+            ))
+            && sys(libc::syscall(libc::SYS_setgid, a.ids.gid))
+            && sys(libc::syscall(libc::SYS_setuid, a.ids.uid))
+            && sys(libc::syscall(libc::SYS_chdir, a.home.as_ptr()))
+            && sys(libc::syscall(libc::SYS_dup2, a.stdin, 0))
+            && sys(libc::syscall(libc::SYS_dup2, a.stdout, 1))
+            && sys(libc::syscall(libc::SYS_dup2, a.stderr, 2))
+            && sys(libc::syscall(
+                libc::SYS_execve,
+                a.argv[0],
+                a.argv.as_ptr(),
+                a.envp.as_ptr(),
+            ));
+        if !ok {
+            a.errno = *libc::__errno_location();
+        }
+        libc::syscall(libc::SYS_exit, 127);
+    }
+    127
+}
+
+fn vfork_once(
+    argv: &[*mut libc::c_char],
+    envp: &[*mut libc::c_char],
+    ids: &Ids,
+    home: &CString,
+) -> io::Result<(Duration, libc::c_int)> {
+    let started = Instant::now();
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    // SAFETY: plain open of /dev/null.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let mut args = VforkArgs {
+        argv,
+        envp,
+        ids,
+        home,
+        stdin: null,
+        stdout: out_w,
+        stderr: err_w,
+        errno: 0,
+    };
+    let mut stack = vec![0u8; 64 * 1024];
+    // SAFETY: the child runs on its own stack and the parent waits for it
+    // to exec or exit (CLONE_VFORK) before `args` or `stack` go away.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(stack.len());
+        let pid = libc::clone(
+            vfork_child,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut args as *mut VforkArgs<'_>).cast(),
+        );
+        libc::close(out_w);
+        libc::close(err_w);
+        libc::close(null);
+        pid
+    };
+    if pid < 0 || args.errno != 0 {
+        let e = if pid < 0 {
+            io::Error::last_os_error()
+        } else {
+            io::Error::from_raw_os_error(args.errno)
+        };
+        // SAFETY: our descriptors.
+        unsafe {
+            libc::close(out_r);
+            libc::close(err_r);
+        }
+        return Err(e);
+    }
+    drain(out_r, err_r)?;
+    let mut status = 0;
+    // SAFETY: waiting for our child.
+    if unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((started.elapsed(), status))
+}
+
+fn spawn_once(
+    argv: &[*mut libc::c_char],
+    envp: &[*mut libc::c_char],
+) -> io::Result<(Duration, libc::c_int)> {
+    let started = Instant::now();
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: file actions and argv/envp are valid for the call; the pipe
+    // ends are ours and closed below.
+    let rc = unsafe {
+        let mut fa: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        libc::posix_spawn_file_actions_init(&mut fa);
+        libc::posix_spawn_file_actions_addopen(
+            &mut fa,
+            0,
+            c"/dev/null".as_ptr(),
+            libc::O_RDONLY,
+            0,
+        );
+        libc::posix_spawn_file_actions_adddup2(&mut fa, out_w, 1);
+        libc::posix_spawn_file_actions_adddup2(&mut fa, err_w, 2);
+        let rc = libc::posix_spawn(
+            &mut pid,
+            argv[0],
+            &fa,
+            std::ptr::null(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+        );
+        libc::posix_spawn_file_actions_destroy(&mut fa);
+        libc::close(out_w);
+        libc::close(err_w);
+        rc
+    };
+    if rc != 0 {
+        // SAFETY: our descriptors.
+        unsafe {
+            libc::close(out_r);
+            libc::close(err_r);
+        }
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    drain(out_r, err_r)?;
+    let mut status = 0;
+    // SAFETY: waiting for the child we just spawned.
+    if unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((started.elapsed(), status))
+}
+
+/// Reads both pipes until EOF on each (what a caller capturing output does).
+fn drain(a: libc::c_int, b: libc::c_int) -> io::Result<()> {
+    let mut fds = [
+        libc::pollfd {
+            fd: a,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: b,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let mut open = 2;
+    let mut buf = [0u8; 16 * 1024];
+    while open > 0 {
+        // SAFETY: two valid pollfds.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for p in fds.iter_mut() {
+            if p.fd >= 0 && p.revents != 0 {
+                // SAFETY: reading into a local buffer from our pipe.
+                let n = unsafe { libc::read(p.fd, buf.as_mut_ptr().cast(), buf.len()) };
+                if n <= 0 {
+                    // SAFETY: closing our pipe end once.
+                    unsafe { libc::close(p.fd) };
+                    p.fd = -1;
+                    open -= 1;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn pipe() -> io::Result<(libc::c_int, libc::c_int)> {
+    let mut fds = [0; 2];
+    // SAFETY: two-element array for pipe2.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((fds[0], fds[1]))
+}

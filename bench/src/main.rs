@@ -1,0 +1,670 @@
+//! lab-agent-bench: measures lab-agent against SPEC §7 side by side with the
+//! local floor, OpenSSH and qemu-guest-agent, in one run, and prints the
+//! tables of BENCHMARKS.md. Run it through `bench/run.sh`, which installs the
+//! peers, creates the bench user and builds the shipped (static) agent.
+//!
+//! # Layout
+//! - [`children`]: every process we start dies with us (drop, pdeathsig,
+//!   signal/time-limit thread).
+//! - [`peers`]: lab-agent, sshd and qemu-ga on loopback.
+//! - [`floor`]: the posix_spawn floor, in a helper running as the user.
+//! - [`exec`]: the exec variants and the interleaved sampling loop.
+//! - [`detect`], [`memory`], [`wrk`], [`size`]: the other targets.
+//! - [`http`]: a minimal blocking HTTP/1.1 client; [`stats`]: percentiles.
+
+mod children;
+mod detect;
+mod exec;
+mod floor;
+mod http;
+mod memory;
+mod peers;
+mod size;
+mod stats;
+mod wrk;
+
+use children::User;
+use clap::Parser;
+use exec::{AgentFresh, AgentKeepAlive, FloorV, Qga, Ssh, Variant};
+use peers::{AgentOpts, QemuGa, Sshd, start_agent};
+use stats::{Rng, Summary, ms};
+use std::fmt::Write as _;
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+const SHELL_COMMAND: &str = "true";
+const MIB: u64 = 1024 * 1024;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "lab-agent-bench",
+    about = "Benchmark lab-agent against SPEC §7 (use bench/run.sh)"
+)]
+struct Args {
+    /// The agent to measure (the static one `packaging/build-agent.sh` builds).
+    #[arg(long)]
+    agent: PathBuf,
+    /// `labctl`, for the Secret's size budget.
+    #[arg(long)]
+    labctl: Option<PathBuf>,
+    /// The lab whose Secret is sized.
+    #[arg(long, default_value = "examples/hello-lab")]
+    lab: PathBuf,
+    /// Unprivileged user with an empty home every shell runs as.
+    #[arg(long, default_value = "labbench")]
+    user: String,
+    /// Recorded exec rounds (each: one sample of every variant).
+    #[arg(long, default_value_t = 200)]
+    rounds: usize,
+    /// Unrecorded exec rounds first.
+    #[arg(long, default_value_t = 10)]
+    warmup: usize,
+    /// Readiness detections (alternating the two markers).
+    #[arg(long, default_value_t = 120)]
+    detections: usize,
+    /// wrk runs, and seconds each.
+    #[arg(long, default_value_t = 3)]
+    wrk_runs: u32,
+    #[arg(long, default_value_t = 5)]
+    wrk_seconds: u32,
+    #[arg(long, default_value_t = 32)]
+    wrk_connections: u32,
+    /// Also time the agent's way of spawning locally (fork, and the vfork
+    /// alternative), to split its overhead into spawning and HTTP.
+    #[arg(long)]
+    diagnostic: bool,
+    /// Leave out OpenSSH and qemu-ga (quick agent-vs-floor runs).
+    #[arg(long)]
+    no_peers: bool,
+    /// Give up (and clean up) after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    time_limit: u64,
+    /// Only these parts (comma-separated: size,exec,detect,memory,wrk).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+impl Args {
+    fn part(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| p == name)
+    }
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("floor-helper") {
+        let mode = argv.get(2).and_then(|m| floor::Mode::parse(m));
+        let command = argv.get(3).map_or(SHELL_COMMAND, String::as_str);
+        let Some(mode) = mode else {
+            eprintln!("floor-helper: bad mode");
+            return ExitCode::FAILURE;
+        };
+        return match floor::helper_main(mode, command) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("floor-helper: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let args = Args::parse();
+    children::install_guard(Duration::from_secs(args.time_limit));
+    match run(&args) {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> io::Result<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(io::Error::other(
+            "the benchmark must run as root (it starts sshd and runs shells as another user)\nhint: use `bench/run.sh`",
+        ));
+    }
+    let user = User::lookup(&args.user)?;
+    let work = WorkDir::create()?;
+    let w = work.0.as_path();
+    let token_path = w.join("token");
+    let token = make_token(&token_path)?;
+    let mut rng = Rng::seeded();
+    let mut out = String::new();
+    let load_before = loadavg();
+
+    let sizes = if args.part("size") {
+        eprintln!("bench: sizes");
+        Some(size::measure(
+            &args.agent,
+            args.labctl.as_deref(),
+            &args.lab,
+            w,
+        )?)
+    } else {
+        None
+    };
+
+    // The exec agent: also the one whose idle RSS is reported.
+    let ready_state = w.join("state-ready");
+    std::fs::create_dir_all(&ready_state)?;
+    peers::run(
+        Command::new(&args.agent)
+            .args(["setup", "--state-dir"])
+            .arg(&ready_state),
+    )?;
+    let mut rows = Vec::new();
+    let mut idle = None;
+    if args.part("exec") || args.part("memory") {
+        let agent = start_agent(
+            &args.agent,
+            w,
+            &token_path,
+            AgentOpts {
+                name: "agent-exec",
+                state_dir: &ready_state,
+                cloud_init_dir: None,
+                cpu: None,
+            },
+        )?;
+        std::thread::sleep(Duration::from_millis(200));
+        let rss_start = memory::status_kib(agent.proc.pid(), "VmRSS")?;
+        if args.part("exec") {
+            rows = exec_phase(args, &user, w, &agent, &token, &mut rng)?;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        idle = Some((
+            rss_start,
+            memory::status_kib(agent.proc.pid(), "VmRSS")?,
+            memory::status_kib(agent.proc.pid(), "VmHWM")?,
+        ));
+    }
+
+    let detections = if args.part("detect") {
+        eprintln!("bench: readiness detection, {} samples", args.detections);
+        let markers = detect::Markers::create(w)?;
+        let agent = start_agent(
+            &args.agent,
+            w,
+            &token_path,
+            AgentOpts {
+                name: "agent-detect",
+                state_dir: markers.state_dir(),
+                cloud_init_dir: Some(markers.cloud_init_dir()),
+                cpu: None,
+            },
+        )?;
+        let d = detect::measure(&markers, agent.addr, &token, args.detections, &mut rng)?;
+        drop(agent);
+        Some(d)
+    } else {
+        None
+    };
+
+    let mut floods = Vec::new();
+    if args.part("memory") {
+        for cap in [None, Some(64 * 1024)] {
+            let f = memory::Flood {
+                execs: 8,
+                bytes_each: 50_000_000,
+                cap,
+            };
+            eprintln!("bench: memory flood, cap {cap:?}");
+            let agent = start_agent(
+                &args.agent,
+                w,
+                &token_path,
+                AgentOpts {
+                    name: "agent-flood",
+                    state_dir: &ready_state,
+                    cloud_init_dir: None,
+                    cpu: None,
+                },
+            )?;
+            std::thread::sleep(Duration::from_millis(200));
+            let before = memory::status_kib(agent.proc.pid(), "VmRSS")?;
+            let outcome = memory::flood(agent.addr, &token, &user.name, f)?;
+            let peak = memory::status_kib(agent.proc.pid(), "VmHWM")?;
+            std::thread::sleep(Duration::from_millis(500));
+            let after = memory::status_kib(agent.proc.pid(), "VmRSS")?;
+            floods.push((f, outcome, before, peak, after));
+        }
+    }
+
+    let mut wrk_runs = Vec::new();
+    if args.part("wrk") {
+        eprintln!(
+            "bench: wrk, {} × {} s, {} connections",
+            args.wrk_runs, args.wrk_seconds, args.wrk_connections
+        );
+        let agent = start_agent(
+            &args.agent,
+            w,
+            &token_path,
+            AgentOpts {
+                name: "agent-wrk",
+                state_dir: &ready_state,
+                cloud_init_dir: None,
+                cpu: Some(0),
+            },
+        )?;
+        for _ in 0..args.wrk_runs {
+            wrk_runs.push(wrk::run_wrk(
+                agent.addr,
+                &token,
+                1,
+                args.wrk_connections,
+                args.wrk_seconds,
+            )?);
+        }
+    }
+    let load_after = loadavg();
+
+    // The report.
+    let _ = writeln!(out, "## Machine\n");
+    let _ = writeln!(
+        out,
+        "- {} CPUs, {}, Linux {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model(),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+    );
+    let _ = writeln!(
+        out,
+        "- load average (1/5/15 min): before `{load_before}`, after `{load_after}`"
+    );
+    let _ = writeln!(
+        out,
+        "- every shell: `/bin/bash --login -c {SHELL_COMMAND}` as `{}` (home `{}`, {} entries)\n",
+        user.name,
+        user.home.display(),
+        std::fs::read_dir(&user.home).map_or(0, |d| d.count())
+    );
+
+    if !rows.is_empty() {
+        let floor = rows[0].1.median;
+        let _ = writeln!(
+            out,
+            "## Exec round trip ({} rounds, interleaved in random order, after {} warm-up rounds)\n",
+            args.rounds, args.warmup
+        );
+        let _ = writeln!(out, "| variant | median ms | p90 ms | ratio to floor |");
+        let _ = writeln!(out, "|---|---:|---:|---:|");
+        for (name, s) in &rows {
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {} | {:.3} |",
+                ms(s.median),
+                ms(s.p90),
+                s.median.as_secs_f64() / floor.as_secs_f64()
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    if let Some(d) = &detections {
+        let _ = writeln!(
+            out,
+            "## Readiness detection (marker appears → long-poll `/v1/ready?wait=30` returns)\n"
+        );
+        let _ = writeln!(out, "| marker | n | median ms | p99 ms | max ms |");
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+        let groups: [(&str, Option<detect::Marker>); 3] = [
+            (
+                "`result.json` symlink",
+                Some(detect::Marker::CloudInitResult),
+            ),
+            (
+                "`setup.json` → succeeded",
+                Some(detect::Marker::SetupSucceeded),
+            ),
+            ("both", None),
+        ];
+        for (label, which) in groups {
+            let v: Vec<Duration> = d
+                .iter()
+                .filter(|(m, _)| which.is_none_or(|w| w == *m))
+                .map(|(_, t)| *t)
+                .collect();
+            let s = Summary::of(&v);
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} | {} | {} |",
+                s.n,
+                ms(s.median),
+                ms(s.p99),
+                ms(s.max)
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    if !wrk_runs.is_empty() {
+        let _ = writeln!(
+            out,
+            "## `GET /v1/ready` under load (agent on CPU 0, `wrk -t1 -c{}` on CPU 1, {} runs of {} s)\n",
+            args.wrk_connections, args.wrk_runs, args.wrk_seconds
+        );
+        let _ = writeln!(out, "| run | requests/s | p50 ms | p99 ms | non-2xx |");
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+        for (i, r) in wrk_runs.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "| {} | {:.0} | {} | {} | {} |",
+                i + 1,
+                r.requests_per_sec,
+                ms(r.p50),
+                ms(r.p99),
+                r.non_2xx
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    if idle.is_some() || !floods.is_empty() {
+        let _ = writeln!(out, "## Memory (KiB, from /proc/PID/status)\n");
+        let _ = writeln!(
+            out,
+            "| situation | RSS before | peak (VmHWM) | RSS after | kept output |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+        if let Some((start, after, hwm)) = idle {
+            let _ = writeln!(
+                out,
+                "| idle: just started / after the exec rounds | {start} | {hwm} | {after} | – |"
+            );
+        }
+        for (f, o, before, peak, after) in &floods {
+            let cap = match f.cap {
+                None => "default cap (1 MiB)".to_owned(),
+                Some(c) => format!("`max_output_bytes` {} KiB", c / 1024),
+            };
+            let _ = writeln!(
+                out,
+                "| {} execs × {} MB stdout, {cap}, {:.1} s | {before} | {peak} | {after} | {} |",
+                f.execs,
+                f.bytes_each / 1_000_000,
+                o.wall.as_secs_f64(),
+                o.kept / 1024
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    if let Some(s) = &sizes {
+        let _ = writeln!(out, "## Size (`{}`)\n", args.agent.display());
+        let _ = writeln!(out, "| what | bytes | KiB |");
+        let _ = writeln!(out, "|---|---:|---:|");
+        for (what, b) in [
+            ("static, stripped binary", s.binary),
+            ("gzip -9", s.gzip),
+            ("base64 of that, in the user-data", s.base64),
+        ] {
+            let _ = writeln!(out, "| {what} | {b} | {:.1} |", b as f64 / 1024.0);
+        }
+        if let Some(sec) = &s.secret {
+            let _ = writeln!(
+                out,
+                "| hello-lab user-data (the Secret's `data.userdata`, decoded) | {} | {:.1} |",
+                sec.user_data,
+                sec.user_data as f64 / 1024.0
+            );
+            let _ = writeln!(
+                out,
+                "| hello-lab Secret manifest (YAML, base64 of the above) | {} | {:.1} |",
+                sec.manifest,
+                sec.manifest as f64 / 1024.0
+            );
+            let _ = writeln!(out, "\n`labctl secret`: `{}`", sec.budget_line);
+        }
+        let _ = writeln!(out);
+    }
+
+    out.push_str(&targets(
+        &rows,
+        detections.as_deref(),
+        &wrk_runs,
+        idle,
+        &floods,
+        sizes.as_ref(),
+    ));
+    Ok(out)
+}
+
+type FloodRow = (memory::Flood, memory::FloodOutcome, u64, u64, u64);
+
+fn targets(
+    rows: &[(String, Summary)],
+    detections: Option<&[(detect::Marker, Duration)]>,
+    wrk_runs: &[wrk::WrkRun],
+    idle: Option<(u64, u64, u64)>,
+    floods: &[FloodRow],
+    sizes: Option<&size::Sizes>,
+) -> String {
+    let mut t = Vec::<(String, String, bool)>::new();
+    if rows.len() >= 2 {
+        let floor = rows[0].1.median.as_secs_f64();
+        let agent = rows[1].1.median.as_secs_f64();
+        t.push((
+            "exec (kept-alive) ≤ 1.05 × floor".into(),
+            format!("{:.3} ×", agent / floor),
+            agent <= 1.05 * floor,
+        ));
+        let peers: Vec<&(String, Summary)> = rows
+            .iter()
+            .filter(|(n, _)| n.starts_with("OpenSSH") || n.starts_with("qemu-ga"))
+            .collect();
+        if let Some(best) = peers.iter().min_by_key(|(_, s)| s.median) {
+            t.push((
+                "exec faster than OpenSSH and qemu-ga".into(),
+                format!(
+                    "{} ms vs the fastest peer ({}) {} ms",
+                    ms(rows[1].1.median),
+                    best.0,
+                    ms(best.1.median)
+                ),
+                rows[1].1.median < best.1.median,
+            ));
+        }
+    }
+    if let Some(s) = sizes {
+        t.push((
+            "binary ≤ 1 MiB".into(),
+            format!("{:.1} KiB", s.binary as f64 / 1024.0),
+            s.binary <= MIB,
+        ));
+        if let Some(sec) = &s.secret {
+            t.push((
+                "hello-lab Secret ≤ 700 KiB".into(),
+                format!("{:.1} KiB of user-data", sec.user_data as f64 / 1024.0),
+                sec.user_data <= 700 * 1024,
+            ));
+        }
+    }
+    if let Some((start, after, _)) = idle {
+        let worst = start.max(after);
+        t.push((
+            "idle RSS ≤ 2 MiB".into(),
+            format!("{worst} KiB"),
+            worst <= 2048,
+        ));
+    }
+    for (f, _, _, peak, _) in floods {
+        let cap = f.cap.map_or("default 1 MiB cap".to_owned(), |c| {
+            format!("{} KiB cap", c / 1024)
+        });
+        t.push((
+            format!("RSS ≤ 8 MiB, 8 execs flooding ({cap})"),
+            format!("{peak} KiB"),
+            *peak <= 8 * 1024,
+        ));
+    }
+    if !wrk_runs.is_empty() {
+        let mut r: Vec<f64> = wrk_runs.iter().map(|r| r.requests_per_sec).collect();
+        r.sort_by(f64::total_cmp);
+        let median = r[r.len() / 2];
+        t.push((
+            "`/v1/ready` ≥ 30k req/s".into(),
+            format!("{median:.0} req/s (median run)"),
+            median >= 30_000.0,
+        ));
+    }
+    if let Some(d) = detections {
+        let v: Vec<Duration> = d.iter().map(|(_, t)| *t).collect();
+        let s = Summary::of(&v);
+        t.push((
+            "readiness detected ≤ 100 ms".into(),
+            format!("max {} ms", ms(s.max)),
+            s.max <= Duration::from_millis(100),
+        ));
+    }
+    let mut out =
+        String::from("## Targets (SPEC §7)\n\n| target | measured | holds |\n|---|---|---|\n");
+    for (name, m, ok) in t {
+        let _ = writeln!(
+            out,
+            "| {name} | {m} | {} |",
+            if ok { "yes" } else { "**no**" }
+        );
+    }
+    out
+}
+
+fn exec_phase(
+    args: &Args,
+    user: &User,
+    w: &Path,
+    agent: &peers::Agent,
+    token: &str,
+    rng: &mut Rng,
+) -> io::Result<Vec<(String, Summary)>> {
+    // Declared before `variants` borrows them, dropped after.
+    let peers = if args.no_peers {
+        None
+    } else {
+        eprintln!("bench: starting the peers");
+        let sshd = Sshd::start(w, user)?;
+        let master = sshd.start_master()?;
+        let qga = QemuGa::start(w, user)?;
+        Some((sshd, master, qga))
+    };
+    let body = exec::exec_body(SHELL_COMMAND, &user.name, None);
+    let mut variants: Vec<Box<dyn Variant + '_>> = vec![
+        Box::new(FloorV(floor::Floor::start(
+            user,
+            SHELL_COMMAND,
+            floor::Mode::PosixSpawn,
+        )?)),
+        Box::new(AgentKeepAlive {
+            conn: http::Conn::connect(agent.addr, token)?,
+            body: body.clone(),
+        }),
+        Box::new(AgentFresh {
+            addr: agent.addr,
+            token: token.to_owned(),
+            body,
+        }),
+    ];
+    if let Some((sshd, (_, mux), qga)) = &peers {
+        let remote = format!("bash --login -c {SHELL_COMMAND}");
+        variants.push(Box::new(Ssh {
+            sshd,
+            mux: None,
+            remote: remote.clone(),
+        }));
+        variants.push(Box::new(Ssh {
+            sshd,
+            mux: Some(mux.clone()),
+            remote,
+        }));
+        variants.push(Box::new(Qga::connect(
+            &qga.socket,
+            &["/bin/bash", "--login", "-c", SHELL_COMMAND],
+        )?));
+    }
+    if args.diagnostic {
+        variants.push(Box::new(exec::AgentReady {
+            conn: http::Conn::connect(agent.addr, token)?,
+        }));
+        for mode in [floor::Mode::Fork, floor::Mode::Vfork] {
+            variants.push(Box::new(FloorV(floor::Floor::start(
+                user,
+                SHELL_COMMAND,
+                mode,
+            )?)));
+        }
+    }
+    eprintln!(
+        "bench: exec, {} variants × ({} + {}) rounds",
+        variants.len(),
+        args.warmup,
+        args.rounds
+    );
+    let samples = exec::interleave(&mut variants, args.warmup, args.rounds, rng)?;
+    Ok(variants
+        .iter()
+        .zip(samples)
+        .map(|(v, s)| (v.name(), Summary::of(&s)))
+        .collect())
+}
+
+/// The temp dir; removed on drop (and by the signal/time-limit path).
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn create() -> io::Result<WorkDir> {
+        let dir = std::env::temp_dir().join(format!("lab-agent-bench.{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        // The bench user's helpers (qemu-ga) need to reach their subdir.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        children::set_work_dir(dir.clone());
+        Ok(WorkDir(dir))
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn make_token(path: &Path) -> io::Result<String> {
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| io::Read::read_exact(&mut f, &mut bytes))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    io::Write::write_all(&mut f, token.as_bytes())?;
+    Ok(token)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+        .unwrap_or_else(|| "unknown CPU".into())
+}

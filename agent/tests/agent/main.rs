@@ -4,9 +4,11 @@
 mod support;
 
 mod auth;
+mod corpus;
 mod errors;
 mod exec;
 mod floods;
+mod hostile;
 mod lifecycle;
 mod ready;
 mod setup;

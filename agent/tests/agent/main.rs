@@ -12,3 +12,4 @@ mod hostile;
 mod lifecycle;
 mod ready;
 mod setup;
+mod timing;

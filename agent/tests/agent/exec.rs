@@ -159,8 +159,13 @@ fn a_timeout_kills_the_whole_group_including_background_children() {
 #[test]
 fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let agent = Agent::local("exec-ignore-term");
-    let r = agent
-        .run(json!({"command": "trap '' TERM; while :; do sleep 0.1; done", "timeout_secs": 1}));
+    // HOME without a profile: root's profile on a loaded machine can take
+    // longer than the timeout, and a TERM before the trap is set kills it.
+    let r = agent.run(json!({
+        "command": "trap '' TERM; while :; do sleep 0.1; done",
+        "timeout_secs": 1,
+        "env": {"HOME": "/nonexistent"},
+    }));
     assert_eq!(r["timed_out"], true);
     assert_eq!(r["signal"], 9);
 }
@@ -198,26 +203,317 @@ fn commands_run_in_their_own_session_without_a_tty() {
     assert_eq!(lines.next(), Some("not a tty"));
 }
 
-#[test]
-fn many_execs_leak_no_fds_or_children() {
-    let agent = Agent::local("exec-leak");
-    let fds = || {
-        std::fs::read_dir(format!("/proc/{}/fd", agent.child.id()))
-            .unwrap()
-            .count()
-    };
-    agent.run(json!({"command": "true"}));
-    let before = fds();
-    for i in 0..200 {
-        let r = agent.run(json!({"command": format!("echo {i}; echo e >&2"), "stdin": "x"}));
-        assert_eq!(r["stdout"], format!("{i}\n"));
+/// Live (non-zombie) processes whose process group is `pgid`.
+fn group_members(pgid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 2 && f[0] != "Z" && f[2] == pgid.to_string() {
+            found.push(pid);
+        }
     }
-    // The last connection's socket may still be closing: allow it a moment.
-    eventually(10, "the fd count to return to where it was", || {
-        (fds() == before).then_some(())
+    found
+}
+
+/// The agent's direct children (every thread's), zombies included.
+fn children(agent: &Agent) -> Vec<String> {
+    let pid = agent.child.id();
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(text.split_whitespace().map(str::to_owned));
+    }
+    out
+}
+
+fn fds(agent: &Agent) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", agent.child.id()))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let target = std::fs::read_link(e.path()).unwrap_or_default();
+            format!(
+                "{} -> {}",
+                e.file_name().to_string_lossy(),
+                target.display()
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A directory anyone may write to, for pid files of commands run as nobody.
+fn shared_dir(agent: &Agent) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = agent.dir.join("shared");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(agent.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+/// Runs a misbehaving command that writes its shell's pid (= its process
+/// group) to a file first; checks the timeout held (answered within
+/// `timeout + grace + slack`), the whole group is gone and the agent has no
+/// child left. Returns the result and the most group members seen alive.
+fn misbehave(
+    agent: &Agent,
+    user: &str,
+    command: &str,
+    timeout: u64,
+    extra: serde_json::Value,
+) -> (serde_json::Value, usize) {
+    let pidfile = shared_dir(agent).join(format!("pgid-{}", command.len()));
+    let _ = std::fs::remove_file(&pidfile);
+    let mut body = json!({
+        "command": format!("echo $$ > {}; {command}", pidfile.display()),
+        "timeout_secs": timeout,
+        "user": user,
     });
-    let children =
-        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", agent.child.id()))
-            .unwrap_or_default();
-    assert_eq!(children.trim(), "", "children left: {children}");
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    let started = std::time::Instant::now();
+    // Meanwhile, count the group's members: the misbehaviour really happened.
+    let (r, peak) = std::thread::scope(|scope| {
+        let run = scope.spawn(|| agent.run(body));
+        let mut peak = 0;
+        while !run.is_finished() {
+            if let Some(pgid) = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+            {
+                peak = peak.max(group_members(pgid).len());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        (run.join().unwrap(), peak)
+    });
+    let took = started.elapsed();
+    let grace = lab_agent::exec::KILL_GRACE;
+    assert_eq!(r["timed_out"], true, "{command}: {r}");
+    assert!(
+        took < std::time::Duration::from_secs(timeout) + grace + std::time::Duration::from_secs(3),
+        "{command}: answered after {took:?} (timeout {timeout} s + grace {grace:?})"
+    );
+    let pgid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap_or_else(|e| panic!("{command}: no pid file: {e}"))
+        .trim()
+        .parse()
+        .unwrap();
+    // The agent answers once the group is empty, or right after SIGKILL.
+    eventually(5, "the process group to be gone", || {
+        group_members(pgid).is_empty().then_some(())
+    });
+    eventually(5, "no children left in the agent", || {
+        children(agent).is_empty().then_some(())
+    });
+    (r, peak)
+}
+
+#[test]
+fn a_bounded_fork_storm_with_detached_children_is_killed_as_a_group() {
+    let agent = Agent::local("exec-forkstorm");
+    // As nobody, so that `ulimit -u` binds (root ignores RLIMIT_NPROC); the
+    // tree is also bounded by construction: depth 5 = 63 shells + 63 sleeps.
+    // Every node also leaves a double-forked (reparented) sleeper, and a
+    // nohup'd one with its fds closed: all of them stay in the group.
+    let storm = "ulimit -u 400 || exit 99; \
+        b() { (sleep 300 &); nohup sleep 300 </dev/null >/dev/null 2>&1 & \
+              if [ \"$1\" -gt 0 ]; then b $(($1-1)) & b $(($1-1)) & fi; sleep 300; }; \
+        b 5";
+    let (r, peak) = misbehave(&agent, "nobody", storm, 3, json!({}));
+    assert!(r["signal"] == 15 || r["signal"] == 9, "{r}");
+    assert!(peak > 100, "the storm never got going: {peak} processes");
+}
+
+#[test]
+fn a_command_that_closes_its_output_and_keeps_running_is_timed_out() {
+    let agent = Agent::local("exec-closed-out");
+    let (r, _) = misbehave(
+        &agent,
+        "root",
+        "exec >&- 2>&-; sleep 300",
+        1,
+        json!({"env": {"HOME": "/nonexistent"}}),
+    );
+    assert_eq!(r["stdout"], "");
+    // Closed, then reopened elsewhere: output after the close is not ours.
+    let (r, _) = misbehave(
+        &agent,
+        "root",
+        "echo before; exec >/dev/null 2>&1; while :; do echo lost; done",
+        1,
+        json!({"env": {"HOME": "/nonexistent"}}),
+    );
+    assert_eq!(r["stdout"], "before\n");
+}
+
+#[test]
+fn a_command_that_never_reads_its_stdin_is_timed_out_on_time() {
+    let agent = Agent::local("exec-stdin-block");
+    // Far more than a pipe holds: writing it would block forever.
+    misbehave(
+        &agent,
+        "root",
+        "sleep 300",
+        1,
+        json!({"stdin": "x".repeat(900_000), "env": {"HOME": "/nonexistent"}}),
+    );
+    // And one that reads a little, then stops reading.
+    misbehave(
+        &agent,
+        "root",
+        "head -c 10 >/dev/null; sleep 300",
+        1,
+        json!({"stdin": "y".repeat(900_000), "env": {"HOME": "/nonexistent"}}),
+    );
+}
+
+#[test]
+fn endless_output_on_both_streams_is_capped_and_timed_out_in_bounded_memory() {
+    let agent = Agent::builder("exec-flood")
+        .no_cloud_init()
+        .args(["--max-execs", "4"])
+        .start();
+    let addr = agent.addr;
+    let floods: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let body = json!({
+                    "command": "yes out & yes err >&2 & wait",
+                    "timeout_secs": 3,
+                    "max_output_bytes": 2_000_000,
+                    "env": {"HOME": "/nonexistent"},
+                })
+                .to_string();
+                let raw = format!(
+                    "POST /v1/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                std::io::Write::write_all(&mut s, raw.as_bytes()).unwrap();
+                read_response(&mut std::io::BufReader::new(s)).unwrap().json()
+            })
+        })
+        .collect();
+    for f in floods {
+        let r = f.join().unwrap();
+        assert_eq!(r["timed_out"], true, "{r}");
+        assert_eq!(r["stdout"].as_str().unwrap().len(), 2_000_000);
+        assert_eq!(r["stderr"].as_str().unwrap().len(), 2_000_000);
+        assert_eq!(r["stdout_truncated"], true);
+        assert_eq!(r["stderr_truncated"], true);
+    }
+    // 4 commands x 2 streams x 2 MB kept, plus the JSON answers being
+    // written: the rest of the flood (gigabytes) was drained and dropped.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.child.id())).unwrap();
+    let hwm: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(hwm < 80 * 1024, "peak memory {hwm} KiB");
+    eventually(5, "no children left in the agent", || {
+        children(&agent).is_empty().then_some(())
+    });
+}
+
+#[test]
+fn a_group_that_ignores_sigterm_is_killed_after_the_grace_and_gone() {
+    let agent = Agent::local("exec-term-group");
+    let (r, peak) = misbehave(
+        &agent,
+        "root",
+        "trap '' TERM; (trap '' TERM; sleep 300) & (sleep 300 &); while :; do sleep 0.1; done",
+        1,
+        json!({"env": {"HOME": "/nonexistent"}}),
+    );
+    assert!(peak >= 3, "{peak} group members seen");
+    assert_eq!(r["signal"], 9);
+    let ms = r["duration_ms"].as_u64().unwrap();
+    let grace = lab_agent::exec::KILL_GRACE.as_millis() as u64;
+    assert!(ms >= 1000 + grace, "SIGKILL came before the grace: {ms} ms");
+}
+
+/// 1000 execs from four clients on kept-alive connections, one in fifty
+/// misbehaving (timed out with children left, output floods, ignored
+/// SIGTERM): afterwards the agent has exactly the fds it had before, no
+/// child processes and no zombies.
+#[test]
+fn a_thousand_execs_leak_no_fds_children_or_zombies() {
+    let agent = Agent::builder("exec-leak")
+        .no_cloud_init()
+        .args(["--max-execs", "8"])
+        .start();
+    agent.run(json!({"command": "true"}));
+    let before = fds(&agent);
+    let addr = agent.addr;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    const TOTAL: usize = 1000;
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                let s = std::net::TcpStream::connect(addr).unwrap();
+                let mut w = s.try_clone().unwrap();
+                let mut r = std::io::BufReader::new(s);
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= TOTAL {
+                        break;
+                    }
+                    let (command, timeout) = match (i % 50, i / 50 % 4) {
+                        (0, 0) => ("sleep 300 & (sleep 300 &); sleep 300", 1),
+                        (0, 1) => ("yes | head -c 50000000; yes >&2", 1),
+                        (0, 2) => ("trap '' TERM; sleep 300", 1),
+                        (0, _) => ("exec >&-; sleep 300", 1),
+                        _ => ("echo $$; echo e >&2", 10),
+                    };
+                    let body = json!({
+                        "command": command,
+                        "timeout_secs": timeout,
+                        "stdin": "x",
+                        "max_output_bytes": 4096,
+                        "env": {"HOME": "/nonexistent"},
+                    })
+                    .to_string();
+                    let raw = format!(
+                        "POST /v1/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    std::io::Write::write_all(&mut w, raw.as_bytes()).unwrap();
+                    let resp = read_response(&mut r).expect("an answer");
+                    assert_eq!(resp.status, 200, "exec {i}: {}", resp.text());
+                    let v = resp.json();
+                    if i % 50 != 0 {
+                        assert_eq!(v["exit_code"], 0, "exec {i}: {v}");
+                        assert_eq!(v["stderr"], "e\n");
+                    } else {
+                        assert_eq!(v["timed_out"], true, "exec {i}: {v}");
+                    }
+                }
+            });
+        }
+    });
+    // Keep-alive sockets of the clients are gone; give the agent a moment.
+    eventually(10, "the fd table to return to what it was", || {
+        (fds(&agent) == before).then_some(())
+    });
+    eventually(10, "no children (or zombies) left", || {
+        children(&agent).is_empty().then_some(())
+    });
+    assert!(!agent.log().contains("panicked"));
 }

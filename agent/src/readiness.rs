@@ -7,7 +7,7 @@
 //! reason is unit-tested without files; [`Readiness`] adds a short-lived cache
 //! so a flood of polls costs one evaluation per [`CACHE_TTL`].
 
-use crate::setup_record::{self, SETUP_LOG, SetupRecord};
+use crate::setup_record::{self, MAX_STATE_FILE_BYTES, SETUP_LOG, SetupRecord};
 use hyper::body::Bytes;
 use lab_agent_proto::{CloudInitStatus, ReadyResponse, ReadyState, SetupState, SetupStatus};
 use std::io::{Read, Seek, SeekFrom};
@@ -111,7 +111,7 @@ fn observe_cloud_init(dir: &Path) -> CloudInit {
             errors: Vec::new(),
         };
     }
-    let errors = match std::fs::read(&path) {
+    let errors = match setup_record::read_state_file(&path, MAX_STATE_FILE_BYTES) {
         Err(e) => vec![format!("cannot read `{}`: {e}", path.display())],
         Ok(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Err(e) => vec![format!("`{}` is not valid JSON: {e}", path.display())],
@@ -136,9 +136,13 @@ fn observe_cloud_init(dir: &Path) -> CloudInit {
 }
 
 fn process_alive(pid: u32) -> bool {
+    // 0 is no process: kill(0, …) would ask about our own process group.
     let Ok(pid) = i32::try_from(pid) else {
         return false;
     };
+    if pid == 0 {
+        return false;
+    }
     // EPERM means it exists but belongs to someone else: alive.
     !matches!(
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
@@ -165,7 +169,7 @@ pub fn current_boot_id() -> Option<String> {
 /// The last `max` bytes of a file as text, starting at a line boundary when
 /// one is near, so the tail does not begin mid-word.
 fn read_tail(path: &Path, max: u64) -> Option<String> {
-    let mut f = std::fs::File::open(path).ok()?;
+    let mut f = setup_record::open_regular(path).ok()?;
     let len = f.metadata().ok()?.len();
     let start = len.saturating_sub(max);
     f.seek(SeekFrom::Start(start)).ok()?;
@@ -601,5 +605,7 @@ mod tests {
     fn own_process_is_alive_and_a_free_pid_is_not() {
         assert!(process_alive(std::process::id()));
         assert!(!process_alive(i32::MAX as u32));
+        // Regression: a record with pid 0 read as "running" forever.
+        assert!(!process_alive(0));
     }
 }

@@ -5,12 +5,46 @@
 
 use lab_agent_proto::SetupState;
 use serde::{Deserialize, Serialize};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub const SETUP_JSON: &str = "setup.json";
 pub const SETUP_LOG: &str = "setup.log";
+/// Largest state file (`setup.json`, cloud-init's `result.json`) read; real
+/// ones are well under a KiB.
+pub const MAX_STATE_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Opens a state file for reading only if it is a regular file, without
+/// ever blocking: a named pipe or device put in its place (the student is
+/// root) gives an error to report, never a hung agent.
+pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(f)
+}
+
+/// Reads a whole state file: a regular file of at most `limit` bytes.
+pub fn read_state_file(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    let f = open_regular(path)?;
+    let mut bytes = Vec::new();
+    f.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {limit} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
 
 /// One record of the setup's progress. Unknown fields are tolerated so that a
 /// newer `lab-agent setup` and an older server can share a state dir.
@@ -63,7 +97,7 @@ pub fn path(state_dir: &Path) -> PathBuf {
 /// The current record, or `None` when setup has never started.
 pub fn read(state_dir: &Path) -> Result<Option<SetupRecord>, RecordError> {
     let path = path(state_dir);
-    match std::fs::read(&path) {
+    match read_state_file(&path, MAX_STATE_FILE_BYTES) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|source| RecordError::Corrupt { path, source }),
@@ -136,6 +170,23 @@ mod tests {
         assert_eq!(names, vec![std::ffi::OsString::from(SETUP_JSON)]);
         std::fs::write(dir.join(SETUP_JSON), b"{\"state\":").unwrap();
         assert!(matches!(read(&dir), Err(RecordError::Corrupt { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Regression: a named pipe in place of `setup.json` blocked the read
+    /// (and with it the single-threaded agent) forever.
+    #[test]
+    fn a_fifo_or_an_enormous_file_is_an_error_not_a_hang() {
+        let dir = std::env::temp_dir().join(format!("lab-agent-rec-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = path(&dir);
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = read(&dir).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, vec![b' '; MAX_STATE_FILE_BYTES as usize + 1]).unwrap();
+        let err = read(&dir).unwrap_err().to_string();
+        assert!(err.contains("larger than 1048576 bytes"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,6 +7,7 @@ mod auth;
 mod corpus;
 mod errors;
 mod exec;
+mod faults;
 mod floods;
 mod hostile;
 mod lifecycle;

@@ -109,6 +109,8 @@ impl AgentBuilder {
             child,
             addr: "127.0.0.1:1".parse().unwrap(),
             dir,
+            args: self.args,
+            cloud_init: self.cloud_init,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -135,6 +137,8 @@ pub struct Agent {
     pub child: Child,
     pub addr: SocketAddr,
     pub dir: TempDir,
+    args: Vec<String>,
+    cloud_init: bool,
 }
 
 impl Agent {
@@ -149,6 +153,21 @@ impl Agent {
     /// An agent in local mode (no cloud-init) with nothing else set up.
     pub fn local(tag: &str) -> Agent {
         Agent::builder(tag).no_cloud_init().start()
+    }
+
+    /// SIGKILLs the agent and starts a new one on the same directory (token,
+    /// state, cloud-init dir) with the same flags, as systemd would.
+    pub fn kill_and_restart(mut self) -> Agent {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self.dir, TempDir::new("restarted"));
+        let _ = std::fs::remove_file(dir.join("addr"));
+        AgentBuilder {
+            dir,
+            args: std::mem::take(&mut self.args),
+            cloud_init: self.cloud_init,
+        }
+        .start()
     }
 
     pub fn log(&self) -> String {

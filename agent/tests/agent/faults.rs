@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// A named way to break a file, and what the reason must then say.
+type Case<'a> = (&'a str, Box<dyn Fn() + 'a>, &'a str);
+
 /// `/v1/ready`, failing (instead of hanging) when no answer comes in 5 s.
 fn ready_within(agent: &Agent) -> (u16, Value) {
     // Past the agent's 20 ms readiness cache, so this is a fresh look.
@@ -188,7 +191,7 @@ fn corrupt_unreadable_and_strange_setup_records_give_a_reason() {
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_dir_all(&path);
     };
-    let cases: Vec<(&str, Box<dyn Fn()>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "truncated",
             Box::new(|| std::fs::write(&path, "{\"state\":\"runn").unwrap()),
@@ -300,7 +303,7 @@ fn strange_result_json_and_setup_log_never_hang_the_agent() {
     let target = agent.dir.join("result-target");
     let link = ci.join("result.json");
     std::os::unix::fs::symlink(&target, &link).unwrap();
-    let cases: Vec<(&str, Box<dyn Fn()>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         ("dangling", Box::new(|| {}), "cannot read"),
         (
             "a named pipe",

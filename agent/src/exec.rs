@@ -5,13 +5,12 @@ use crate::app::App;
 use crate::capture::{Capped, pump};
 use crate::http::{Response, json_response, read_body};
 use crate::identity::Identity;
-use crate::process::{self, Cwd, Script, ShellCommand};
+use crate::process::{self, Cwd, Script, ShellCommand, Stdio};
 use hyper::StatusCode;
 use hyper::body::Incoming;
 use lab_agent_proto::exec::{MAX_COMMAND_BYTES, MAX_OUTPUT_BYTES_CAP, MAX_TIMEOUT_SECS};
 use lab_agent_proto::{ExecRequest, ExecResult, MAX_BODY_BYTES};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
@@ -129,9 +128,9 @@ async fn run(app: &App, req: &ExecRequest, identity: &Identity) -> Result<ExecRe
     let cap = req.max_output_bytes as usize;
     let mut out = Capped::new(cap);
     let mut err = Capped::new(cap);
-    let stdout = job.child.stdout.take();
-    let stderr = job.child.stderr.take();
-    let stdin = job.child.stdin.take();
+    let stdout = job.stdout.take();
+    let stderr = job.stderr.take();
+    let stdin = job.stdin.take();
     let exit = {
         let out_f = async {
             if let Some(s) = stdout {

@@ -11,7 +11,8 @@
 //! - [`readiness`]: the readiness rule, from `result.json` and `setup.json`.
 //! - [`setup`], [`setup_record`]: running the setup script; its record.
 //! - [`process`], [`identity`], [`capture`]: login shells as a user, in their
-//!   own process group, with timeouts and capped output.
+//!   own process group, with timeouts and capped output; [`spawn`]: the
+//!   vfork-style process creation underneath.
 //! - [`token`]: loading and checking the bearer token.
 //! - [`api_error`], [`http`]: error → status + JSON; HTTP helpers.
 //! - [`logging`], [`timefmt`]: a one-line-per-event log subscriber; timestamps.
@@ -37,6 +38,7 @@ pub mod serve;
 pub mod server;
 pub mod setup;
 pub mod setup_record;
+pub mod spawn;
 pub mod timefmt;
 pub mod token;
 

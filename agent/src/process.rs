@@ -5,22 +5,54 @@
 //! notion of "login shell", "clean environment" and "kill everything".
 
 use crate::identity::Identity;
+use crate::spawn::{self, Spec};
 use nix::errno::Errno;
+use nix::libc;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::collections::{BTreeMap, HashSet};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
 
 /// How often a terminating group is checked for having emptied.
 const GROUP_POLL: Duration = Duration::from_millis(20);
+/// How often an exit is polled for on kernels without pidfds (before 5.2).
+const REAP_POLL: Duration = Duration::from_millis(5);
+
+/// Where a child's stdin, stdout or stderr comes from or goes.
+#[derive(Debug)]
+pub enum Stdio {
+    Null,
+    /// A pipe whose other end the [`Job`] holds.
+    Piped,
+    Fd(OwnedFd),
+}
+
+impl Stdio {
+    pub fn null() -> Stdio {
+        Stdio::Null
+    }
+
+    pub fn piped() -> Stdio {
+        Stdio::Piped
+    }
+}
+
+impl From<OwnedFd> for Stdio {
+    fn from(fd: OwnedFd) -> Stdio {
+        Stdio::Fd(fd)
+    }
+}
 
 /// What the shell runs.
 #[derive(Debug, Clone, Copy)]
@@ -131,13 +163,19 @@ fn login_shell() -> (&'static str, &'static str) {
     ("/bin/sh", "-l")
 }
 
-/// A running command in its own session and process group.
+/// A running command in its own session and process group (its pid is
+/// the group's id).
 #[derive(Debug)]
 pub struct Job {
-    pub child: tokio::process::Child,
-    pgid: i32,
+    pid: i32,
+    /// Readable once the shell has exited; `None` without pidfd support.
+    exit: Option<AsyncFd<OwnedFd>>,
+    /// Set once reaped.
+    status: Option<ExitStatus>,
+    pub stdin: Option<pipe::Sender>,
+    pub stdout: Option<pipe::Receiver>,
+    pub stderr: Option<pipe::Receiver>,
     pub started: Instant,
-    reaped: bool,
     jobs: Jobs,
 }
 
@@ -162,43 +200,52 @@ impl Exit {
 pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
     let (shell, login_flag) = login_shell();
     let id = cmd.identity;
+    let cstr = |what: &str, bytes: &[u8]| {
+        CString::new(bytes).map_err(|_| SpawnError::Invalid(format!("{what} contains a NUL byte")))
+    };
 
-    let mut c = std::process::Command::new(shell);
-    c.arg(login_flag);
+    let mut argv = vec![
+        cstr("the shell", shell.as_bytes())?,
+        cstr("", login_flag.as_bytes())?,
+    ];
     match cmd.script {
         Script::Command(command) => {
-            if command.contains('\0') {
-                return Err(SpawnError::Invalid("command contains a NUL byte".into()));
-            }
-            c.arg("-c").arg(command);
+            argv.push(c"-c".to_owned());
+            argv.push(cstr("command", command.as_bytes())?);
         }
         Script::File(path) => {
             let executable = std::fs::metadata(path)
                 .map(|m| m.permissions().mode() & 0o111 != 0)
                 .unwrap_or(false);
+            let path = cstr("the script path", path.as_os_str().as_bytes())?;
             if executable {
-                c.arg("-c").arg("exec \"$0\"").arg(path);
+                argv.extend([c"-c".to_owned(), c"exec \"$0\"".to_owned(), path]);
             } else {
-                c.arg(path);
+                argv.push(path);
             }
         }
     }
 
-    c.env_clear()
-        .env("HOME", &id.home)
-        .env("USER", &id.name)
-        .env("LOGNAME", &id.name)
-        .env("SHELL", &id.shell)
-        .env("PATH", id.default_path());
+    // The clean login environment plus the request's `env`, which may
+    // override it (later entries win, as with std's Command).
+    let mut env: BTreeMap<&[u8], &[u8]> = BTreeMap::new();
+    env.insert(b"HOME", id.home.as_os_str().as_bytes());
+    env.insert(b"USER", id.name.as_bytes());
+    env.insert(b"LOGNAME", id.name.as_bytes());
+    env.insert(b"SHELL", id.shell.as_os_str().as_bytes());
+    env.insert(b"PATH", id.default_path().as_bytes());
     for (k, v) in cmd.env {
         if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
             return Err(SpawnError::Invalid(format!(
                 "environment variable {k:?} is not valid: names must be non-empty without `=` or NUL, values without NUL"
             )));
         }
-        c.env(k, v);
+        env.insert(k.as_bytes(), v.as_bytes());
     }
-    c.stdin(cmd.stdin).stdout(cmd.stdout).stderr(cmd.stderr);
+    let envp: Vec<CString> = env
+        .into_iter()
+        .map(|(k, v)| cstr("the environment", &[k, b"=", v].concat()))
+        .collect::<Result<_, _>>()?;
 
     let (cwd, cwd_is_default) = match cmd.cwd {
         Cwd::Home => (id.home.clone(), true),
@@ -219,40 +266,8 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
             (dir.to_path_buf(), false)
         }
     };
-    let cwd_c = CString::new(cwd.as_os_str().as_bytes())
-        .map_err(|_| SpawnError::Invalid("cwd contains a NUL byte".into()))?;
-    let switch = id
-        .needs_switch()
-        .then(|| (id.groups.clone(), id.gid, id.uid));
-
-    // SAFETY: the closure runs in the forked child before exec and only
-    // makes async-signal-safe system calls on data prepared above (no
-    // allocation: the group list and the C path already exist).
-    unsafe {
-        c.pre_exec(move || {
-            // Own session, hence own process group: the timeout can kill
-            // the whole tree, and the command has no controlling terminal.
-            nix::unistd::setsid()?;
-            if let Some((groups, gid, uid)) = &switch {
-                nix::unistd::setgroups(groups)?;
-                nix::unistd::setgid(*gid)?;
-                nix::unistd::setuid(*uid)?;
-            }
-            // After dropping privileges, so a directory the user may not
-            // enter is an error rather than a root-granted favour.
-            if let Err(e) = nix::unistd::chdir(cwd_c.as_c_str()) {
-                if !cwd_is_default || nix::unistd::chdir(c"/").is_err() {
-                    return Err(e.into());
-                }
-            }
-            Ok(())
-        });
-    }
-
-    let mut tc = tokio::process::Command::from(c);
-    tc.kill_on_drop(false);
-    let started = Instant::now();
-    let child = tc.spawn().map_err(|source| SpawnError::Start {
+    let cwd_c = cstr("cwd", cwd.as_os_str().as_bytes())?;
+    let start_error = |source: io::Error| SpawnError::Start {
         shell: Path::new(shell)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -260,36 +275,143 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
         user: id.name.clone(),
         cwd: cwd.display().to_string(),
         source,
-    })?;
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    jobs.insert(pgid);
-    Ok(Job {
-        child,
-        pgid,
+    };
+
+    let (stdin, stdin_parent) = child_end(cmd.stdin, Direction::In).map_err(start_error)?;
+    let (stdout, stdout_parent) = child_end(cmd.stdout, Direction::Out).map_err(start_error)?;
+    let (stderr, stderr_parent) = child_end(cmd.stderr, Direction::Out).map_err(start_error)?;
+
+    let groups: Vec<libc::gid_t> = id.groups.iter().map(|g| g.as_raw()).collect();
+    let argv_p: Vec<*const libc::c_char> = argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain([std::ptr::null()])
+        .collect();
+    let envp_p: Vec<*const libc::c_char> = envp
+        .iter()
+        .map(|e| e.as_ptr())
+        .chain([std::ptr::null()])
+        .collect();
+    let spec = Spec {
+        path: &argv[0],
+        argv: &argv_p,
+        envp: &envp_p,
+        stdio: [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
+        ids: id.needs_switch().then_some(spawn::Ids {
+            groups: &groups,
+            gid: id.gid.as_raw(),
+            uid: id.uid.as_raw(),
+        }),
+        cwd: &cwd_c,
+        cwd_fallback: cwd_is_default.then_some(c"/" as &CStr),
+    };
+    let started = Instant::now();
+    let spawned = spawn::spawn(&spec).map_err(start_error)?;
+    // The child's ends are its own now.
+    drop((stdin, stdout, stderr));
+    let exit = match spawned.pidfd {
+        // SAFETY: an OwnedFd keeps its one descriptor open until dropped.
+        Some(fd) => {
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
+        }
+        None => None,
+    };
+    let pid = spawned.pid;
+    jobs.insert(pid);
+    let mut job = Job {
+        pid,
+        exit,
+        status: None,
+        stdin: None,
+        stdout: None,
+        stderr: None,
         started,
-        reaped: false,
         jobs: jobs.clone(),
-    })
+    };
+    // Registering with the reactor cannot fail for a fresh pipe; if it
+    // does, the Job (dropped here) kills the command.
+    job.stdin = stdin_parent
+        .map(pipe::Sender::from_owned_fd)
+        .transpose()
+        .map_err(start_error)?;
+    job.stdout = stdout_parent
+        .map(pipe::Receiver::from_owned_fd)
+        .transpose()
+        .map_err(start_error)?;
+    job.stderr = stderr_parent
+        .map(pipe::Receiver::from_owned_fd)
+        .transpose()
+        .map_err(start_error)?;
+    Ok(job)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    In,
+    Out,
+}
+
+/// The child's end of one stdio stream (above 0–2, close-on-exec), and for
+/// a pipe our end.
+fn child_end(stdio: Stdio, dir: Direction) -> io::Result<(OwnedFd, Option<OwnedFd>)> {
+    let (child, ours) = match stdio {
+        Stdio::Null => {
+            let flags = if dir == Direction::In {
+                nix::fcntl::OFlag::O_RDONLY
+            } else {
+                nix::fcntl::OFlag::O_WRONLY
+            };
+            let fd = nix::fcntl::open(
+                c"/dev/null",
+                flags | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )?;
+            (fd, None)
+        }
+        Stdio::Piped => {
+            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+            match dir {
+                Direction::In => (r, Some(w)),
+                Direction::Out => (w, Some(r)),
+            }
+        }
+        Stdio::Fd(fd) => (fd, None),
+    };
+    Ok((spawn::above_stdio(child)?, ours))
 }
 
 impl Job {
     pub fn pgid(&self) -> i32 {
-        self.pgid
+        self.pid
+    }
+
+    /// Waits for the shell to exit and reaps it. Cancel-safe.
+    pub async fn wait_exit(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(s) = self.status {
+                return Ok(s);
+            }
+            if let Some(s) = try_reap(self.pid)? {
+                self.status = Some(s);
+                return Ok(s);
+            }
+            match &self.exit {
+                Some(fd) => fd.readable().await?.clear_ready(),
+                None => tokio::time::sleep(REAP_POLL).await,
+            }
+        }
     }
 
     /// Waits for the shell to exit. When `timeout` expires the whole group
     /// gets SIGTERM, then SIGKILL once `grace` has passed; processes that
     /// ignore SIGTERM or that the shell left behind are killed as well.
     pub async fn wait(&mut self, timeout: Duration, grace: Duration) -> io::Result<Exit> {
-        match tokio::time::timeout(timeout, self.child.wait()).await {
-            Ok(status) => {
-                self.reaped = true;
-                Ok(Exit {
-                    status: status?,
-                    timed_out: false,
-                    duration: self.started.elapsed(),
-                })
-            }
+        match tokio::time::timeout(timeout, self.wait_exit()).await {
+            Ok(status) => Ok(Exit {
+                status: status?,
+                timed_out: false,
+                duration: self.started.elapsed(),
+            }),
             Err(_) => {
                 let status = self.terminate(grace).await?;
                 Ok(Exit {
@@ -303,14 +425,13 @@ impl Job {
 
     /// SIGTERM to the group; SIGKILL to whatever is left after `grace`.
     pub async fn terminate(&mut self, grace: Duration) -> io::Result<ExitStatus> {
-        let pgid = Pid::from_raw(self.pgid);
+        let pgid = Pid::from_raw(self.pid);
         let _ = killpg(pgid, Signal::SIGTERM);
         let deadline = tokio::time::Instant::now() + grace;
-        let mut status = None;
         loop {
-            if status.is_none() {
+            if self.status.is_none() {
                 tokio::select! {
-                    s = self.child.wait() => { status = Some(s?); self.reaped = true; }
+                    s = self.wait_exit() => { s?; }
                     _ = tokio::time::sleep(GROUP_POLL) => {}
                 }
             } else {
@@ -318,7 +439,7 @@ impl Job {
             }
             // With the shell reaped, a group without live members means
             // nothing is left.
-            if status.is_some() && !group_alive(self.pgid) {
+            if self.status.is_some() && !group_alive(self.pid) {
                 break;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -326,12 +447,23 @@ impl Job {
                 break;
             }
         }
-        match status {
-            Some(s) => Ok(s),
-            None => {
-                let s = self.child.wait().await?;
-                self.reaped = true;
-                Ok(s)
+        self.wait_exit().await
+    }
+}
+
+/// The exit status of `pid` if it has exited (and reaps it).
+fn try_reap(pid: i32) -> io::Result<Option<ExitStatus>> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child, WNOHANG.
+        match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+            0 => return Ok(None),
+            p if p == pid => return Ok(Some(ExitStatus::from_raw(status))),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
             }
         }
     }
@@ -370,12 +502,117 @@ fn group_alive(pgid: i32) -> bool {
 
 impl Drop for Job {
     fn drop(&mut self) {
-        // Dropped before the shell was reaped: the request was abandoned
-        // (client gone, agent stopping). Leave no orphans behind; tokio reaps
-        // the killed child in the background.
-        if !self.reaped && self.pgid > 0 {
-            let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
+        self.jobs.remove(self.pid);
+        if self.status.is_some() || self.pid <= 0 {
+            return;
         }
-        self.jobs.remove(self.pgid);
+        // Dropped before the shell was reaped: the request was abandoned
+        // (client gone, agent stopping). Leave no orphans behind, and reap
+        // the killed shell in the background so it leaves no zombie.
+        let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+        let pid = self.pid;
+        let exit = self.exit.take();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    loop {
+                        match try_reap(pid) {
+                            Ok(None) => {}
+                            _ => return,
+                        }
+                        match &exit {
+                            Some(fd) => match fd.readable().await {
+                                Ok(mut g) => g.clear_ready(),
+                                Err(_) => return,
+                            },
+                            None => tokio::time::sleep(REAP_POLL).await,
+                        }
+                    }
+                });
+            }
+            // No runtime: the shell was SIGKILLed and exits at once.
+            Err(_) => {
+                let mut status = 0;
+                // SAFETY: blocking waitpid on our own, killed child.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    async fn run(
+        command: &str,
+        user: &str,
+        cwd: Cwd<'_>,
+    ) -> Result<(ExitStatus, String, String), SpawnError> {
+        let id = Identity::lookup(user).unwrap();
+        let env = BTreeMap::new();
+        let mut job = spawn(
+            ShellCommand {
+                identity: &id,
+                script: Script::Command(command),
+                cwd,
+                env: &env,
+                stdin: Stdio::null(),
+                stdout: Stdio::piped(),
+                stderr: Stdio::piped(),
+            },
+            &Jobs::default(),
+        )?;
+        let (mut out, mut err) = (String::new(), String::new());
+        let mut so = job.stdout.take().unwrap();
+        let mut se = job.stderr.take().unwrap();
+        let (a, b) = tokio::join!(so.read_to_string(&mut out), se.read_to_string(&mut err));
+        a.unwrap();
+        b.unwrap();
+        Ok((job.wait_exit().await.unwrap(), out, err))
+    }
+
+    /// What std's Command guarantees a child, the vfork path must too: an
+    /// empty signal mask and SIGPIPE at its default.
+    #[tokio::test]
+    async fn the_child_starts_clean() {
+        let (status, out, err) = run(
+            "grep -E '^SigBlk' /proc/self/status; yes | head -c 1 >/dev/null",
+            "root",
+            Cwd::Home,
+        )
+        .await
+        .unwrap();
+        assert!(status.success(), "{err}");
+        assert_eq!(out, "SigBlk:\t0000000000000000\n");
+        // `yes` died of SIGPIPE quietly instead of reporting EPIPE.
+        assert_eq!(err, "");
+    }
+
+    #[tokio::test]
+    async fn switches_user_and_falls_back_to_root_dir() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let Ok(nobody) = Identity::lookup("nobody") else {
+            return;
+        };
+        let (status, out, _) = run("id -u; id -G; pwd; ps -o sid= -p $$", "nobody", Cwd::Home)
+            .await
+            .unwrap();
+        assert!(status.success());
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], nobody.uid.to_string());
+        assert_eq!(lines[1], nobody.gid.to_string());
+        // nobody's home (/nonexistent) cannot be entered: `/`, as login(1).
+        if !nobody.home.is_dir() {
+            assert_eq!(lines[2], "/");
+        }
+        let err = run("true", "nobody", Cwd::Dir(Path::new("/root")))
+            .await
+            .unwrap_err();
+        assert!(err.is_client_error(), "{err}");
+        assert!(err.to_string().contains("Permission denied"), "{err}");
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::capture::{Sink, pump};
 use crate::identity::Identity;
-use crate::process::{self, Cwd, Jobs, Script, ShellCommand};
+use crate::process::{self, Cwd, Jobs, Script, ShellCommand, Stdio};
 use crate::readiness::current_boot_id;
 use crate::setup_record::{self, RecordError, SETUP_LOG, SetupRecord};
 use lab_agent_proto::LAB_DIR_ENV;
@@ -19,7 +19,6 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 /// Grace between SIGTERM and SIGKILL when the setup times out.

@@ -24,8 +24,11 @@ impl Variant for FloorV {
     fn name(&self) -> String {
         match self.0.mode() {
             crate::floor::Mode::PosixSpawn => "floor: posix_spawn + wait".into(),
-            crate::floor::Mode::Fork => "(diag.) local fork + setuid, no HTTP".into(),
-            crate::floor::Mode::Vfork => "(diag.) local vfork + setuid, no HTTP".into(),
+            crate::floor::Mode::Fork => "(diag.) local fork + setsid + setuid, no HTTP".into(),
+            crate::floor::Mode::Vfork => "(diag.) local vfork + setsid + setuid, no HTTP".into(),
+            crate::floor::Mode::VforkSameSession => {
+                "(diag.) local vfork + setuid, no setsid, no HTTP".into()
+            }
         }
     }
     fn sample(&mut self) -> io::Result<Duration> {
@@ -61,11 +64,12 @@ pub fn check_exec(resp: &crate::http::Response) -> io::Result<ExecResult> {
 pub struct AgentKeepAlive {
     pub conn: Conn,
     pub body: Vec<u8>,
+    pub label: &'static str,
 }
 
 impl Variant for AgentKeepAlive {
     fn name(&self) -> String {
-        "lab-agent, kept-alive HTTP/1.1".into()
+        self.label.into()
     }
     fn sample(&mut self) -> io::Result<Duration> {
         let t = Instant::now();

@@ -35,6 +35,8 @@ pub enum Mode {
     /// Diagnostic: the same switch in a `clone(CLONE_VM|CLONE_VFORK)` child
     /// with raw system calls (what posix_spawn does, plus the switch).
     Vfork,
+    /// Diagnostic: as `Vfork`, but without the new session.
+    VforkSameSession,
 }
 
 impl Mode {
@@ -43,13 +45,19 @@ impl Mode {
             Mode::PosixSpawn => "posix_spawn",
             Mode::Fork => "fork",
             Mode::Vfork => "vfork",
+            Mode::VforkSameSession => "vfork-same-session",
         }
     }
 
     pub fn parse(s: &str) -> Option<Mode> {
-        [Mode::PosixSpawn, Mode::Fork, Mode::Vfork]
-            .into_iter()
-            .find(|m| m.arg() == s)
+        [
+            Mode::PosixSpawn,
+            Mode::Fork,
+            Mode::Vfork,
+            Mode::VforkSameSession,
+        ]
+        .into_iter()
+        .find(|m| m.arg() == s)
     }
 }
 
@@ -143,7 +151,8 @@ pub fn helper_main(mode: Mode, command: &str) -> io::Result<()> {
         let r = match (mode, &ids) {
             (Mode::PosixSpawn, _) => spawn_once(&argv, &envp),
             (Mode::Fork, Some(ids)) => fork_once(command, ids, &home),
-            (Mode::Vfork, Some(ids)) => vfork_once(&argv, &envp, ids, &home),
+            (Mode::Vfork, Some(ids)) => vfork_once(&argv, &envp, ids, &home, false),
+            (Mode::VforkSameSession, Some(ids)) => vfork_once(&argv, &envp, ids, &home, true),
             (_, None) => Err(io::Error::other("BENCH_IDS is not set")),
         };
         let ns = match r {
@@ -227,6 +236,7 @@ struct VforkArgs<'a> {
     stdout: libc::c_int,
     stderr: libc::c_int,
     errno: libc::c_int,
+    no_setsid: bool,
 }
 
 extern "C" fn vfork_child(arg: *mut libc::c_void) -> libc::c_int {
@@ -235,7 +245,7 @@ extern "C" fn vfork_child(arg: *mut libc::c_void) -> libc::c_int {
     unsafe {
         let a = &mut *(arg as *mut VforkArgs<'_>);
         let sys = |r: libc::c_long| r >= 0;
-        let ok = sys(libc::syscall(libc::SYS_setsid))
+        let ok = (a.no_setsid || sys(libc::syscall(libc::SYS_setsid)))
             && sys(libc::syscall(
                 libc::SYS_setgroups,
                 a.ids.groups.len(),
@@ -266,6 +276,7 @@ fn vfork_once(
     envp: &[*mut libc::c_char],
     ids: &Ids,
     home: &CString,
+    no_setsid: bool,
 ) -> io::Result<(Duration, libc::c_int)> {
     let started = Instant::now();
     let (out_r, out_w) = pipe()?;
@@ -281,6 +292,7 @@ fn vfork_once(
         stdout: out_w,
         stderr: err_w,
         errno: 0,
+        no_setsid,
     };
     let mut stack = vec![0u8; 64 * 1024];
     // SAFETY: the child runs on its own stack and the parent waits for it

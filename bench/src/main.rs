@@ -72,6 +72,10 @@ struct Args {
     wrk_seconds: u32,
     #[arg(long, default_value_t = 32)]
     wrk_connections: u32,
+    /// Another lab-agent binary to run side by side (before/after a change):
+    /// adds its kept-alive exec row.
+    #[arg(long)]
+    baseline_agent: Option<PathBuf>,
     /// Also time the agent's way of spawning locally (fork, and the vfork
     /// alternative), to split its overhead into spawning and HTTP.
     #[arg(long)]
@@ -82,6 +86,9 @@ struct Args {
     /// Give up (and clean up) after this many seconds.
     #[arg(long, default_value_t = 600)]
     time_limit: u64,
+    /// Also write the report to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
     /// Only these parts (comma-separated: size,exec,detect,memory,wrk).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -115,6 +122,12 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(report) => {
             print!("{report}");
+            if let Some(path) = &args.report
+                && let Err(e) = std::fs::write(path, &report)
+            {
+                eprintln!("error: failed to write `{}`: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -177,7 +190,21 @@ fn run(args: &Args) -> io::Result<String> {
         std::thread::sleep(Duration::from_millis(200));
         let rss_start = memory::status_kib(agent.proc.pid(), "VmRSS")?;
         if args.part("exec") {
-            rows = exec_phase(args, &user, w, &agent, &token, &mut rng)?;
+            let baseline = match &args.baseline_agent {
+                None => None,
+                Some(bin) => Some(start_agent(
+                    bin,
+                    w,
+                    &token_path,
+                    AgentOpts {
+                        name: "agent-baseline",
+                        state_dir: &ready_state,
+                        cloud_init_dir: None,
+                        cpu: None,
+                    },
+                )?),
+            };
+            rows = exec_phase(args, &user, w, &agent, baseline.as_ref(), &token, &mut rng)?;
         }
         std::thread::sleep(Duration::from_millis(500));
         idle = Some((
@@ -544,6 +571,7 @@ fn exec_phase(
     user: &User,
     w: &Path,
     agent: &peers::Agent,
+    baseline: Option<&peers::Agent>,
     token: &str,
     rng: &mut Rng,
 ) -> io::Result<Vec<(String, Summary)>> {
@@ -567,6 +595,7 @@ fn exec_phase(
         Box::new(AgentKeepAlive {
             conn: http::Conn::connect(agent.addr, token)?,
             body: body.clone(),
+            label: "lab-agent, kept-alive HTTP/1.1",
         }),
         Box::new(AgentFresh {
             addr: agent.addr,
@@ -591,11 +620,22 @@ fn exec_phase(
             &["/bin/bash", "--login", "-c", SHELL_COMMAND],
         )?));
     }
+    if let Some(b) = baseline {
+        variants.push(Box::new(AgentKeepAlive {
+            conn: http::Conn::connect(b.addr, token)?,
+            body: exec::exec_body(SHELL_COMMAND, &user.name, None),
+            label: "baseline lab-agent (--baseline-agent), kept-alive",
+        }));
+    }
     if args.diagnostic {
         variants.push(Box::new(exec::AgentReady {
             conn: http::Conn::connect(agent.addr, token)?,
         }));
-        for mode in [floor::Mode::Fork, floor::Mode::Vfork] {
+        for mode in [
+            floor::Mode::Fork,
+            floor::Mode::Vfork,
+            floor::Mode::VforkSameSession,
+        ] {
             variants.push(Box::new(FloorV(floor::Floor::start(
                 user,
                 SHELL_COMMAND,

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The benchmark, in one command (as root, on a Debian 12 machine):
+#
+#   bench/run.sh                 # prints the tables of BENCHMARKS.md
+#   bench/run.sh --rounds 50     # extra flags go to lab-agent-bench (--help)
+#
+# Idempotently installs the peers (openssh-server, qemu-guest-agent, wrk;
+# no service is started: a policy-rc.d forbids it), creates the bench user
+# `labbench` (no password, `*` so sshd accepts its key, empty home), builds
+# the shipped static agent (packaging/build-agent.sh) and the bench, then
+# runs it. The bench starts every peer on loopback itself, in a temp dir,
+# and stops all of them when it ends, fails, is interrupted or hits its time
+# limit (--time-limit, default 600 s). The report is also written to
+# target/bench-report.md.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+log() { printf 'bench/run.sh: %s\n' "$*" >&2; }
+
+if [ "$(id -u)" != 0 ]; then
+  echo "error: bench/run.sh must run as root (it installs packages, starts sshd and switches users)" >&2
+  exit 1
+fi
+
+# The peers.
+debs=(openssh-server openssh-client qemu-guest-agent wrk gzip util-linux)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  # openssh-server and qemu-guest-agent must not start on this host.
+  made_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -q -y -o DPkg::Lock::Timeout=600 install --no-install-recommends "${missing[@]}" >&2 ||
+    { apt-get -q update >&2 &&
+      apt-get -q -y -o DPkg::Lock::Timeout=600 install --no-install-recommends "${missing[@]}" >&2; }
+  [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
+fi
+
+# The bench user: every variant runs its shell as this user, whose home is
+# empty so the login shell reads only the system profile.
+user=labbench
+home=/var/lib/labbench
+if ! id "$user" >/dev/null 2>&1; then
+  log "creating user $user"
+  useradd --system --no-create-home --home-dir "$home" --shell /bin/bash "$user"
+fi
+# A locked password (`!`) makes sshd refuse even key auth; `*` does not.
+[ "$(getent shadow "$user" | cut -d: -f2)" = "*" ] || usermod -p '*' "$user"
+install -d -o "$user" -g "$(id -gn "$user")" -m 0750 "$home"
+find "$home" -mindepth 1 -delete
+
+# What ships, and the bench.
+log "building the static agent"
+agent=$("$root/packaging/build-agent.sh")
+log "building lab-agent-bench and labctl"
+cargo build --manifest-path "$root/Cargo.toml" --release --locked \
+  -p lab-agent-bench -p lab-agent-client --bin lab-agent-bench --bin labctl >&2
+bin=${CARGO_TARGET_DIR:-$root/target}/release
+
+cd "$root"
+exec "$bin/lab-agent-bench" --agent "$agent" --labctl "$bin/labctl" \
+  --lab examples/hello-lab --user "$user" \
+  --report "${CARGO_TARGET_DIR:-$root/target}/bench-report.md" "$@"

@@ -11,6 +11,7 @@ mod faults;
 mod floods;
 mod hostile;
 mod lifecycle;
+mod privilege;
 mod ready;
 mod setup;
 mod timing;

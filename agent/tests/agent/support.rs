@@ -59,6 +59,7 @@ pub struct AgentBuilder {
     pub dir: TempDir,
     args: Vec<String>,
     cloud_init: bool,
+    env: Vec<(String, String)>,
 }
 
 impl AgentBuilder {
@@ -69,6 +70,12 @@ impl AgentBuilder {
 
     pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, a: I) -> Self {
         self.args.extend(a.into_iter().map(Into::into));
+        self
+    }
+
+    /// An extra variable in the agent's own environment.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
         self
     }
 
@@ -100,10 +107,23 @@ impl AgentBuilder {
             cmd.arg("--no-cloud-init");
         }
         cmd.args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "debug")
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(dir.join("agent.out")).unwrap())
             .stderr(std::fs::File::create(&log).unwrap());
+        // As systemd starts it: with 0, 1 and 2 only. Whatever else the test
+        // runner inherited (a CI harness's pipes) must not look like the
+        // agent's own descriptors leaking into commands.
+        // SAFETY: fcntl is async-signal-safe; nothing is allocated.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                for fd in 3..4096 {
+                    nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC);
+                }
+                Ok(())
+            });
+        }
         let child = cmd.spawn().expect("failed to start lab-agent");
         let mut agent = Agent {
             child,
@@ -111,6 +131,7 @@ impl AgentBuilder {
             dir,
             args: self.args,
             cloud_init: self.cloud_init,
+            env: self.env,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -139,6 +160,7 @@ pub struct Agent {
     pub dir: TempDir,
     args: Vec<String>,
     cloud_init: bool,
+    env: Vec<(String, String)>,
 }
 
 impl Agent {
@@ -147,6 +169,7 @@ impl Agent {
             dir: TempDir::new(tag),
             args: Vec::new(),
             cloud_init: true,
+            env: Vec::new(),
         }
     }
 
@@ -166,6 +189,7 @@ impl Agent {
             dir,
             args: std::mem::take(&mut self.args),
             cloud_init: self.cloud_init,
+            env: std::mem::take(&mut self.env),
         }
         .start()
     }

@@ -12,5 +12,6 @@
 mod cloud_init_schema;
 mod kubernetes_validate;
 mod labctl_secret;
+mod least_privilege;
 mod round_trip;
 mod support;

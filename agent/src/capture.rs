@@ -2,10 +2,22 @@
 //! cap: bytes past it are read (so the command never blocks on a full pipe)
 //! and dropped.
 
+use std::cell::RefCell;
 use std::io;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use std::pin::Pin;
+use std::task::Poll;
+use tokio::io::{AsyncRead, ReadBuf};
 
 const CHUNK: usize = 16 * 1024;
+
+thread_local! {
+    /// The one read buffer of this thread's pumps. A read and handing its
+    /// bytes to the sink happen within one poll, so pumps never hold it
+    /// across an await and can share it: 8 commands flooding stdout and
+    /// stderr hold one 16 KiB buffer, not sixteen, and an exec allocates
+    /// none.
+    static CHUNK_BUF: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; CHUNK].into_boxed_slice());
+}
 
 /// Where pumped bytes go.
 pub trait Sink {
@@ -90,14 +102,22 @@ impl Sink for Capped {
 /// matters here: every chunk read is already in the sink when the future is
 /// dropped.
 pub async fn pump<R: AsyncRead + Unpin, S: Sink>(mut reader: R, sink: &mut S) -> io::Result<()> {
-    let mut chunk = vec![0u8; CHUNK];
-    loop {
-        let n = reader.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        sink.put(&chunk[..n]);
-    }
+    std::future::poll_fn(|cx| {
+        CHUNK_BUF.with_borrow_mut(|chunk| {
+            // Reads until the pipe is empty or tokio's cooperative budget
+            // says to yield (both Pending).
+            loop {
+                let mut buf = ReadBuf::new(chunk);
+                match Pin::new(&mut reader).poll_read(cx, &mut buf) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
+                    Poll::Ready(Ok(())) => sink.put(buf.filled()),
+                }
+            }
+        })
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 
 use crate::api_error::ApiError;
 use crate::app::App;
+use crate::body::Body;
 use crate::capture::{Capped, pump};
-use crate::http::{Response, json_response, read_body};
+use crate::http::{Response, json_body, read_body};
 use crate::identity::Identity;
 use crate::process::{self, Cwd, Script, ShellCommand, Stdio};
 use hyper::StatusCode;
@@ -65,7 +66,39 @@ pub async fn handle(
         l.signal = result.signal;
         l.timed_out = result.timed_out;
     }
-    Ok(json_response(StatusCode::OK, &result))
+    Ok(respond(result))
+}
+
+/// The [`ExecResult`] document as serde would write it, with the output
+/// escaped while it is sent rather than copied into a serialized body
+/// first: with 8 commands at the default 1 MiB cap that copy was another
+/// ~1 MiB at the peak (BENCHMARKS.md, memory).
+fn respond(r: ExecResult) -> Response {
+    // Exhaustive, so a new field cannot be forgotten here.
+    let ExecResult {
+        exit_code,
+        signal,
+        timed_out,
+        duration_ms,
+        stdout,
+        stderr,
+        stdout_truncated,
+        stderr_truncated,
+    } = r;
+    let opt = |v: Option<i32>| v.map_or_else(|| "null".to_owned(), |n| n.to_string());
+    let mut body = Body::default();
+    body.push_bytes(format!(
+        r#"{{"exit_code":{},"signal":{},"timed_out":{timed_out},"duration_ms":{duration_ms},"stdout":""#,
+        opt(exit_code),
+        opt(signal)
+    ));
+    body.push_json_str(stdout);
+    body.push_bytes(&br#"","stderr":""#[..]);
+    body.push_json_str(stderr);
+    body.push_bytes(format!(
+        r#"","stdout_truncated":{stdout_truncated},"stderr_truncated":{stderr_truncated}}}"#
+    ));
+    json_body(StatusCode::OK, body)
 }
 
 /// Decodes and validates a request; every problem is a 400 that names it.
@@ -224,6 +257,49 @@ mod tests {
     fn parse_accepts_the_minimum() {
         let r = parse(br#"{"command":"true"}"#).unwrap();
         assert_eq!(r, ExecRequest::new("true"));
+    }
+
+    #[test]
+    fn the_response_is_what_serde_writes() {
+        let results = [
+            ExecResult {
+                exit_code: Some(0),
+                signal: None,
+                timed_out: false,
+                duration_ms: 12,
+                stdout: "active\n".into(),
+                stderr: String::new(),
+                stdout_truncated: false,
+                stderr_truncated: false,
+            },
+            ExecResult {
+                exit_code: None,
+                signal: Some(9),
+                timed_out: true,
+                duration_ms: u64::MAX,
+                stdout: "\"q\" \\ \u{1} é\n".repeat(10_000),
+                stderr: "\u{fffd}".into(),
+                stdout_truncated: true,
+                stderr_truncated: true,
+            },
+            ExecResult {
+                exit_code: Some(-1),
+                signal: None,
+                timed_out: false,
+                duration_ms: 0,
+                stdout: String::new(),
+                stderr: String::new(),
+                stdout_truncated: false,
+                stderr_truncated: false,
+            },
+        ];
+        for r in results {
+            let want = serde_json::to_vec(&r).unwrap();
+            let resp = respond(r);
+            assert_eq!(resp.body().to_vec(), want);
+            let hint = hyper::body::Body::size_hint(resp.body()).exact();
+            assert_eq!(hint, Some(want.len() as u64));
+        }
     }
 
     #[test]

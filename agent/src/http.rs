@@ -2,14 +2,15 @@
 //! reading, query parsing.
 
 use crate::api_error::ApiError;
-use http_body_util::{BodyExt, Full, Limited};
+use crate::body::Body;
+use http_body_util::{BodyExt, Limited};
 use hyper::StatusCode;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use serde::Serialize;
 use std::time::Duration;
 
-pub type Response = hyper::Response<Full<Bytes>>;
+pub type Response = hyper::Response<Body>;
 
 /// How long a client may take to send a request body once its headers are in.
 /// Together with hyper's header timeout this bounds a trickling client.
@@ -30,7 +31,11 @@ pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
 }
 
 pub fn json_bytes(status: StatusCode, body: Bytes) -> Response {
-    let mut resp = hyper::Response::new(Full::new(body));
+    json_body(status, Body::bytes(body))
+}
+
+pub fn json_body(status: StatusCode, body: Body) -> Response {
+    let mut resp = hyper::Response::new(body);
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

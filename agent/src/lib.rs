@@ -14,7 +14,8 @@
 //!   own process group, with timeouts and capped output; [`spawn`]: the
 //!   vfork-style process creation underneath.
 //! - [`token`]: loading and checking the bearer token.
-//! - [`api_error`], [`http`]: error → status + JSON; HTTP helpers.
+//! - [`api_error`], [`http`], [`body`]: error → status + JSON; HTTP helpers;
+//!   response bodies that escape command output while sending it.
 //! - [`logging`], [`timefmt`]: a one-line-per-event log subscriber; timestamps.
 //!
 //! Data flows one way: `server` → `router` → endpoint → (`readiness` |
@@ -22,6 +23,7 @@
 
 pub mod api_error;
 pub mod app;
+pub mod body;
 pub mod capture;
 pub mod cli;
 pub mod conns;

@@ -1,0 +1,215 @@
+//! Response bodies: plain bytes, and JSON string contents escaped while they
+//! are sent. An exec's captured output (up to 16 MiB per stream) is thus
+//! never copied whole a second time into a serialized response: the
+//! escaping happens one frame at a time as the socket takes it.
+//!
+//! The escaping is serde_json's, byte for byte (a test pins it), so a
+//! streamed response is the same document `serde_json::to_vec` would give.
+
+use hyper::body::{Bytes, Frame, SizeHint};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Source bytes escaped per frame (a frame is at most 6× this, for text
+/// of nothing but control characters).
+const FRAME: usize = 32 * 1024;
+
+#[derive(Debug, Default)]
+pub struct Body {
+    parts: VecDeque<Part>,
+    remaining: u64,
+}
+
+#[derive(Debug)]
+enum Part {
+    Bytes(Bytes),
+    /// The contents of a JSON string (no quotes), escaped from `at` on.
+    Escaped {
+        text: String,
+        at: usize,
+    },
+}
+
+impl Body {
+    pub fn bytes(b: impl Into<Bytes>) -> Body {
+        let mut body = Body::default();
+        body.push_bytes(b);
+        body
+    }
+
+    pub fn push_bytes(&mut self, b: impl Into<Bytes>) {
+        let b = b.into();
+        if !b.is_empty() {
+            self.remaining += b.len() as u64;
+            self.parts.push_back(Part::Bytes(b));
+        }
+    }
+
+    /// Appends `text` as the contents of a JSON string: the caller writes
+    /// the quotes around it.
+    pub fn push_json_str(&mut self, text: String) {
+        let len = escaped_len(text.as_bytes());
+        if len > 0 {
+            self.remaining += len;
+            self.parts.push_back(Part::Escaped { text, at: 0 });
+        }
+    }
+
+    /// The whole body at once (for tests and small bodies).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.remaining as usize);
+        for p in &self.parts {
+            match p {
+                Part::Bytes(b) => out.extend_from_slice(b),
+                Part::Escaped { text, at } => escape_into(&text.as_bytes()[*at..], &mut out),
+            }
+        }
+        out
+    }
+
+    fn next_frame(&mut self) -> Option<Bytes> {
+        let part = self.parts.front_mut()?;
+        let frame = match part {
+            Part::Bytes(b) => {
+                let b = std::mem::take(b);
+                self.parts.pop_front();
+                b
+            }
+            Part::Escaped { text, at } => {
+                let src = &text.as_bytes()[*at..];
+                let n = src.len().min(FRAME);
+                let mut out = Vec::with_capacity(n + n / 8 + 16);
+                escape_into(&src[..n], &mut out);
+                *at += n;
+                if *at == text.len() {
+                    self.parts.pop_front();
+                }
+                Bytes::from(out)
+            }
+        };
+        self.remaining -= frame.len() as u64;
+        Some(frame)
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.get_mut().next_frame().map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+/// serde_json's escape for a byte: 0 = as is, `u` = `\u00XX`, else `\X`.
+fn escape_of(b: u8) -> u8 {
+    match b {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'\n' => b'n',
+        b'\r' => b'r',
+        b'\t' => b't',
+        0x08 => b'b',
+        0x0c => b'f',
+        0x00..=0x1f => b'u',
+        _ => 0,
+    }
+}
+
+fn escaped_len(src: &[u8]) -> u64 {
+    src.iter()
+        .map(|&b| match escape_of(b) {
+            0 => 1,
+            b'u' => 6,
+            _ => 2,
+        })
+        .sum()
+}
+
+fn escape_into(src: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut start = 0;
+    for (i, &b) in src.iter().enumerate() {
+        let e = escape_of(b);
+        if e == 0 {
+            continue;
+        }
+        out.extend_from_slice(&src[start..i]);
+        if e == b'u' {
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 0xf) as usize],
+            ]);
+        } else {
+            out.extend_from_slice(&[b'\\', e]);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&src[start..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn streamed(mut body: Body) -> Vec<u8> {
+        let whole = body.to_vec();
+        let hint = body.remaining;
+        let mut out = Vec::new();
+        while let Some(f) = body.next_frame() {
+            out.extend_from_slice(&f);
+        }
+        assert_eq!(out, whole);
+        assert_eq!(hint, out.len() as u64);
+        assert_eq!(body.remaining, 0);
+        out
+    }
+
+    #[test]
+    fn escaping_is_serde_jsons() {
+        let mut all = String::new();
+        for c in (0u32..0x300).chain([0x2028, 0x2029, 0xfffd, 0x1f600]) {
+            all.push(char::from_u32(c).unwrap());
+        }
+        let long = "line \"quoted\" \\ tab\t\n".repeat(5000); // several frames
+        let controls = "\u{0}\u{1f}".repeat(FRAME); // frames at 6×
+        for text in [
+            "",
+            "plain",
+            "é€😀",
+            all.as_str(),
+            long.as_str(),
+            controls.as_str(),
+        ] {
+            let mut body = Body::default();
+            body.push_bytes(&b"["[..]);
+            body.push_bytes(&b"\""[..]);
+            body.push_json_str(text.to_owned());
+            body.push_bytes(&b"\"]"[..]);
+            let got = streamed(body);
+            assert_eq!(
+                got,
+                serde_json::to_vec(&[text]).unwrap(),
+                "{:?}",
+                &text[..text.len().min(40)]
+            );
+        }
+    }
+}

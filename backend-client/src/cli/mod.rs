@@ -10,6 +10,8 @@
 //! - [`secret`]: renders a lab's payload (owned by the payload work).
 //! - [`exit`]: exit codes and how errors print; [`common`], [`progress`],
 //!   [`report`]: shared by the verbs.
+//! - [`qemu`]: booting a guest with a NoCloud seed, for `try --vm` (and the
+//!   project's VM tests); the library itself knows nothing of qemu.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -20,6 +22,7 @@ pub mod exec;
 pub mod exit;
 pub mod grade;
 pub mod progress;
+pub mod qemu;
 pub mod report;
 pub mod secret;
 pub mod r#try;

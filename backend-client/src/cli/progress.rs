@@ -30,6 +30,8 @@ struct Row {
     /// `None` until the agent answers.
     state: Option<ReadyState>,
     reason: String,
+    /// The reason came from the caller's `not_up` text: show it alone.
+    reason_is_status: bool,
     /// Set once this VM's wait has ended, with the text to show.
     done: Option<String>,
 }
@@ -53,6 +55,7 @@ impl WaitDisplay {
                     url,
                     state: None,
                     reason: "connecting".to_owned(),
+                    reason_is_status: false,
                     done: None,
                 })
                 .collect(),
@@ -68,10 +71,22 @@ impl WaitDisplay {
 
     /// A progress report for VM `i`.
     pub fn update(&mut self, i: usize, p: &Progress) {
+        self.update_with(i, p, None);
+    }
+
+    /// A progress report for VM `i`; while the agent does not answer,
+    /// `not_up` (if any) replaces "unreachable: REASON" (e.g. "booting:
+    /// cloud-init: config stage" for a VM `labctl try` boots).
+    pub fn update_with(&mut self, i: usize, p: &Progress, not_up: Option<String>) {
         let row = &mut self.rows[i];
-        let changed = row.state != p.state || row.reason != p.reason;
+        let reason = match (p.state, not_up) {
+            (None, Some(text)) => text,
+            _ => p.reason.clone(),
+        };
+        let changed = row.state != p.state || row.reason != reason;
+        row.reason_is_status = p.state.is_none() && reason != p.reason;
         row.state = p.state;
-        row.reason = p.reason.clone();
+        row.reason = reason;
         if self.live {
             self.redraw();
         } else if changed {
@@ -108,15 +123,11 @@ impl WaitDisplay {
 
     fn plain_line(&self, i: usize, elapsed: Duration) -> String {
         let row = &self.rows[i];
-        let state = row.state.map_or("unreachable", |s| s.as_str());
         let mut line = format!("[{:>6}] ", human_duration(elapsed));
         if self.show_urls {
             line.push_str(&format!("{}: ", row.url));
         }
-        line.push_str(state);
-        if !row.reason.is_empty() && row.reason != state {
-            line.push_str(&format!(": {}", one_line(&row.reason)));
-        }
+        line.push_str(&row.status());
         line
     }
 
@@ -126,14 +137,11 @@ impl WaitDisplay {
             Some(text) => line.push_str(&format!("  {text}")),
             None => {
                 let spin = SPINNER[self.frame % SPINNER.len()];
-                let state = row.state.map_or("unreachable", |s| s.as_str());
                 line.push_str(&format!(
-                    "{spin} {:>6}  {state}",
-                    human_duration(self.start.elapsed())
+                    "{spin} {:>6}  {}",
+                    human_duration(self.start.elapsed()),
+                    row.status()
                 ));
-                if !row.reason.is_empty() && row.reason != state {
-                    line.push_str(&format!(": {}", one_line(&row.reason)));
-                }
             }
         }
         if self.show_urls {
@@ -157,6 +165,21 @@ impl WaitDisplay {
         let _ = err.write_all(buf.as_bytes());
         let _ = err.flush();
         self.drawn = lines.len();
+    }
+}
+
+impl Row {
+    /// `state: reason`, or the caller's own text while the agent is silent.
+    fn status(&self) -> String {
+        if self.reason_is_status {
+            return one_line(&self.reason);
+        }
+        let state = self.state.map_or("unreachable", |s| s.as_str());
+        if !self.reason.is_empty() && self.reason != state {
+            format!("{state}: {}", one_line(&self.reason))
+        } else {
+            state.to_owned()
+        }
     }
 }
 
@@ -212,6 +235,33 @@ mod tests {
         assert_eq!(
             single.plain_line(0, Duration::ZERO),
             "[  0.0s] unreachable: connecting"
+        );
+    }
+
+    #[test]
+    fn a_caller_may_say_what_silence_means() {
+        let mut d = WaitDisplay::with_mode(vec!["http://a".into()], false);
+        let silent = Progress {
+            elapsed: Duration::from_secs(40),
+            state: None,
+            reason: "connection closed".into(),
+            attempts: 3,
+        };
+        d.update_with(0, &silent, Some("booting: cloud-init: init stage".into()));
+        assert_eq!(
+            d.plain_line(0, Duration::from_secs(40)),
+            "[ 40.0s] booting: cloud-init: init stage"
+        );
+        // Once the agent answers, its own state and reason show.
+        let answered = Progress {
+            state: Some(ReadyState::SettingUp),
+            reason: "setup is running".into(),
+            ..silent
+        };
+        d.update_with(0, &answered, Some("ignored".into()));
+        assert_eq!(
+            d.plain_line(0, Duration::from_secs(41)),
+            "[ 41.0s] setting_up: setup is running"
         );
     }
 

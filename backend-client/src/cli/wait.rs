@@ -83,13 +83,25 @@ pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
 /// Waits for `clients`, showing progress on stderr, and prints a line per
 /// VM as it settles (or nothing but progress for one VM that is ready).
 pub async fn wait_with_display(clients: &[Client], deadline: Instant) -> Vec<WaitOutcome> {
+    wait_with_display_hooked(clients, deadline, &mut |_, _| None).await
+}
+
+/// [`wait_with_display`], showing every progress report to `hook` first;
+/// while an agent does not answer, the text `hook` returns (if any) is
+/// shown instead of "unreachable: REASON".
+pub async fn wait_with_display_hooked(
+    clients: &[Client],
+    deadline: Instant,
+    hook: &mut dyn FnMut(usize, &crate::Progress) -> Option<String>,
+) -> Vec<WaitOutcome> {
     let urls = clients.iter().map(|c| c.url().to_owned()).collect();
     let mut display = WaitDisplay::new(urls);
     let start = Instant::now();
     let display_cell = std::cell::RefCell::new(&mut display);
     let outcomes = {
         let wait = crate::wait_all(clients, deadline, |i, p| {
-            display_cell.borrow_mut().update(i, p);
+            let not_up = hook(i, p);
+            display_cell.borrow_mut().update_with(i, p, not_up);
         });
         tokio::pin!(wait);
         let mut tick = tokio::time::interval(TICK);

@@ -6,7 +6,8 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::{VmError, tail_lines};
+use super::VmError;
+use lab_agent_client::cli::qemu::{self, Guest, tail_lines};
 
 /// Paths of a built guest image. Never written to: each VM boots from its own
 /// qcow2 overlay on `rootfs`.
@@ -46,6 +47,15 @@ impl VmImage {
         check_qemu_runs()?;
         *cached = Some(image.clone());
         Ok(image)
+    }
+
+    /// What the core boots: kernel + initrd + root filesystem.
+    pub fn guest(&self) -> Guest {
+        Guest::Kernel {
+            kernel: self.kernel.clone(),
+            initrd: self.initrd.clone(),
+            rootfs: self.rootfs.clone(),
+        }
     }
 
     /// An image dir as the build script leaves it.
@@ -105,23 +115,7 @@ fn run_build_script() -> Result<PathBuf, VmError> {
 }
 
 fn check_qemu_runs() -> Result<(), VmError> {
-    let out = Command::new(super::machine::QEMU)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            VmError::HostUnsupported(format!(
-                "cannot run `{}`: {e} (the build script installs it from bookworm-backports; run it as root)",
-                super::machine::QEMU
-            ))
-        })?;
-    if !out.status.success() {
-        return Err(VmError::HostUnsupported(format!(
-            "`{} --version` failed ({}): {}",
-            super::machine::QEMU,
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
+    qemu::check_installed()
+        .map(drop)
+        .map_err(|e| VmError::HostUnsupported(e.to_string()))
 }

@@ -1,21 +1,20 @@
 //! A real Debian 12 guest with real cloud-init, booted under qemu, for the
 //! end-to-end tests.
 //!
+//! The machine itself (overlay, NoCloud seed, qemu arguments, accelerator
+//! probe, free port, console log, QMP power-off) is `labctl try --vm`'s:
+//! [`lab_agent_client::cli::qemu`]. This layer adds what tests need on top.
+//!
 //! # Layout
 //! - [`image`]: [`VmImage::ensure`] runs `tests/vm/build-image.sh`, which
 //!   installs the host packages and builds (or finds cached) kernel, initrd and
 //!   root filesystem.
-//! - [`accel`]: KVM only where a real probe boots, else TCG.
-//! - [`machine`]: [`Vm::boot`] — one qemu per test, on a throw-away qcow2
-//!   overlay, with a NoCloud seed, a loopback port forward to the guest's
-//!   8899, a serial console log and a QMP socket. Dropping it kills qemu.
-//! - [`console`]: waiting for text on the serial console.
-//! - [`qmp`]: the QEMU Machine Protocol client (power-down, queries).
+//! - [`machine`]: [`Vm::boot`] — one qemu per test on the shared core, under
+//!   the machine-wide lock; its console log is kept when the test fails.
 //! - [`http`]: a minimal HTTP probe (slirp accepts TCP long before the guest
 //!   listens, so only an HTTP answer means "up").
 //! - [`lock`]: one VM at a time on the machine, across test binaries.
-//! - [`spawn`]: qemu is started from a thread that lives as long as the test
-//!   process, so it dies with the process even if `Drop` never runs.
+//! - [`select_accel`]: the accelerator, decided once per test process.
 //!
 //! # Environment
 //! - `LAB_AGENT_CACHE`: cache root (default `$XDG_CACHE_HOME/lab-agent` or
@@ -24,21 +23,18 @@
 //! - `LAB_AGENT_VM_ACCEL=tcg|kvm`: force the accelerator (default: probe).
 //! - `LAB_AGENT_VM_KEEP_LOGS=1`: keep console logs of passing tests too.
 
-pub mod accel;
-pub mod console;
 pub mod http;
 pub mod image;
 pub mod lock;
 pub mod machine;
-pub mod qmp;
-pub mod spawn;
 
-use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-pub use accel::Accel;
 pub use image::VmImage;
-pub use machine::{BootOptions, PowerOff, Vm};
+pub use lab_agent_client::cli::qemu::{self as core, Accel, ConsoleMark, PowerOff, QemuError};
+pub use lock::VmLock;
+pub use machine::{BootOptions, Vm};
 
 /// Everything that can go wrong with a test VM. Each message says what failed
 /// and carries enough context (log tails) to see why without rerunning.
@@ -57,41 +53,10 @@ pub enum VmError {
         #[source]
         source: std::io::Error,
     },
-    /// qemu did not come up (bad arguments, port taken, …).
-    #[error("failed to start qemu: {message}; its stderr:\n{stderr}")]
-    QemuStart { message: String, stderr: String },
-    /// qemu exited while the test was waiting for something.
-    #[error(
-        "qemu exited ({status}) while waiting for {waiting_for}; stderr:\n{stderr}\nconsole log `{}`, last lines:\n{console_tail}",
-        console_log.display()
-    )]
-    QemuExited {
-        status: String,
-        waiting_for: String,
-        stderr: String,
-        console_log: PathBuf,
-        console_tail: String,
-    },
-    /// The text never appeared on the serial console.
-    #[error(
-        "{needle:?} did not appear on the serial console within {waited:?}; console log `{}`, last lines:\n{console_tail}",
-        console_log.display()
-    )]
-    ConsoleTimeout {
-        needle: String,
-        waited: Duration,
-        console_log: PathBuf,
-        console_tail: String,
-    },
-    /// The guest kernel panicked.
-    #[error("the guest kernel panicked; console log `{}`, last lines:\n{console_tail}", console_log.display())]
-    KernelPanic {
-        console_log: PathBuf,
-        console_tail: String,
-    },
-    /// A QMP exchange failed or qemu answered with an error.
-    #[error("QMP `{command}` failed: {message}")]
-    Qmp { command: String, message: String },
+    /// The machine failed (qemu would not start, exited, a console wait
+    /// timed out, the kernel panicked, QMP).
+    #[error(transparent)]
+    Qemu(#[from] QemuError),
     /// No HTTP answer on the forwarded port in time.
     #[error("no HTTP answer on {url} within {waited:?} (last attempt: {last_error})")]
     HttpTimeout {
@@ -110,8 +75,26 @@ impl VmError {
     }
 }
 
-/// The last `n` lines of `text`.
-pub(crate) fn tail_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
+/// `LAB_AGENT_VM_ACCEL=tcg|kvm` if set, else KVM when the core's probe
+/// boots, else TCG. Decided once per process; the decision and its reason
+/// go to stderr.
+pub fn select_accel() -> Accel {
+    static SELECTED: OnceLock<Accel> = OnceLock::new();
+    *SELECTED.get_or_init(|| {
+        let forced = match std::env::var("LAB_AGENT_VM_ACCEL") {
+            Ok(v) => Some(
+                v.parse::<Accel>()
+                    .unwrap_or_else(|e| panic!("LAB_AGENT_VM_ACCEL: {e}")),
+            ),
+            Err(_) => None,
+        };
+        let (accel, why) = Accel::choose(forced, &std::env::temp_dir());
+        let why = if forced.is_some() {
+            "forced by LAB_AGENT_VM_ACCEL".to_owned()
+        } else {
+            why
+        };
+        eprintln!("vm: accelerator {accel:?} ({why})");
+        accel
+    })
 }

@@ -410,7 +410,7 @@ pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
     Err(agent_bin_failure(not_found))
 }
 
-fn agent_bin_failure(e: agent_bin::AgentBinError) -> Failure {
+pub(super) fn agent_bin_failure(e: agent_bin::AgentBinError) -> Failure {
     let hint = e.hint();
     let mut f = Failure::usage(e.to_string());
     if let Some(source) = std::error::Error::source(&e) {

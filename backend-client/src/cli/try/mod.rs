@@ -4,19 +4,21 @@
 //! errors.
 //!
 //! Where the agent runs is a *target*; this module is the flow, the same
-//! for every target:
+//! for every target ([`Target`]):
 //! - [`local`]: `lab-agent serve --no-cloud-init --run-setup` on loopback,
 //!   with the lab staged in a temp dir (the default).
-//! - a `vm` target (`--vm IMAGE`: qemu booting the generated user-data, as
-//!   in production) is not built yet; it will be a sibling of `local`
-//!   yielding the same URL, token and guest `LAB_DIR`.
+//! - [`vm`]: a qemu guest (`--vm IMAGE`, or `--kernel/--initrd/--rootfs`)
+//!   booted with the payload `labctl secret` renders, on a NoCloud seed, as
+//!   in production; the agent is reached through a loopback port forward.
 
 pub mod local;
+pub mod vm;
 
 use super::common;
 use super::exit::{Exit, Failure};
 use super::grade::{exit_for, grade_and_print};
-use super::wait::{print_setup_log, wait_with_display};
+use super::wait::{print_setup_log, wait_with_display_hooked};
+use crate::{Client, Progress};
 use lab_agent_proto::lab::Lab;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -40,20 +42,26 @@ pub struct TryArgs {
     /// Print the grade report as JSON on stdout
     #[arg(long)]
     pub json: bool,
-    /// After grading, keep the agent running until Ctrl-C, to try commands
-    /// and grade again with `labctl exec` and `labctl grade`
+    /// After grading, keep the agent running, to try commands and grade
+    /// again with `labctl exec` and `labctl grade`: until Ctrl-C locally; a
+    /// VM is left running after `labctl` exits (it prints how to stop it)
     #[arg(long)]
     pub keep: bool,
+    #[command(flatten)]
+    pub vm: vm::VmArgs,
 }
 
 #[derive(Debug)]
 pub struct Config {
     pub lab: Lab,
+    /// The agent binary: any build locally, the static one for a VM.
     pub agent: PathBuf,
     pub keep_going: bool,
     pub timeout: Duration,
     pub json: bool,
     pub keep: bool,
+    /// `Some`: try the lab in a VM, not on this machine.
+    pub vm: Option<vm::VmConfig>,
 }
 
 impl Config {
@@ -61,12 +69,20 @@ impl Config {
         let lab = Lab::load(&args.lab).map_err(Failure::lab)?;
         // Refuse symlinks and the like now, before anything starts.
         lab.collect_files().map_err(Failure::lab)?;
+        let vm = vm::VmConfig::from_args(&args.vm)?;
         let timeout = match args.timeout {
             Some(0) => return Err(Failure::usage("`--timeout` must be at least 1 second")),
             Some(s) => Duration::from_secs(s),
+            // A VM must boot first: minutes under software emulation.
+            None if vm.is_some() => {
+                Duration::from_secs(lab.setup_timeout_secs()).saturating_add(vm::BOOT_ALLOWANCE)
+            }
             None => Duration::from_secs(lab.setup_timeout_secs() + 60),
         };
-        let agent = local::find_agent(args.agent.as_deref())?;
+        let agent = match vm {
+            Some(_) => vm::find_static_agent(args.agent.as_deref())?,
+            None => local::find_agent(args.agent.as_deref())?,
+        };
         Ok(Config {
             lab,
             agent,
@@ -74,12 +90,46 @@ impl Config {
             timeout,
             json: args.json,
             keep: args.keep,
+            vm,
         })
+    }
+}
+
+/// What [`flow`] needs from wherever the agent runs.
+trait Target {
+    /// A client for the agent, with its token.
+    fn client(&self) -> Result<Client, Failure>;
+    /// The checks' `LAB_DIR` where the agent runs.
+    fn guest_lab_dir(&self) -> &str;
+    /// Sees every progress report of the wait; returns what to show while
+    /// the agent does not answer (default: why it cannot be reached).
+    fn on_progress(&self, _progress: &Progress) -> Option<String> {
+        None
+    }
+    /// The wait ended with the agent ready.
+    fn on_ready(&self) {}
+    /// The wait failed for another reason than a failed setup: show what
+    /// helps (the agent's own log, a console).
+    fn explain_wait_failure(&self) {}
+}
+
+impl Target for local::LocalAgent {
+    fn client(&self) -> Result<Client, Failure> {
+        local::LocalAgent::client(self)
+    }
+    fn guest_lab_dir(&self) -> &str {
+        local::LocalAgent::guest_lab_dir(self)
+    }
+    fn explain_wait_failure(&self) {
+        self.print_log_tail();
     }
 }
 
 pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
     let config = Config::from_args(args)?;
+    if let Some(vm) = &config.vm {
+        return vm::run(&config, vm);
+    }
     let rt = common::runtime()?;
     rt.block_on(async {
         let mut agent = interruptible(local::LocalAgent::start(&config)).await??;
@@ -95,8 +145,8 @@ pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
 }
 
 /// Wait for setup, grade, report: the part every target shares.
-async fn flow(config: &Config, agent: &local::LocalAgent) -> Result<Exit, Failure> {
-    let client = agent.client()?;
+async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
+    let client = target.client()?;
     let script = config
         .lab
         .setup
@@ -106,28 +156,32 @@ async fn flow(config: &Config, agent: &local::LocalAgent) -> Result<Exit, Failur
             format!("`{}`", s.display())
         });
     eprintln!("waiting for setup {script} to finish");
-    let outcome = wait_with_display(
+    let outcome = wait_with_display_hooked(
         std::slice::from_ref(&client),
         Instant::now() + config.timeout,
+        &mut |_, p| target.on_progress(p),
     )
     .await
     .pop()
     .expect("one outcome per client");
     let mut setup_failed = false;
-    if let Err(e) = outcome.result {
-        print_setup_log(&e);
-        if !e.is_setup_failed() {
-            agent.print_log_tail();
+    match outcome.result {
+        Ok(_) => target.on_ready(),
+        Err(e) => {
+            print_setup_log(&e);
+            if !e.is_setup_failed() {
+                target.explain_wait_failure();
+            }
+            let failure = Failure::client(e);
+            if !(failure.exit == Exit::SetupFailed && config.keep_going) {
+                return Err(failure);
+            }
+            failure.print();
+            eprintln!("grading anyway (`--keep-going`)");
+            setup_failed = true;
         }
-        let failure = Failure::client(e);
-        if !(failure.exit == Exit::SetupFailed && config.keep_going) {
-            return Err(failure);
-        }
-        failure.print();
-        eprintln!("grading anyway (`--keep-going`)");
-        setup_failed = true;
     }
-    let report = grade_and_print(&client, &config.lab, agent.guest_lab_dir(), config.json).await?;
+    let report = grade_and_print(&client, &config.lab, target.guest_lab_dir(), config.json).await?;
     Ok(if setup_failed {
         Exit::SetupFailed
     } else {
@@ -137,10 +191,7 @@ async fn flow(config: &Config, agent: &local::LocalAgent) -> Result<Exit, Failur
 
 /// `--keep`: say how to reach the agent, for the author to poke at it.
 fn keep_running(config: &Config, agent: &local::LocalAgent) {
-    let labctl = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "labctl".to_owned());
+    let labctl = labctl_name();
     let conn = format!(
         "--url {} --token-file {}",
         agent.url(),
@@ -155,9 +206,23 @@ fn keep_running(config: &Config, agent: &local::LocalAgent) {
     );
 }
 
+/// The name `labctl` was run as, for commands it prints.
+fn labctl_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "labctl".to_owned())
+}
+
 /// Runs `work` unless SIGINT or SIGTERM comes first; then the caller's
 /// cleanup runs and `labctl` exits 130 (143).
 async fn interruptible<T>(work: impl Future<Output = T>) -> Result<T, Failure> {
+    interruptible_for("the agent", work).await
+}
+
+/// [`interruptible`], for a target that is not a local agent (`what` is
+/// what the cleanup stops: "the VM").
+async fn interruptible_for<T>(what: &str, work: impl Future<Output = T>) -> Result<T, Failure> {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),
@@ -167,14 +232,14 @@ async fn interruptible<T>(work: impl Future<Output = T>) -> Result<T, Failure> {
     };
     tokio::select! {
         out = work => Ok(out),
-        _ = int.recv() => Err(interrupted("Ctrl-C", 130)),
-        _ = term.recv() => Err(interrupted("SIGTERM", 143)),
+        _ = int.recv() => Err(interrupted(what, "Ctrl-C", 130)),
+        _ = term.recv() => Err(interrupted(what, "SIGTERM", 143)),
     }
 }
 
-fn interrupted(what: &str, code: u8) -> Failure {
+fn interrupted(target: &str, signal: &str, code: u8) -> Failure {
     Failure::new(
         Exit::Interrupted(code),
-        format!("interrupted by {what}: stopped the agent and removed its files"),
+        format!("interrupted by {signal}: stopped {target} and removed its files"),
     )
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::{VmError, tail_lines};
+use super::{QemuError, tail_lines};
 
 /// How often the log is re-read while waiting.
 const POLL: Duration = Duration::from_millis(50);
@@ -29,6 +29,33 @@ pub fn mark(path: &Path) -> ConsoleMark {
     )
 }
 
+/// Boot milestones as they appear on the console, in boot order, and what
+/// to call them.
+const MILESTONES: &[(&str, &str)] = &[
+    ("Linux version", "the kernel is starting"),
+    ("systemd[1]:", "systemd is starting services"),
+    ("running 'init-local'", "cloud-init: init-local stage"),
+    ("running 'init'", "cloud-init: init stage (write_files)"),
+    ("running 'modules:config'", "cloud-init: config stage"),
+    (
+        "running 'modules:final'",
+        "cloud-init: final stage (runcmd)",
+    ),
+    (" finished at ", "cloud-init has finished"),
+    ("reboot: Restarting system", "rebooting"),
+    ("reboot: Power down", "powered off"),
+];
+
+/// Where a boot stands by the console's last milestone (the kernel, systemd,
+/// each cloud-init stage), for progress displays; `None` before any.
+pub fn milestone(text: &str) -> Option<&'static str> {
+    MILESTONES
+        .iter()
+        .filter_map(|(needle, name)| text.rfind(needle).map(|at| (at, *name)))
+        .max_by_key(|(at, _)| *at)
+        .map(|(_, name)| name)
+}
+
 /// What a wait needs from the VM while it polls.
 pub(crate) struct Watch<'a> {
     pub path: &'a Path,
@@ -44,7 +71,7 @@ pub(crate) fn wait_for(
     from: ConsoleMark,
     needle: &str,
     timeout: Duration,
-) -> Result<Instant, VmError> {
+) -> Result<Instant, QemuError> {
     let started = Instant::now();
     loop {
         let bytes = std::fs::read(watch.path).unwrap_or_default();
@@ -54,13 +81,13 @@ pub(crate) fn wait_for(
         }
         let console_tail = || tail_lines(&new, 30);
         if new.contains("Kernel panic - not syncing") {
-            return Err(VmError::KernelPanic {
+            return Err(QemuError::KernelPanic {
                 console_log: watch.path.to_owned(),
                 console_tail: console_tail(),
             });
         }
         if let Some(status) = (watch.exited)() {
-            return Err(VmError::QemuExited {
+            return Err(QemuError::QemuExited {
                 status,
                 waiting_for: format!("{needle:?} on the console"),
                 stderr: (watch.stderr)(),
@@ -69,7 +96,7 @@ pub(crate) fn wait_for(
             });
         }
         if started.elapsed() >= timeout {
-            return Err(VmError::ConsoleTimeout {
+            return Err(QemuError::ConsoleTimeout {
                 needle: needle.to_owned(),
                 waited: started.elapsed(),
                 console_log: watch.path.to_owned(),
@@ -105,7 +132,7 @@ mod tests {
         from: ConsoleMark,
         needle: &str,
         exited: Option<&str>,
-    ) -> Result<Instant, VmError> {
+    ) -> Result<Instant, QemuError> {
         let (path, _rm) = watch_file(text);
         let exited = || exited.map(str::to_owned);
         let stderr = || "qemu said something".to_owned();
@@ -118,11 +145,33 @@ mod tests {
     }
 
     #[test]
+    fn milestones_follow_the_boot() {
+        assert_eq!(milestone(""), None);
+        let mut text = String::from("[    0.000000] Linux version 6.1.0-56-cloud-amd64\n");
+        assert_eq!(milestone(&text), Some("the kernel is starting"));
+        text.push_str("[   23.2] systemd[1]: Reached target swap.target\n");
+        assert_eq!(milestone(&text), Some("systemd is starting services"));
+        text.push_str("cloud-init[244]: Cloud-init v. 22.4.2 running 'init-local' at …\n");
+        assert_eq!(milestone(&text), Some("cloud-init: init-local stage"));
+        text.push_str("cloud-init[266]: Cloud-init v. 22.4.2 running 'init' at …\n");
+        assert_eq!(
+            milestone(&text),
+            Some("cloud-init: init stage (write_files)")
+        );
+        text.push_str("cloud-init[345]: Cloud-init v. 22.4.2 running 'modules:final' at …\n");
+        assert_eq!(milestone(&text), Some("cloud-init: final stage (runcmd)"));
+        text.push_str("cloud-init[345]: Cloud-init v. 22.4.2 finished at Sun, 29 Nov 2026\n");
+        assert_eq!(milestone(&text), Some("cloud-init has finished"));
+        text.push_str("[  118.3] reboot: Restarting system\n[    0.000000] Linux version 6.1\n");
+        assert_eq!(milestone(&text), Some("the kernel is starting"));
+    }
+
+    #[test]
     fn finds_the_needle_only_after_the_mark() {
         let text = "boot 1: FINAL\nboot 2: ...\n";
         assert!(wait(text, ConsoleMark(0), "FINAL", None).is_ok());
         let err = wait(text, ConsoleMark(10), "FINAL", None).unwrap_err();
-        assert!(matches!(err, VmError::ConsoleTimeout { .. }), "{err}");
+        assert!(matches!(err, QemuError::ConsoleTimeout { .. }), "{err}");
         assert!(err.to_string().contains("boot 2"), "{err}");
     }
 
@@ -130,14 +179,14 @@ mod tests {
     fn a_kernel_panic_fails_at_once() {
         let text = "[ 1.0] Kernel panic - not syncing: VFS: Unable to mount root fs\n";
         let err = wait(text, ConsoleMark(0), "FINAL", None).unwrap_err();
-        assert!(matches!(err, VmError::KernelPanic { .. }), "{err}");
+        assert!(matches!(err, QemuError::KernelPanic { .. }), "{err}");
     }
 
     #[test]
     fn qemu_exiting_fails_at_once_with_its_stderr() {
         let err = wait("booting\n", ConsoleMark(0), "FINAL", Some("exit status: 1")).unwrap_err();
         let msg = err.to_string();
-        assert!(matches!(err, VmError::QemuExited { .. }), "{msg}");
+        assert!(matches!(err, QemuError::QemuExited { .. }), "{msg}");
         assert!(
             msg.contains("qemu said something") && msg.contains("booting"),
             "{msg}"

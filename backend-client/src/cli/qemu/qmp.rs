@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::VmError;
+use super::QemuError;
 
 /// A connected, capability-negotiated QMP session.
 #[derive(Debug)]
@@ -21,8 +21,8 @@ pub struct Qmp {
 
 impl Qmp {
     /// Connects and leaves capabilities negotiation mode.
-    pub fn connect(path: &Path) -> Result<Qmp, VmError> {
-        let err = |message: String| VmError::Qmp {
+    pub fn connect(path: &Path) -> Result<Qmp, QemuError> {
+        let err = |message: String| QemuError::Qmp {
             command: "connect".into(),
             message,
         };
@@ -46,8 +46,8 @@ impl Qmp {
     }
 
     /// Runs `command` (with optional `arguments`) and returns its `return`
-    /// value; a QMP `error` becomes [`VmError::Qmp`].
-    pub fn execute(&mut self, command: &str, arguments: Option<Value>) -> Result<Value, VmError> {
+    /// value; a QMP `error` becomes [`QemuError::Qmp`].
+    pub fn execute(&mut self, command: &str, arguments: Option<Value>) -> Result<Value, QemuError> {
         let mut request = json!({ "execute": command });
         if let Some(args) = arguments {
             request["arguments"] = args;
@@ -55,7 +55,7 @@ impl Qmp {
         let line = format!("{request}\n");
         self.writer
             .write_all(line.as_bytes())
-            .map_err(|e| VmError::Qmp {
+            .map_err(|e| QemuError::Qmp {
                 command: command.into(),
                 message: format!("cannot send: {e}"),
             })?;
@@ -66,7 +66,7 @@ impl Qmp {
             } else if let Some(ret) = msg.get("return") {
                 return Ok(ret.clone());
             } else if let Some(error) = msg.get("error") {
-                return Err(VmError::Qmp {
+                return Err(QemuError::Qmp {
                     command: command.into(),
                     message: error.to_string(),
                 });
@@ -74,19 +74,22 @@ impl Qmp {
         }
     }
 
-    fn read_message(&mut self, command: &str) -> Result<Value, VmError> {
+    fn read_message(&mut self, command: &str) -> Result<Value, QemuError> {
         let mut line = String::new();
-        let n = self.reader.read_line(&mut line).map_err(|e| VmError::Qmp {
-            command: command.into(),
-            message: format!("cannot read the answer: {e}"),
-        })?;
+        let n = self
+            .reader
+            .read_line(&mut line)
+            .map_err(|e| QemuError::Qmp {
+                command: command.into(),
+                message: format!("cannot read the answer: {e}"),
+            })?;
         if n == 0 {
-            return Err(VmError::Qmp {
+            return Err(QemuError::Qmp {
                 command: command.into(),
                 message: "qemu closed the QMP socket".into(),
             });
         }
-        serde_json::from_str(&line).map_err(|e| VmError::Qmp {
+        serde_json::from_str(&line).map_err(|e| QemuError::Qmp {
             command: command.into(),
             message: format!("unparsable answer {line:?}: {e}"),
         })

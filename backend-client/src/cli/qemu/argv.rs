@@ -1,0 +1,312 @@
+//! What to boot and how: the qemu and `qemu-img` command lines, as pure
+//! functions of a [`MachineSpec`], the run dir's [`RunPaths`] and a port.
+
+use super::{Accel, GUEST_PORT, sanitize};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// The kernel command line of a [`Guest::Kernel`]: the serial console is
+/// the log (and the student's terminal), the root filesystem is the first
+/// virtio disk (the overlay).
+pub const KERNEL_APPEND: &str = "console=ttyS0 root=/dev/vda rw";
+
+/// What the machine boots. Either way the base image is only read: the
+/// machine writes to a qcow2 overlay on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guest {
+    /// A kernel, its initrd and a root filesystem image, booted without a
+    /// bootloader (`root=/dev/vda`): the project's test image
+    /// (`tests/vm/build-image.sh`), `labctl try --kernel/--initrd/--rootfs`.
+    Kernel {
+        kernel: PathBuf,
+        initrd: PathBuf,
+        rootfs: PathBuf,
+    },
+    /// A whole disk image with a bootloader (a Debian or Ubuntu cloud
+    /// image, qcow2 or raw), booted by the BIOS: `labctl try --vm IMAGE`.
+    Disk { image: PathBuf },
+}
+
+impl Guest {
+    /// The image the overlay is made on.
+    pub fn base(&self) -> &Path {
+        match self {
+            Guest::Kernel { rootfs, .. } => rootfs,
+            Guest::Disk { image } => image,
+        }
+    }
+}
+
+/// One machine: what it boots and with what.
+#[derive(Debug, Clone)]
+pub struct MachineSpec {
+    /// Names the machine (qemu's `-name`, file names, the guest's hostname).
+    pub name: String,
+    pub guest: Guest,
+    /// The base image's format (`raw`, `qcow2`, …) as `qemu-img` names it;
+    /// `None`: ask `qemu-img info`.
+    pub base_format: Option<String>,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    pub accel: Accel,
+    /// Appended to [`KERNEL_APPEND`] (a [`Guest::Kernel`] only).
+    pub extra_append: String,
+    /// Appended to qemu's arguments.
+    pub extra_qemu_args: Vec<String>,
+    /// qemu may outlive this process (`labctl try --keep`): it gets no
+    /// parent-death signal. Otherwise it dies with its parent.
+    pub detached: bool,
+}
+
+impl MachineSpec {
+    /// 1 GiB, 2 vCPUs, TCG, attached to its parent.
+    pub fn new(name: impl Into<String>, guest: Guest) -> MachineSpec {
+        MachineSpec {
+            name: name.into(),
+            guest,
+            base_format: None,
+            memory_mib: 1024,
+            cpus: 2,
+            accel: Accel::Tcg,
+            extra_append: String::new(),
+            extra_qemu_args: Vec::new(),
+            detached: false,
+        }
+    }
+}
+
+/// The files of one machine, all in its run dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPaths {
+    pub dir: PathBuf,
+    /// The qcow2 overlay the guest writes to.
+    pub overlay: PathBuf,
+    /// The NoCloud seed (ISO9660 `cidata`), and the folder it is made from.
+    pub seed: PathBuf,
+    pub seed_dir: PathBuf,
+    /// The serial console, as qemu writes it.
+    pub console: PathBuf,
+    /// qemu's own stderr.
+    pub stderr: PathBuf,
+    /// The QMP unix socket.
+    pub qmp: PathBuf,
+    /// The qemu command line, for whoever debugs a boot.
+    pub cmdline: PathBuf,
+}
+
+impl RunPaths {
+    pub fn new(dir: &Path) -> RunPaths {
+        RunPaths {
+            dir: dir.to_owned(),
+            overlay: dir.join("overlay.qcow2"),
+            seed: dir.join("seed.iso"),
+            seed_dir: dir.join("seed"),
+            console: dir.join("console.log"),
+            stderr: dir.join("qemu-stderr.log"),
+            qmp: dir.join("qmp.sock"),
+            cmdline: dir.join("qemu-cmdline.txt"),
+        }
+    }
+}
+
+/// `qemu-img create` of a qcow2 overlay on `base`. qemu resolves a relative
+/// backing path against the overlay's folder, so `base` should be absolute.
+pub fn overlay_args(base: &Path, base_format: &str, overlay: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> = ["create", "-q", "-f", "qcow2", "-F", base_format, "-b"]
+        .map(OsString::from)
+        .to_vec();
+    args.push(base.into());
+    args.push(overlay.into());
+    args
+}
+
+/// The whole qemu command line (without the program), forwarding loopback
+/// `port` to the guest's agent port.
+pub fn qemu_args(spec: &MachineSpec, paths: &RunPaths, port: u16) -> Vec<OsString> {
+    let mut a = Args::default();
+    a.push(["-name", &sanitize(&spec.name)]);
+    a.push(["-nodefaults", "-no-user-config", "-display", "none"]);
+    a.push(spec.accel.qemu_args().iter().copied());
+    a.push(["-smp", &spec.cpus.to_string()]);
+    a.push(["-m", &spec.memory_mib.to_string()]);
+    if let Guest::Kernel { kernel, initrd, .. } = &spec.guest {
+        let mut append = KERNEL_APPEND.to_owned();
+        if !spec.extra_append.trim().is_empty() {
+            append.push(' ');
+            append.push_str(spec.extra_append.trim());
+        }
+        a.push(["-kernel"]);
+        a.0.push(kernel.into());
+        a.push(["-initrd"]);
+        a.0.push(initrd.into());
+        a.push(["-append", &append]);
+    }
+    // The overlay first: it is /dev/vda, and the disk the BIOS boots.
+    a.push([
+        "-drive",
+        &drive_arg(&paths.overlay, "qcow2", "cache=unsafe"),
+    ]);
+    a.push(["-drive", &drive_arg(&paths.seed, "raw", "readonly=on")]);
+    a.push([
+        "-netdev",
+        &format!("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT}"),
+    ]);
+    // romfile= : no iPXE ROM, so the BIOS never tries to boot from the network.
+    a.push(["-device", "virtio-net-pci,netdev=net0,romfile="]);
+    a.push(["-device", "virtio-rng-pci"]);
+    a.push(["-serial", &format!("file:{}", paths.console.display())]);
+    a.push([
+        "-qmp",
+        &format!("unix:{},server=on,wait=off", paths.qmp.display()),
+    ]);
+    a.push(spec.extra_qemu_args.iter().map(String::as_str));
+    a.0
+}
+
+#[derive(Default)]
+struct Args(Vec<OsString>);
+
+impl Args {
+    fn push<'a>(&mut self, items: impl IntoIterator<Item = &'a str>) {
+        self.0.extend(items.into_iter().map(OsString::from));
+    }
+}
+
+/// A `-drive` value; qemu option values escape a comma by doubling it.
+pub fn drive_arg(path: &Path, format: &str, extra: &str) -> String {
+    let file = path.display().to_string().replace(',', ",,");
+    format!("file={file},if=virtio,format={format},{extra}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[OsString]) -> Vec<String> {
+        args.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// The value after `flag`, for every occurrence.
+    fn values<'a>(args: &'a [String], flag: &str) -> Vec<&'a str> {
+        args.windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1].as_str())
+            .collect()
+    }
+
+    fn paths() -> RunPaths {
+        RunPaths::new(Path::new("/run/d"))
+    }
+
+    #[test]
+    fn a_kernel_guest_boots_without_a_bootloader() {
+        let mut spec = MachineSpec::new(
+            "hello lab",
+            Guest::Kernel {
+                kernel: "/img/vmlinuz".into(),
+                initrd: "/img/initrd.img".into(),
+                rootfs: "/img/rootfs.raw".into(),
+            },
+        );
+        spec.extra_append = "quiet".into();
+        let args = strings(&qemu_args(&spec, &paths(), 40123));
+        assert_eq!(values(&args, "-name"), ["hello-lab"]);
+        assert_eq!(values(&args, "-kernel"), ["/img/vmlinuz"]);
+        assert_eq!(values(&args, "-initrd"), ["/img/initrd.img"]);
+        assert_eq!(
+            values(&args, "-append"),
+            ["console=ttyS0 root=/dev/vda rw quiet"]
+        );
+        assert_eq!(
+            values(&args, "-drive"),
+            [
+                "file=/run/d/overlay.qcow2,if=virtio,format=qcow2,cache=unsafe",
+                "file=/run/d/seed.iso,if=virtio,format=raw,readonly=on"
+            ]
+        );
+        // The base image itself is never on the command line: only the overlay.
+        assert!(!args.iter().any(|a| a.contains("rootfs.raw")), "{args:?}");
+        assert_eq!(
+            values(&args, "-netdev"),
+            ["user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40123-:8899"]
+        );
+        assert_eq!(values(&args, "-serial"), ["file:/run/d/console.log"]);
+        assert_eq!(
+            values(&args, "-qmp"),
+            ["unix:/run/d/qmp.sock,server=on,wait=off"]
+        );
+        assert_eq!(values(&args, "-accel"), ["tcg,thread=multi"]);
+        assert_eq!(values(&args, "-smp"), ["2"]);
+        assert_eq!(values(&args, "-m"), ["1024"]);
+    }
+
+    #[test]
+    fn a_disk_guest_boots_its_own_bootloader_from_the_overlay() {
+        let mut spec = MachineSpec::new(
+            "cloud",
+            Guest::Disk {
+                image: "/home/me/debian-12-genericcloud-amd64.qcow2".into(),
+            },
+        );
+        spec.accel = Accel::Kvm;
+        spec.memory_mib = 2048;
+        spec.cpus = 4;
+        spec.extra_append = "ignored without -kernel".into();
+        spec.extra_qemu_args = vec!["-snapshot".into()];
+        let args = strings(&qemu_args(&spec, &paths(), 2222));
+        for flag in ["-kernel", "-initrd", "-append"] {
+            assert!(values(&args, flag).is_empty(), "{flag} in {args:?}");
+        }
+        assert!(
+            !args.iter().any(|a| a.contains("genericcloud")),
+            "the image itself must not be attached: {args:?}"
+        );
+        assert!(
+            values(&args, "-drive")[0].starts_with("file=/run/d/overlay.qcow2,"),
+            "{args:?}"
+        );
+        assert_eq!(values(&args, "-accel"), ["kvm"]);
+        assert_eq!(values(&args, "-cpu"), ["host"]);
+        assert_eq!(values(&args, "-m"), ["2048"]);
+        assert_eq!(values(&args, "-smp"), ["4"]);
+        assert_eq!(args.last().map(String::as_str), Some("-snapshot"));
+        // The NIC has no boot ROM: the BIOS boots the disk or nothing.
+        assert_eq!(
+            values(&args, "-device"),
+            ["virtio-net-pci,netdev=net0,romfile=", "virtio-rng-pci"]
+        );
+    }
+
+    #[test]
+    fn overlays_name_their_backing_format() {
+        let args = strings(&overlay_args(
+            Path::new("/img/cloud.qcow2"),
+            "qcow2",
+            Path::new("/run/d/overlay.qcow2"),
+        ));
+        assert_eq!(
+            args,
+            [
+                "create",
+                "-q",
+                "-f",
+                "qcow2",
+                "-F",
+                "qcow2",
+                "-b",
+                "/img/cloud.qcow2",
+                "/run/d/overlay.qcow2"
+            ]
+        );
+    }
+
+    #[test]
+    fn drive_paths_escape_commas() {
+        assert_eq!(
+            drive_arg(Path::new("/tmp/a,b.qcow2"), "qcow2", "cache=unsafe"),
+            "file=/tmp/a,,b.qcow2,if=virtio,format=qcow2,cache=unsafe"
+        );
+    }
+}

@@ -1,0 +1,356 @@
+//! One guest under qemu: start, observe, stop.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+
+use super::argv::{self, MachineSpec, RunPaths};
+use super::console::{self, ConsoleMark, Watch};
+use super::qmp::Qmp;
+use super::{Accel, QEMU, QemuError, run, seed, spawn};
+
+/// How long qemu gets to open its QMP socket.
+const QMP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How [`Machine::powerdown`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerOff {
+    /// The guest shut down after ACPI power-off, taking this long.
+    Clean(Duration),
+    /// It did not in time; qemu was killed.
+    Killed,
+}
+
+/// A running qemu. Dropping it kills qemu by its PID, unless
+/// [`Machine::leave_running`] was called. The run dir is the caller's.
+#[derive(Debug)]
+pub struct Machine {
+    name: String,
+    accel: Accel,
+    child: Mutex<Child>,
+    pid: u32,
+    started: Instant,
+    started_wall: SystemTime,
+    port: u16,
+    paths: RunPaths,
+    qmp: Mutex<Option<Qmp>>,
+    leave_running: bool,
+}
+
+impl Machine {
+    /// Makes the overlay and the seed (`user_data`, `meta_data`) in `dir`,
+    /// which must exist, starts qemu with a free loopback port forwarded to
+    /// the guest's agent port, and connects QMP. The guest is then booting.
+    pub fn start(
+        spec: &MachineSpec,
+        user_data: &[u8],
+        meta_data: &str,
+        dir: &Path,
+    ) -> Result<Machine, QemuError> {
+        let paths = RunPaths::new(dir);
+        let base = std::fs::canonicalize(spec.guest.base())
+            .map_err(|e| QemuError::io(format!("find `{}`", spec.guest.base().display()), e))?;
+        let format = match &spec.base_format {
+            Some(f) => f.clone(),
+            None => image_format(&base)?,
+        };
+        run(Command::new("qemu-img").args(argv::overlay_args(&base, &format, &paths.overlay)))?;
+        seed::write(&paths.seed_dir, &paths.seed, user_data, meta_data)?;
+
+        // A free port can be taken between our probe and qemu's bind: retry.
+        let mut last_err = None;
+        for _attempt in 0..3 {
+            let port = free_loopback_port()?;
+            let mut cmd = Command::new(QEMU);
+            cmd.args(argv::qemu_args(spec, &paths, port))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&paths.stderr).map_err(|e| {
+                    QemuError::io(format!("create `{}`", paths.stderr.display()), e)
+                })?);
+            let _ = std::fs::write(&paths.cmdline, format!("{cmd:?}\n"));
+            let _ = std::fs::remove_file(&paths.qmp);
+            let started_wall = SystemTime::now();
+            let started = Instant::now();
+            let mut child = spawn::spawn(cmd, spec.detached)
+                .map_err(|e| QemuError::io(format!("start `{QEMU}`"), e))?;
+            match wait_for_qmp(&mut child, &paths) {
+                Ok(qmp) => {
+                    return Ok(Machine {
+                        name: spec.name.clone(),
+                        accel: spec.accel,
+                        pid: child.id(),
+                        child: Mutex::new(child),
+                        started,
+                        started_wall,
+                        port,
+                        paths,
+                        qmp: Mutex::new(Some(qmp)),
+                        leave_running: false,
+                    });
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let port_taken = matches!(&e, QemuError::QemuStart { stderr, .. }
+                        if stderr.contains("hostfwd") || stderr.contains("host forwarding"));
+                    if !port_taken {
+                        return Err(e);
+                    }
+                    last_err = Some(e);
+                }
+            }
+        }
+        Err(last_err.expect("three attempts"))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn accel(&self) -> Accel {
+        self.accel
+    }
+
+    /// qemu's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The loopback port forwarded to the guest's agent port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn agent_addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// `http://127.0.0.1:PORT`, for the client or `labctl --url`.
+    pub fn agent_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// When qemu was started (just before the spawn).
+    pub fn started_at(&self) -> Instant {
+        self.started
+    }
+
+    pub fn started_at_wall(&self) -> SystemTime {
+        self.started_wall
+    }
+
+    /// Time since qemu was started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn paths(&self) -> &RunPaths {
+        &self.paths
+    }
+
+    pub fn console_log_path(&self) -> &Path {
+        &self.paths.console
+    }
+
+    /// The serial console so far.
+    pub fn console_text(&self) -> String {
+        console::read(&self.paths.console)
+    }
+
+    /// The end of the console log now, for [`Machine::wait_for_console_since`].
+    pub fn console_mark(&self) -> ConsoleMark {
+        console::mark(&self.paths.console)
+    }
+
+    /// Waits until `needle` appears anywhere on the console; returns the time
+    /// from qemu's start to when it was seen (±50 ms). Fails early when qemu
+    /// exits or the kernel panics.
+    pub fn wait_for_console(&self, needle: &str, timeout: Duration) -> Result<Duration, QemuError> {
+        self.wait_for_console_since(ConsoleMark::default(), needle, timeout)
+    }
+
+    /// Like [`Machine::wait_for_console`], but only text printed after `mark`.
+    pub fn wait_for_console_since(
+        &self,
+        mark: ConsoleMark,
+        needle: &str,
+        timeout: Duration,
+    ) -> Result<Duration, QemuError> {
+        let exited = || self.exit_status();
+        let stderr = || self.qemu_stderr();
+        let watch = Watch {
+            path: &self.paths.console,
+            exited: &exited,
+            stderr: &stderr,
+        };
+        let seen = console::wait_for(&watch, mark, needle, timeout)?;
+        Ok(seen.duration_since(self.started))
+    }
+
+    /// Runs a QMP command and returns its `return` value.
+    pub fn qmp(&self, command: &str, arguments: Option<Value>) -> Result<Value, QemuError> {
+        let mut guard = self.qmp.lock().unwrap_or_else(|e| e.into_inner());
+        let qmp = guard.as_mut().ok_or_else(|| QemuError::Qmp {
+            command: command.into(),
+            message: "the QMP connection was lost".into(),
+        })?;
+        let result = qmp.execute(command, arguments);
+        if result.is_err() {
+            *guard = None;
+        }
+        result
+    }
+
+    /// `Some(status)` once qemu has exited.
+    pub fn exit_status(&self) -> Option<String> {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        match child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            Ok(None) => None,
+            Err(e) => Some(format!("unknown ({e})")),
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.exit_status().is_none()
+    }
+
+    /// ACPI power-off (QMP `system_powerdown`); kills qemu if the guest is
+    /// not off within `grace`.
+    pub fn powerdown(&self, grace: Duration) -> PowerOff {
+        let asked = Instant::now();
+        if self.is_running() {
+            // A guest still in early boot may ignore ACPI: the kill covers it.
+            let _ = self.qmp("system_powerdown", None);
+        }
+        while asked.elapsed() < grace {
+            if !self.is_running() {
+                return PowerOff::Clean(asked.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+        PowerOff::Killed
+    }
+
+    /// SIGKILL to qemu's PID, then reap it.
+    pub fn kill(&self) {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(None) = child.try_wait() {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+
+    /// qemu's own stderr so far.
+    pub fn qemu_stderr(&self) -> String {
+        std::fs::read_to_string(&self.paths.stderr).unwrap_or_default()
+    }
+
+    /// Lets go of qemu without stopping it (`labctl try --keep`); returns
+    /// its PID. Only a machine started `detached` survives its parent.
+    pub fn leave_running(mut self) -> u32 {
+        self.leave_running = true;
+        self.qmp.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.pid
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        if !self.leave_running {
+            self.kill();
+        }
+    }
+}
+
+/// The format of a disk image, as `qemu-img info` reports it (`raw`,
+/// `qcow2`, …).
+pub fn image_format(path: &Path) -> Result<String, QemuError> {
+    let out = Command::new("qemu-img")
+        .args(["info", "-U", "--output=json"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            QemuError::Missing(format!(
+                "cannot run `qemu-img`: {e} (on Debian: `apt-get install qemu-utils`)"
+            ))
+        })?;
+    if !out.status.success() {
+        return Err(QemuError::io(
+            format!("read the image `{}`", path.display()),
+            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+        ));
+    }
+    serde_json::from_slice::<Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v.get("format").and_then(Value::as_str).map(str::to_owned))
+        .ok_or_else(|| {
+            QemuError::io(
+                format!("read the image `{}`", path.display()),
+                std::io::Error::other("`qemu-img info` named no format"),
+            )
+        })
+}
+
+fn wait_for_qmp(child: &mut Child, paths: &RunPaths) -> Result<Qmp, QemuError> {
+    let started = Instant::now();
+    let stderr = || std::fs::read_to_string(&paths.stderr).unwrap_or_default();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(QemuError::QemuStart {
+                message: format!("qemu exited at once ({status})"),
+                stderr: stderr(),
+            });
+        }
+        if paths.qmp.exists() {
+            if let Ok(qmp) = Qmp::connect(&paths.qmp) {
+                return Ok(qmp);
+            }
+        }
+        if started.elapsed() > QMP_TIMEOUT {
+            return Err(QemuError::QemuStart {
+                message: format!("its QMP socket did not appear within {QMP_TIMEOUT:?}"),
+                stderr: stderr(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A loopback port nothing listens on right now.
+pub fn free_loopback_port() -> Result<u16, QemuError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| QemuError::io("find a free loopback port", e))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| QemuError::io("find a free loopback port", e))
+}
+
+/// A fresh run dir `PREFIX-NAME-PID-NANOS` under the temp dir, mode 0700
+/// (the seed in it holds the token).
+pub fn make_run_dir(prefix: &str, name: &str) -> Result<PathBuf, QemuError> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!(
+        "{prefix}-{}-{}-{nanos:08x}",
+        super::sanitize(name),
+        std::process::id()
+    ));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| QemuError::io(format!("create `{}`", dir.display()), e))?;
+    Ok(dir)
+}

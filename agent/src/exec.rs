@@ -120,6 +120,19 @@ pub fn parse(body: &[u8]) -> Result<ExecRequest, ApiError> {
             req.timeout_secs
         )));
     }
+    // Each variable reaches execve as one `NAME=value` string, under the
+    // same limit as the command.
+    if let Some((k, v)) = req
+        .env
+        .iter()
+        .find(|(k, v)| k.len() + 1 + v.len() > MAX_COMMAND_BYTES)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "environment variable `{}` is {} bytes with its name; Linux passes at most {MAX_COMMAND_BYTES} bytes in one variable: send large data as stdin",
+            cut(k, 64),
+            k.len() + 1 + v.len()
+        )));
+    }
     if req.max_output_bytes > MAX_OUTPUT_BYTES_CAP {
         return Err(ApiError::BadRequest(format!(
             "max_output_bytes is {}: the cap is {MAX_OUTPUT_BYTES_CAP} (16 MiB)",
@@ -251,6 +264,11 @@ mod tests {
         let long = format!(r#"{{"command":"{}"}}"#, "x".repeat(MAX_COMMAND_BYTES + 1));
         assert!(bad(&long).contains("at most 131071 bytes"));
         assert!(bad(r#"{"timeout_secs":5}"#).contains("missing field `command`"));
+        let big_env = format!(
+            r#"{{"command":"x","env":{{"V":"{}"}}}}"#,
+            "v".repeat(MAX_COMMAND_BYTES)
+        );
+        assert!(bad(&big_env).contains("environment variable `V` is 131073 bytes"));
     }
 
     #[test]

@@ -107,10 +107,20 @@ impl SpawnError {
         match self {
             SpawnError::Invalid(_) | SpawnError::CwdMissing(_) | SpawnError::CwdNotDir(_) => true,
             SpawnError::Start { source, .. } => {
+                // What the request named does not work here: a cwd that is
+                // missing, not a directory, too long or a symlink loop, or
+                // values too big for execve.
                 matches!(
                     source.kind(),
                     io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
-                ) || source.raw_os_error() == Some(Errno::ENOTDIR as i32)
+                ) || [
+                    Errno::ENOTDIR,
+                    Errno::ENAMETOOLONG,
+                    Errno::ELOOP,
+                    Errno::E2BIG,
+                ]
+                .iter()
+                .any(|&e| source.raw_os_error() == Some(e as i32))
             }
         }
     }

@@ -181,3 +181,35 @@ fn garbage_gets_a_4xx_or_a_close_and_the_agent_keeps_serving() {
     }
     assert_eq!(agent.get("/v1/info").status, 200);
 }
+
+/// Regression: values the kernel refuses at exec time (a variable over one
+/// execve string, a cwd longer than PATH_MAX, a symlink loop) were 500s.
+/// They are the request's fault: 400, saying what is wrong. Found by the
+/// schemathesis contract run.
+#[test]
+fn values_the_kernel_refuses_are_400_not_500() {
+    let agent = Agent::local("errors-e2big");
+    let big = "x".repeat(200_000);
+    let msg = agent
+        .exec(json!({"command": "true", "env": {"BIG": big}}))
+        .error(400, "bad_request");
+    assert!(msg.contains("environment variable `BIG`"), "{msg}");
+    let long_cwd = format!("/{}", "a/".repeat(3000));
+    let msg = agent
+        .exec(json!({"command": "true", "cwd": long_cwd}))
+        .error(400, "bad_request");
+    assert!(msg.contains("too long"), "{msg}");
+    let loop_dir = agent.dir.join("loop");
+    std::os::unix::fs::symlink(&loop_dir, &loop_dir).unwrap();
+    let msg = agent
+        .exec(json!({"command": "true", "cwd": loop_dir}))
+        .error(400, "bad_request");
+    assert!(msg.contains("symbolic links"), "{msg}");
+    // Just under the limit is fine.
+    let fits = "y".repeat(131_071 - "FITS=".len());
+    let r = agent.run(json!({"command": "printf %s \"$FITS\" | wc -c", "env": {"FITS": fits, "HOME": "/nonexistent"}}));
+    assert_eq!(
+        r["stdout"].as_str().unwrap().trim(),
+        (131_071 - 5).to_string()
+    );
+}

@@ -30,7 +30,8 @@ pub async fn handle(app: &App, query: Option<&str>) -> Result<Response, ApiError
     Ok(json_bytes(status, snap.body))
 }
 
-fn parse_wait(query: Option<&str>) -> Result<Duration, ApiError> {
+/// The `wait` of a `/v1/ready` query: 0 to 60 s; anything else is a 400.
+pub fn parse_wait(query: Option<&str>) -> Result<Duration, ApiError> {
     let mut wait = Duration::ZERO;
     for (key, value) in query_pairs(query) {
         match key {

@@ -52,8 +52,15 @@ fn world() -> &'static World {
             started: Instant::now(),
             shutdown: rx,
         });
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        World { rt, app, _shutdown: tx }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        World {
+            rt,
+            app,
+            _shutdown: tx,
+        }
     })
 }
 
@@ -77,15 +84,20 @@ fuzz_target!(|data: &[u8]| {
             let _ = rd.read_to_end(&mut out).await;
             out
         };
-        let (_, out) = tokio::time::timeout(Duration::from_secs(30), async { tokio::join!(conn, talk) })
-            .await
-            .expect("a connection that never ends");
+        let (_, out) =
+            tokio::time::timeout(Duration::from_secs(30), async { tokio::join!(conn, talk) })
+                .await
+                .expect("a connection that never ends");
         // Every status line the agent wrote: never a 500 (a 5xx other than
         // a version refusal would be the agent's fault).
         let text = String::from_utf8_lossy(&out);
         for line in text.split("\r\n").filter(|l| l.starts_with("HTTP/1.1 ")) {
             let status: u16 = line[9..12].parse().unwrap_or(0);
-            assert!(status < 500 || status == 505, "{line} for {:?}", String::from_utf8_lossy(data));
+            assert!(
+                status < 500 || status == 505,
+                "{line} for {:?}",
+                String::from_utf8_lossy(data)
+            );
         }
     });
 });

@@ -9,7 +9,8 @@ use std::collections::HashSet;
 use std::path::{Component, Path};
 
 fn inside(p: &Path) -> bool {
-    p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+    p.components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -20,7 +21,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(!lab.name.is_empty() && lab.name.len() <= 63);
-    assert!(lab.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)));
+    assert!(
+        lab.name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    );
     if let Some(setup) = &lab.setup {
         assert!((1..=MAX_TIMEOUT_SECS).contains(&setup.timeout_secs));
         if let Some(script) = &setup.script {

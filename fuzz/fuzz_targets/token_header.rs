@@ -12,7 +12,8 @@ fn token() -> &'static Token {
     static T: OnceLock<Token> = OnceLock::new();
     T.get_or_init(|| {
         use std::os::unix::fs::PermissionsExt;
-        let path = std::env::temp_dir().join(format!("lab-agent-fuzz-token-{}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("lab-agent-fuzz-token-{}", std::process::id()));
         std::fs::write(&path, TOKEN).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let t = Token::load(&path).unwrap();
@@ -23,12 +24,10 @@ fn token() -> &'static Token {
 
 fuzz_target!(|data: &[u8]| {
     let accepted = token().verify_header(Some(data));
-    let expected = data.len() > 7
-        && data[..7].eq_ignore_ascii_case(b"bearer ")
-        && {
-            let rest = &data[7..];
-            let start = rest.iter().position(|&b| b != b' ').unwrap_or(rest.len());
-            &rest[start..] == TOKEN.as_bytes()
-        };
+    let expected = data.len() > 7 && data[..7].eq_ignore_ascii_case(b"bearer ") && {
+        let rest = &data[7..];
+        let start = rest.iter().position(|&b| b != b' ').unwrap_or(rest.len());
+        &rest[start..] == TOKEN.as_bytes()
+    };
     assert_eq!(accepted, expected, "{:?}", String::from_utf8_lossy(data));
 });

@@ -34,7 +34,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get -q -y -o DPkg::Lock::Timeout=600 install --no-install-recommends "${missing[@]}"
 fi
 
-py=(kubernetes-validate)
+py=(kubernetes-validate schemathesis)
 for p in "${py[@]}"; do
   python3 -m pip show -q "$p" >/dev/null 2>&1 || { log "pip install $p"; python3 -m pip install -q "$p"; }
 done

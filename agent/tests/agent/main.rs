@@ -4,6 +4,7 @@
 mod support;
 
 mod auth;
+mod contract;
 mod corpus;
 mod errors;
 mod exec;

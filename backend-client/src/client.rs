@@ -36,6 +36,18 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_LONG_POLL: Duration = Duration::from_secs(5);
 /// How many 429 `busy` answers `exec` sits out before giving up.
 const MAX_BUSY_RETRIES: u32 = 20;
+/// The largest response body read for a call other than exec. A readiness
+/// body carries ~4 KiB of log and cloud-init's errors (the agent reads at
+/// most 1 MiB of `result.json`), JSON-escaped. The guest is the student's:
+/// whatever answers there must not make the backend buffer without end.
+pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+
+/// The largest exec response for a request: both streams at their cap,
+/// every byte escaped as `\u00XX` (6 bytes), and room for the rest.
+pub fn exec_response_limit(max_output_bytes: u64) -> usize {
+    let cap = max_output_bytes.min(lab_agent_proto::exec::MAX_OUTPUT_BYTES_CAP) as usize;
+    2 * 6 * cap + 64 * 1024
+}
 /// Idle connections kept per client.
 const MAX_IDLE: usize = 8;
 
@@ -268,7 +280,13 @@ impl Client {
         let mut busy = 0;
         loop {
             let resp = self
-                .request_unchecked(Method::POST, paths::EXEC, Some(body.clone()), timeout)
+                .request_limited(
+                    Method::POST,
+                    paths::EXEC,
+                    Some(body.clone()),
+                    timeout,
+                    exec_response_limit(req.max_output_bytes),
+                )
                 .await?;
             let request = self.request(Method::POST, paths::EXEC);
             match resp.status {
@@ -306,8 +324,21 @@ impl Client {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<RawResponse, Error> {
+        self.request_limited(method, path, body, timeout, MAX_RESPONSE_BYTES)
+            .await
+    }
+
+    /// [`Client::request_unchecked`] with a limit on the response body.
+    async fn request_limited(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+        limit: usize,
+    ) -> Result<RawResponse, Error> {
         let request = self.request(method.clone(), path);
-        let work = self.send(method, path, body.map(Bytes::from), &request);
+        let work = self.send(method, path, body.map(Bytes::from), &request, limit);
         match tokio::time::timeout(timeout, work).await {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
@@ -348,6 +379,7 @@ impl Client {
         path: &str,
         body: Option<Bytes>,
         request: &Request,
+        limit: usize,
     ) -> Result<RawResponse, Error> {
         // A pooled connection may have been closed by the agent while idle.
         // If it fails before our request was written, or the request is a
@@ -369,12 +401,22 @@ impl Client {
                 }
             };
             let resp = result?;
-            let (parts, incoming) = resp.into_parts();
-            let body = incoming
-                .collect()
-                .await
-                .map_err(|e| transport(request, e))?
-                .to_bytes();
+            let (parts, mut incoming) = resp.into_parts();
+            let mut body = Vec::new();
+            while let Some(frame) = incoming.frame().await {
+                let frame = frame.map_err(|e| transport(request, e))?;
+                if let Ok(data) = frame.into_data() {
+                    if body.len() + data.len() > limit {
+                        // The connection is dropped, not reused.
+                        return Err(Error::TooLarge {
+                            request: request.clone(),
+                            limit,
+                        });
+                    }
+                    body.extend_from_slice(&data);
+                }
+            }
+            let body = Bytes::from(body);
             self.checkin(sender);
             return Ok(RawResponse {
                 status: parts.status,
@@ -499,6 +541,70 @@ pub(crate) fn status_error(request: Request, resp: &RawResponse) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Something on the agent's port that answers 200 and then sends a body
+    /// without end (the student is root in the VM and can put it there).
+    async fn endless_server() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+                    if s.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+                    while s.write_all(chunk.as_bytes()).await.is_ok() {}
+                });
+            }
+        });
+        url
+    }
+
+    /// Regression: the client buffered a response body without limit, so a
+    /// hostile guest could fill the backend's memory for the whole timeout.
+    #[tokio::test]
+    async fn an_endless_response_is_cut_at_the_limit() {
+        let url = endless_server().await;
+        let c = Client::new(&url, "t").unwrap();
+        let within = Duration::from_secs(20);
+        let err = tokio::time::timeout(within, c.exec(&ExecRequest::new("true")))
+            .await
+            .expect("still reading after 20 s")
+            .unwrap_err();
+        let limit = exec_response_limit(lab_agent_proto::exec::DEFAULT_MAX_OUTPUT_BYTES);
+        assert!(
+            matches!(err, Error::TooLarge { limit: l, .. } if l == limit),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("response larger than"), "{err}");
+        assert!(
+            err.hint()
+                .unwrap()
+                .contains("something other than lab-agent")
+        );
+        let err = tokio::time::timeout(within, c.ready())
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::TooLarge {
+                    limit: MAX_RESPONSE_BYTES,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
 
     #[test]
     fn urls() {

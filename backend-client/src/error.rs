@@ -60,6 +60,13 @@ pub enum Error {
         retry_after: Option<u64>,
     },
 
+    /// The response body was larger than any lab-agent sends for this
+    /// request. Reading stopped at `limit`: something other than lab-agent
+    /// answers on the port, or the guest (where the student is root) is
+    /// hostile. Not retried.
+    #[error("response larger than {limit} bytes when {request}")]
+    TooLarge { request: Request, limit: usize },
+
     /// A 2xx (or a `/v1/ready` 503) whose body is not the JSON expected.
     #[error("unexpected response body (status {}) when {request}", status.as_u16())]
     Decode {
@@ -221,6 +228,9 @@ impl Error {
                     .to_owned(),
                 _ => return None,
             },
+            Error::TooLarge { .. } => "a lab-agent never sends this much: is something other \
+                 than lab-agent listening there? (the student is root in the VM and may replace it)"
+                .to_owned(),
             Error::Decode { .. } => "is this a lab-agent, and of a version that speaks the `/v1` \
                  API? `GET /v1/info` tells its version"
                 .to_owned(),

@@ -338,6 +338,7 @@ fn a_bounded_fork_storm_with_detached_children_is_killed_as_a_group() {
     let (r, peak) = misbehave(&agent, "nobody", storm, 3, json!({}));
     assert!(r["signal"] == 15 || r["signal"] == 9, "{r}");
     assert!(peak > 100, "the storm never got going: {peak} processes");
+    eprintln!("fork storm: {peak} processes in the group at its peak, all gone after the timeout");
 }
 
 #[test]

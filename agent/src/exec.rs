@@ -43,7 +43,7 @@ pub async fn handle(
         command: cut(&request.command, 200),
         ..ExecLog::default()
     });
-    let identity = Identity::lookup(&request.user).map_err(|e| {
+    let identity = Identity::cached(&request.user).map_err(|e| {
         if e.is_client_error() {
             ApiError::BadRequest(e.to_string())
         } else {

@@ -65,6 +65,22 @@ cargo build --manifest-path "$root/Cargo.toml" --release --locked \
 bin=${CARGO_TARGET_DIR:-$root/target}/release
 
 cd "$root"
-exec "$bin/lab-agent-bench" --agent "$agent" --labctl "$bin/labctl" \
+# The bench cleans up after itself, also on SIGINT/SIGTERM and at its time
+# limit, and its children die with it even when it is SIGKILLed; its temp
+# dir lives in ours, which goes in any case.
+work=$(mktemp -d /tmp/lab-agent-bench-run.XXXXXX)
+chmod 0755 "$work" # qemu-ga runs as the bench user and needs its socket dir
+TMPDIR=$work "$bin/lab-agent-bench" --agent "$agent" --labctl "$bin/labctl" \
   --lab examples/hello-lab --user "$user" \
-  --report "${CARGO_TARGET_DIR:-$root/target}/bench-report.md" "$@"
+  --report "${CARGO_TARGET_DIR:-$root/target}/bench-report.md" "$@" &
+bench=$!
+trap 'kill -TERM "$bench" 2>/dev/null' INT TERM HUP
+trap 'rm -rf "$work"' EXIT
+status=0
+while :; do
+  wait "$bench" && status=0 || status=$?
+  # A trapped signal interrupts `wait` with a status above 128; go on
+  # waiting until the bench itself has stopped.
+  kill -0 "$bench" 2>/dev/null || break
+done
+exit "$status"

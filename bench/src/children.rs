@@ -223,8 +223,11 @@ pub fn emergency_exit(why: &str, code: i32) -> ! {
     }
     std::thread::sleep(Duration::from_millis(300));
     for &p in &pids {
-        // SAFETY: as above.
-        unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+        // SAFETY: as above; then reap it, so nothing is left even as a zombie.
+        unsafe {
+            libc::kill(p as libc::pid_t, libc::SIGKILL);
+            libc::waitpid(p as libc::pid_t, std::ptr::null_mut(), 0);
+        }
     }
     if let Some(dir) = lock(&WORK_DIR).take() {
         let _ = std::fs::remove_dir_all(dir);

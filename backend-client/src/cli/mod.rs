@@ -52,7 +52,7 @@ pub enum Command {
     Exec(exec::ExecArgs),
     /// Run a lab's checks against a VM and report
     Grade(grade::GradeArgs),
-    /// Try a lab locally: start an agent, run setup, grade, clean up
+    /// Try a lab: start an agent here (or in a qemu VM: `--vm`), run setup, grade, clean up
     Try(r#try::TryArgs),
     /// Render the cloud-init user-data and the Kubernetes Secret for a lab
     Secret(secret::SecretArgs),

@@ -19,10 +19,28 @@ pub struct HttpAnswer {
     pub raw: String,
 }
 
+impl HttpAnswer {
+    /// The body: what follows the blank line after the headers.
+    pub fn body(&self) -> &str {
+        self.raw.split_once("\r\n\r\n").map_or("", |(_, body)| body)
+    }
+}
+
 /// One `GET path` with `Connection: close`; `bearer` (if any) goes in the
 /// `Authorization` header and nowhere else. Errors are short reasons.
 pub fn get(addr: SocketAddr, path: &str, bearer: Option<&str>) -> Result<HttpAnswer, String> {
-    let timeout = Duration::from_secs(3);
+    get_within(addr, path, bearer, Duration::from_secs(3))
+}
+
+/// [`get`] with `timeout` for connecting, and for each read and write.
+/// Before the guest listens, qemu's port forward accepts and then stays
+/// silent: a short timeout makes a probe try again soon.
+pub fn get_within(
+    addr: SocketAddr,
+    path: &str,
+    bearer: Option<&str>,
+    timeout: Duration,
+) -> Result<HttpAnswer, String> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
     stream
         .set_read_timeout(Some(timeout))

@@ -60,8 +60,9 @@ impl BootOptions {
 pub struct Vm {
     machine: Machine,
     keep_logs: AtomicBool,
-    /// Last: released only after qemu is gone.
-    _lock: VmLock,
+    /// Last: released only after qemu is gone. `None` only inside
+    /// [`Vm::release`].
+    lock: Option<VmLock>,
 }
 
 impl Deref for Vm {
@@ -78,6 +79,13 @@ impl Vm {
     /// or [`Vm::wait_for_http`].
     pub fn boot(image: &VmImage, opts: BootOptions) -> Result<Vm, VmError> {
         let lock = VmLock::acquire(&opts.name)?;
+        Vm::boot_with(image, opts, lock)
+    }
+
+    /// [`Vm::boot`] under a lock the caller already holds: for a test that
+    /// runs several machines back to back (or one of `labctl try`'s) with no
+    /// other test's VM in between. [`Vm::release`] hands the lock back.
+    pub fn boot_with(image: &VmImage, opts: BootOptions, lock: VmLock) -> Result<Vm, VmError> {
         let accel = opts.accel.unwrap_or_else(select_accel);
         let dir = make_run_dir("lab-agent-vm", &opts.name)?;
         let mut spec = MachineSpec::new(opts.name.clone(), image.guest());
@@ -107,7 +115,7 @@ impl Vm {
                 Ok(Vm {
                     machine,
                     keep_logs: AtomicBool::new(false),
-                    _lock: lock,
+                    lock: Some(lock),
                 })
             }
             Err(e) => {
@@ -116,6 +124,14 @@ impl Vm {
                 Err(e.into())
             }
         }
+    }
+
+    /// Stops the VM like dropping it does (kills qemu, removes its dir),
+    /// but keeps the machine-wide lock for the caller's next machine.
+    pub fn release(mut self) -> VmLock {
+        let lock = self.lock.take().expect("a Vm holds its lock");
+        drop(self);
+        lock
     }
 
     /// The core machine (also reachable through `Deref`).

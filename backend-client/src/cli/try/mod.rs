@@ -29,14 +29,16 @@ pub struct TryArgs {
     #[arg(value_name = "LAB_DIR")]
     pub lab: PathBuf,
     /// The `lab-agent` binary to run (default: next to `labctl`, the static
-    /// build, or built from this source tree; then `PATH`)
+    /// build, or built from this source tree; then `PATH`). A VM needs the
+    /// static build (`packaging/build-agent.sh`)
     #[arg(long, value_name = "PATH")]
     pub agent: Option<PathBuf>,
     /// Grade even when setup fails (the exit status stays 4)
     #[arg(long)]
     pub keep_going: bool,
     /// Give up waiting for setup after this many seconds (default: the
-    /// lab's `[setup].timeout_secs` plus a minute)
+    /// lab's `[setup].timeout_secs` plus a minute; in a VM, plus 15 minutes
+    /// for the boot)
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
     /// Print the grade report as JSON on stdout

@@ -259,7 +259,15 @@ impl VmTarget {
             no_autologin: false,
             json: false,
         };
-        secret::execute(&args, &mut std::io::sink(), &mut std::io::stderr()).map_err(|e| {
+        // Its log names the agent and the budget; the files it wrote are ours.
+        let mut log = Vec::new();
+        let rendered = secret::execute(&args, &mut std::io::sink(), &mut log);
+        for line in String::from_utf8_lossy(&log).lines() {
+            if !line.starts_with("wrote ") {
+                eprintln!("{line}");
+            }
+        }
+        rendered.map_err(|e| {
             let hints = e.hints();
             let mut f = Failure::usage("failed to render the lab's payload").with_source(e);
             for h in hints {
@@ -292,11 +300,14 @@ impl VmTarget {
         let machine =
             Machine::start(&spec, &user_data, &meta, &target.dir).map_err(qemu_failure)?;
         eprintln!(
-            "booting `{}` under {version} ({}: {why}); qemu pid {}, agent at {}, console `{}`",
-            vm.guest.base().display(),
+            "accelerator: {} ({why})\nbooting `{}` (qemu {}): qemu pid {}, agent at {} \
+             (token in `{}`), console `{}`",
             accel.as_str().to_uppercase(),
+            vm.guest.base().display(),
+            version_number(&version),
             machine.pid(),
             machine.agent_url(),
+            target.token_file.display(),
             machine.console_log_path().display()
         );
         target.machine = Some(machine);
@@ -411,6 +422,9 @@ impl Target for VmTarget {
         ClientBuilder::default()
             // Short long-polls: the display shows each state as it comes.
             .long_poll(Duration::from_secs(2))
+            // Before the guest listens, qemu's port forward accepts and then
+            // says nothing: give up on such an attempt soon and try again.
+            .request_timeout(Duration::from_secs(5))
             .build(&self.machine().agent_url(), &self.token)
             .map_err(Failure::client)
     }
@@ -454,6 +468,13 @@ impl Drop for VmTarget {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// "10.0.2" from "QEMU emulator version 10.0.2 (Debian …)".
+fn version_number(line: &str) -> &str {
+    line.split_once("version ")
+        .and_then(|(_, v)| v.split_whitespace().next())
+        .unwrap_or(line)
 }
 
 fn qemu_failure(e: QemuError) -> Failure {
@@ -539,6 +560,15 @@ mod tests {
             p.display().to_string()
         });
         (dir, names)
+    }
+
+    #[test]
+    fn qemu_versions_are_short() {
+        assert_eq!(
+            version_number("QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2)"),
+            "10.0.2"
+        );
+        assert_eq!(version_number("odd"), "odd");
     }
 
     #[test]

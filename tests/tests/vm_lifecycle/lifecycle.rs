@@ -1,0 +1,398 @@
+//! hello-lab on one VM, step by step (scenarios 1, 4, 5 and 3 share the
+//! boot: each boot costs minutes under TCG):
+//!
+//! 1. first boot with a 30 s setup: `setting_up` while it runs, `labctl
+//!    wait` ready only once `result.json` exists, grading (3 pass, `hello.sh
+//!    runs` fails), a check and an exec as `student`, no banner anywhere;
+//!    the serial console logs root in;
+//! 4. `kill -9` of the agent: systemd restarts it, readiness unchanged;
+//! 5. a wrong token: 401, and neither token in the agent's journal;
+//! 3. the student reboots: the agent is back under systemd, not ready until
+//!    this boot's cloud-init is done, setup not re-run, grading works.
+
+use crate::support::*;
+use lab_agent_tests::local::{TempDir, describe, new_token, write_token};
+use lab_agent_tests::vm::http;
+use lab_agent_tests::vm::{BootOptions, PowerOff, Vm};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// hello-lab's `setup-delay-secs` knob: long enough to watch `setting_up`.
+const SETUP_DELAY_SECS: u64 = 30;
+/// First boot of the full payload, under TCG on 2 shared cores: 2–5 min.
+const BOOT: Duration = Duration::from_secs(600);
+/// The banner hello-lab installs for the student's interactive shells.
+const BANNER: &str = "Your task is in ~/welcome.txt";
+
+#[test]
+fn hello_lab_first_boot_crash_wrong_token_reboot() {
+    let image = image();
+    let dir = TempDir::new("vm-lifecycle");
+    let lab = dir.join("hello-lab");
+    copy_lab(&repo_root().join("examples/hello-lab"), &lab);
+    std::fs::write(
+        lab.join("files/setup-delay-secs"),
+        format!("{SETUP_DELAY_SECS}\n"),
+    )
+    .unwrap();
+    let lab_arg = lab.to_str().unwrap();
+    let payload = render_payload(&lab, &dir);
+    let mut figures = Figures::default();
+
+    let vm = Vm::boot(
+        &image,
+        BootOptions::new("vm-lifecycle", payload.user_data.clone()),
+    )
+    .expect("qemu starts");
+    let conn = Conn {
+        url: vm.agent_url(),
+        token_file: payload.token_file.clone(),
+    };
+
+    // ── 1. First boot, slow setup ─────────────────────────────────────────
+    let probe = Probe::start(vm.addr(), &payload.token, vm.started_at());
+    // The backend starts waiting as soon as it created the VM.
+    let wait = Running::spawn(
+        conn.command("wait", &["--timeout", &WAIT_TIMEOUT_SECS.to_string()]),
+        "wait",
+    );
+    probe
+        .wait_for_state("setting_up", BOOT)
+        .unwrap_or_else(|| panic!("never saw `setting_up`: {:?}", probe.state_sequence()));
+    // Setup runs inside cloud-init's runcmd: the final stage cannot be done.
+    let during = conn.run(
+        "if test -e /run/cloud-init/result.json; then echo present; else echo absent; fi; \
+         cat /var/lib/lab-agent/setup.json",
+    );
+    assert!(
+        during.starts_with("absent\n"),
+        "result.json during setup: {during}"
+    );
+    assert!(during.contains("\"state\":\"running\""), "{during}");
+
+    let waited = wait.finish();
+    assert_eq!(waited.code, Some(0), "labctl wait: {waited}");
+    assert!(waited.stderr.contains("ready after"), "{waited}");
+    let t_ready = waited.exited - vm.started_at();
+    // The probe polls on its own: let it see `ready` too.
+    probe.wait_for_state("ready", Duration::from_secs(30));
+    let (set_first, set_last) = probe.seen_state("setting_up").unwrap();
+    let t_answer = probe.first_answer().expect("the probe saw an answer");
+    let seq = probe.state_sequence();
+    probe.stop();
+    assert!(
+        set_last - set_first >= Duration::from_secs(SETUP_DELAY_SECS - 8),
+        "`setting_up` seen only from {set_first:?} to {set_last:?}: {seq:?}"
+    );
+    assert_eq!(seq.last().map(String::as_str), Some("ready"), "{seq:?}");
+    assert!(!seq.iter().any(|s| s == "failed"), "{seq:?}");
+
+    // `labctl wait` returned after result.json (and boot-finished) existed.
+    let clock = GuestClock::measure(&conn);
+    let returned = clock.guest_time(wall(waited.exited));
+    let slack = clock.uncertainty + 0.25;
+    let times = guest_mtimes(
+        &conn,
+        &[
+            "/run/cloud-init/result.json",
+            "/var/lib/cloud/instance/boot-finished",
+        ],
+    );
+    for (path, t) in ["result.json", "boot-finished"].iter().zip(&times) {
+        let t = t.unwrap_or_else(|| panic!("{path} is missing after ready"));
+        assert!(
+            t <= returned + slack,
+            "{path} appeared {:.2} s after `labctl wait` returned",
+            t - returned
+        );
+        eprintln!(
+            "lifecycle: {path} {:.2} s before `labctl wait` returned (± {:.2} s)",
+            returned - t,
+            clock.uncertainty
+        );
+    }
+    let result: Value = serde_json::from_str(&conn.run("cat /run/cloud-init/result.json")).unwrap();
+    assert_eq!(
+        result["v1"]["errors"],
+        serde_json::json!([]),
+        "cloud-init reported errors: {result}"
+    );
+    figures.row(
+        &format!("1. first boot, hello-lab, {SETUP_DELAY_SECS} s setup"),
+        "qemu start",
+        Some(t_answer),
+        Some(t_ready),
+    );
+
+    // Grading: three checks pass, the student's step is still to do.
+    let graded = conn.labctl("grade", &[lab_arg, "--json"]);
+    assert_eq!(graded.status.code(), Some(1), "{}", describe(&graded));
+    let report: Value = serde_json::from_slice(&graded.stdout).unwrap();
+    let results: Vec<(&str, bool)> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["passed"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("student account exists", true),
+            ("welcome note is in the student's home", true),
+            ("banner greets interactive shells only", true),
+            ("hello.sh runs", false),
+        ],
+        "{report}"
+    );
+    assert!(
+        report["checks"][3]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
+        "{report}"
+    );
+    assert_no_banner(&report);
+
+    // A command as the student: a login shell, the student's home, no banner.
+    let me = conn.exec(Some("student"), "id -un; echo \"$HOME\"; pwd");
+    assert_eq!(me.status.code(), Some(0), "{}", describe(&me));
+    assert_eq!(
+        String::from_utf8_lossy(&me.stdout),
+        "student\n/home/student\n/home/student\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&me.stderr),
+        "",
+        "no banner on stderr"
+    );
+    // …while the banner does greet the student's interactive shells.
+    let interactive = conn.exec(Some("student"), "bash --login -i -c true 2>/dev/null");
+    assert!(
+        String::from_utf8_lossy(&interactive.stdout).contains(BANNER),
+        "{}",
+        describe(&interactive)
+    );
+
+    // The serial console (the student's web terminal) logs root in.
+    vm.wait_for_console("login: root (automatic login)", Duration::from_secs(60))
+        .expect("serial-console autologin");
+    vm.wait_for_console("root@vm-lifecycle:~#", Duration::from_secs(60))
+        .expect("a root shell prompt on the serial console");
+
+    // ── 4. The agent is killed (-9) ───────────────────────────────────────
+    let unit = |conn: &Conn| {
+        let out = conn.run("systemctl show -p MainPID -p NRestarts lab-agent.service");
+        let get = |key: &str| -> u32 {
+            out.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in {out:?}"))
+        };
+        (get("MainPID="), get("NRestarts="))
+    };
+    let (pid, restarts) = unit(&conn);
+    assert!(pid > 1, "MainPID {pid}");
+    // The exec's answer would die with the agent: a transient unit of its
+    // own kills it a second later, after the exec has answered.
+    conn.run(&format!(
+        "systemd-run --no-block --unit=lab-test-kill-agent sh -c 'sleep 1; kill -9 {pid}'"
+    ));
+    let asked = Instant::now();
+    let probe = Probe::start(vm.addr(), &payload.token, asked);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (down, back) = loop {
+        let seen = probe.snapshot();
+        let down = seen.iter().find(|s| s.answer.is_err()).map(|s| s.at);
+        let back = down.and_then(|d| seen.iter().find(|s| s.at > d && s.answer.is_ok()));
+        if let (Some(d), Some(b)) = (down, back) {
+            break (d, b.clone());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not go away and come back: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    probe.stop();
+    assert!(
+        matches!(&back.answer, Ok((200, Some(s))) if s == "ready"),
+        "readiness after the restart: {:?}",
+        back.answer
+    );
+    let (new_pid, new_restarts) = unit(&conn);
+    assert_ne!(new_pid, pid, "a new agent process");
+    assert_eq!(new_restarts, restarts + 1, "systemd restarted it once");
+    let waited = conn.labctl("wait", &["--timeout", "30"]);
+    assert_eq!(waited.status.code(), Some(0), "{}", describe(&waited));
+    let journal = conn.run("journalctl -u lab-agent.service --no-pager -o cat");
+    assert!(
+        journal.contains("code=killed, status=9/KILL"),
+        "systemd saw the kill: {journal}"
+    );
+    figures.row(
+        "4. agent kill -9 (down after 1 s sleep)",
+        "kill scheduled",
+        Some(back.at),
+        Some(back.at),
+    );
+    eprintln!(
+        "lifecycle: agent unreachable from {} to {} after the kill was scheduled",
+        secs(down),
+        secs(back.at)
+    );
+
+    // ── 5. A wrong token ──────────────────────────────────────────────────
+    let wrong_token = new_token();
+    assert_ne!(wrong_token, payload.token);
+    let wrong_file = dir.join("wrong-token");
+    write_token(&wrong_file, &wrong_token);
+    let wrong = Conn {
+        url: vm.agent_url(),
+        token_file: wrong_file,
+    };
+    let started = Instant::now();
+    let refused = wrong.labctl("wait", &["--timeout", "300"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "a 401 ends the wait at once"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("401"),
+        "{}",
+        describe(&refused)
+    );
+    for (path, bearer) in [
+        ("/v1/ready", Some(wrong_token.as_str())),
+        ("/v1/info", Some(wrong_token.as_str())),
+        ("/v1/no-such-path", Some(wrong_token.as_str())),
+        ("/v1/ready", None),
+    ] {
+        let answer = http::get(vm.addr(), path, bearer).expect("an answer");
+        assert_eq!(answer.status, 401, "{path}: {}", answer.raw);
+        let body: Value = serde_json::from_str(answer.body()).unwrap();
+        assert_eq!(body["error"]["code"], "unauthorized", "{path}: {body}");
+        assert!(!answer.body().contains("/v1/"), "no hint of paths: {body}");
+    }
+    let journal = conn.run("journalctl -u lab-agent.service --no-pager -o cat");
+    assert!(
+        journal.contains("401"),
+        "the refusals are logged: {journal}"
+    );
+    for (what, token) in [("real", &payload.token), ("wrong", &wrong_token)] {
+        assert!(
+            !journal.contains(token.as_str()),
+            "the {what} token is in the agent's journal"
+        );
+    }
+    // Nowhere else in the journal either (cloud-init's, systemd's).
+    let everything = conn.run("journalctl --no-pager -o cat");
+    for (what, token) in [("real", &payload.token), ("wrong", &wrong_token)] {
+        assert!(
+            !everything.contains(token.as_str()),
+            "the {what} token is in the guest's journal"
+        );
+    }
+
+    // ── 3. The student reboots ────────────────────────────────────────────
+    let setup_before = conn.run("cat /var/lib/lab-agent/setup.json");
+    let boot_id = |conn: &Conn| -> String {
+        let token = std::fs::read_to_string(&conn.token_file).unwrap();
+        let answer = http::get(vm.addr(), "/v1/info", Some(token.trim())).expect("/v1/info");
+        assert_eq!(answer.status, 200, "{}", answer.raw);
+        let info: Value = serde_json::from_str(answer.body()).unwrap();
+        info["boot_id"].as_str().expect("a boot id").to_owned()
+    };
+    let boot_before = boot_id(&conn);
+    // The student does the lab's step, then reboots from inside.
+    let hello = conn.exec(Some("student"), "chmod +x ~/hello.sh && ~/hello.sh");
+    assert_eq!(
+        String::from_utf8_lossy(&hello.stdout),
+        "Hello from student\n",
+        "{}",
+        describe(&hello)
+    );
+    let mark = vm.console_mark();
+    conn.run("systemd-run --no-block --on-active=1 --unit=lab-test-reboot systemctl reboot");
+    let t_restart = vm
+        .wait_for_console_since(mark, "reboot: Restarting system", Duration::from_secs(180))
+        .expect("the guest reboots");
+    let restarted = vm.started_at() + t_restart;
+    let probe = Probe::start(vm.addr(), &payload.token, restarted);
+    let wait = Running::spawn(
+        conn.command("wait", &["--timeout", &WAIT_TIMEOUT_SECS.to_string()]),
+        "wait after reboot",
+    );
+    let waited = wait.finish();
+    assert_eq!(
+        waited.code,
+        Some(0),
+        "labctl wait after the reboot: {waited}"
+    );
+    let t_ready2 = waited.exited - restarted;
+    probe.wait_for_state("ready", Duration::from_secs(30));
+    let t_answer2 = probe.first_answer();
+    let seq = probe.state_sequence();
+    probe.stop();
+    // Back before cloud-init's final stage (the unit is wanted by
+    // multi-user.target, cloud-final is ordered after it), and not ready
+    // until that stage is done; setup is not waited for again.
+    assert_eq!(
+        seq,
+        ["waiting_for_cloud_init", "ready"],
+        "states after the reboot"
+    );
+    let clock = GuestClock::measure(&conn);
+    let returned = clock.guest_time(wall(waited.exited));
+    let times = guest_mtimes(&conn, &["/run/cloud-init/result.json"]);
+    let result_json = times[0].expect("result.json after the reboot");
+    assert!(
+        result_json <= returned + clock.uncertainty + 0.25,
+        "result.json appeared {:.2} s after `labctl wait` returned",
+        result_json - returned
+    );
+    assert_eq!(
+        conn.run("cat /var/lib/lab-agent/setup.json"),
+        setup_before,
+        "setup ran again"
+    );
+    assert_ne!(boot_id(&conn), boot_before, "boot_id after the reboot");
+    assert_eq!(
+        conn.run("systemctl is-active lab-agent.service; systemctl is-enabled lab-agent.service"),
+        "active\nenabled\n"
+    );
+    let graded = conn.labctl("grade", &[lab_arg, "--json"]);
+    assert_eq!(graded.status.code(), Some(0), "{}", describe(&graded));
+    let report: Value = serde_json::from_slice(&graded.stdout).unwrap();
+    assert_eq!(report["passed"], 4, "{report}");
+    assert_no_banner(&report);
+    vm.wait_for_console_since(
+        mark,
+        "login: root (automatic login)",
+        Duration::from_secs(60),
+    )
+    .expect("autologin after the reboot");
+    figures.row(
+        "3. reboot (systemctl reboot)",
+        "`reboot: Restarting system`",
+        t_answer2,
+        Some(t_ready2),
+    );
+
+    let off = vm.powerdown(Duration::from_secs(30)).expect("power-off");
+    assert!(matches!(off, PowerOff::Clean(_)), "{off:?}");
+    figures.print("lifecycle");
+}
+
+/// No check's output carries hello-lab's interactive-only banner.
+fn assert_no_banner(report: &Value) {
+    for c in report["checks"].as_array().unwrap() {
+        for stream in ["stdout", "stderr"] {
+            let text = c[stream].as_str().unwrap();
+            assert!(
+                !text.contains(BANNER) && !text.contains("Welcome to hello-lab!"),
+                "the banner leaked into {stream} of {c}"
+            );
+        }
+    }
+}

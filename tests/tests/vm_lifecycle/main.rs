@@ -1,0 +1,23 @@
+//! The whole lifecycle in a real VM with real cloud-init: the payload
+//! `labctl secret` renders (the real static agent, its unit, the lab), booted
+//! by Debian 12's cloud-init from a NoCloud seed, reached from the host only
+//! through `labctl` and a loopback port forward.
+//!
+//! - [`lifecycle`]: hello-lab on one VM, step by step: first boot with a slow
+//!   setup, grading, a `kill -9` of the agent, a wrong token, the student's
+//!   reboot (scenarios 1, 4, 5, 3) and the serial console's root autologin.
+//! - [`failing`]: a setup that fails, under `labctl try --kernel …` with a
+//!   `labctl wait` beside it (scenario 2; `try`'s failure path).
+//! - [`try_vm`]: `labctl try --kernel … --keep` on hello-lab right after a
+//!   minimal boot (the payload's boot cost, back to back), then the
+//!   student's step through the printed commands and `stop.sh`; an
+//!   unreachable VM; argument errors.
+//!
+//! One VM at a time (the harness's lock): the tests of this binary queue.
+//! Each prints its figures (`--nocapture` shows them):
+//! `cargo test -p lab-agent-tests --test vm_lifecycle -- --nocapture`.
+
+mod failing;
+mod lifecycle;
+mod support;
+mod try_vm;

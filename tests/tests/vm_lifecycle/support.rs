@@ -1,0 +1,542 @@
+//! What the VM scenarios share: the static agent and the payload, `labctl`
+//! pointed at a VM, a readiness probe that timestamps what it sees, the
+//! guest's clock, and `labctl` children whose stderr is read as it comes.
+
+use lab_agent_tests::local::{TempDir, describe, labctl_bin};
+use lab_agent_tests::vm::VmImage;
+use lab_agent_tests::vm::http;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// `labctl wait`'s timeout in the scenarios: far beyond a boot (2–5 min
+/// here under TCG), so that "fails fast" and "ready" mean something.
+pub const WAIT_TIMEOUT_SECS: u64 = 900;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// The guest image; a host that cannot run it fails here, saying why.
+pub fn image() -> VmImage {
+    VmImage::ensure().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The static agent the payload carries, brought up to date once per
+/// process (`packaging/build-agent.sh` is a no-op when it is fresh).
+pub fn static_agent() -> &'static Path {
+    static AGENT: OnceLock<PathBuf> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(repo_root().join("packaging/build-agent.sh"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run packaging/build-agent.sh");
+        assert!(
+            out.status.success(),
+            "packaging/build-agent.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let path = PathBuf::from(path.lines().last().unwrap_or_default());
+        assert!(path.is_file(), "build-agent.sh printed no agent path");
+        path
+    })
+}
+
+/// A copy of `src` (a lab folder) at `dst`, modes kept.
+pub fn copy_lab(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_lab(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
+}
+
+/// A lab's payload as `labctl secret --user-data-out --token-out` renders it.
+#[derive(Debug)]
+pub struct Payload {
+    pub user_data: Vec<u8>,
+    pub token: String,
+    pub token_file: PathBuf,
+}
+
+pub fn render_payload(lab: &Path, dir: &TempDir) -> Payload {
+    let token_file = dir.join("token");
+    let user_data_file = dir.join("user-data");
+    let out = Command::new(labctl_bin())
+        .arg("secret")
+        .arg(lab)
+        .args(["--name", "vm-test", "--agent"])
+        .arg(static_agent())
+        .arg("--user-data-out")
+        .arg(&user_data_file)
+        .arg("--token-out")
+        .arg(&token_file)
+        .arg("-o")
+        .arg(dir.join("secret.yaml"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run labctl secret");
+    assert!(out.status.success(), "labctl secret: {}", describe(&out));
+    Payload {
+        user_data: std::fs::read(&user_data_file).unwrap(),
+        token: std::fs::read_to_string(&token_file)
+            .unwrap()
+            .trim_end()
+            .to_owned(),
+        token_file,
+    }
+}
+
+/// `labctl` pointed at one agent.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    pub url: String,
+    pub token_file: PathBuf,
+}
+
+impl Conn {
+    /// `labctl VERB --url URL --token-file F ARGS…`, output captured.
+    pub fn labctl(&self, verb: &str, args: &[&str]) -> Output {
+        self.command(verb, args).output().expect("run labctl")
+    }
+
+    /// The same, not yet started.
+    pub fn command(&self, verb: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(labctl_bin());
+        cmd.arg(verb)
+            .args(["--url", &self.url, "--token-file"])
+            .arg(&self.token_file)
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    /// `labctl exec [--user U] -- sh-command`.
+    pub fn exec(&self, user: Option<&str>, command: &str) -> Output {
+        let mut args = Vec::new();
+        if let Some(u) = user {
+            args.extend(["--user", u]);
+        }
+        args.extend(["--", command]);
+        self.labctl("exec", &args)
+    }
+
+    /// A root command that must succeed; its stdout.
+    pub fn run(&self, command: &str) -> String {
+        let out = self.exec(None, command);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "`{command}` in the guest: {}",
+            describe(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// What one probe attempt saw.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Since the probe's origin.
+    pub at: Duration,
+    /// HTTP status and the readiness state in the body, or why no answer.
+    pub answer: Result<(u16, Option<String>), String>,
+}
+
+/// Polls `GET /v1/ready` (with the token) every 100 ms in a thread,
+/// recording every outcome: when the agent first answered (any HTTP answer)
+/// and which states it went through.
+#[derive(Debug)]
+pub struct Probe {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Probe {
+    pub fn start(addr: SocketAddr, token: &str, origin: Instant) -> Probe {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (seen2, stop2, token) = (seen.clone(), stop.clone(), token.to_owned());
+        let thread = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                let answer =
+                    http::get_within(addr, "/v1/ready", Some(&token), Duration::from_millis(1000))
+                        .map(|a| {
+                            let state = serde_json::from_str::<Value>(a.body())
+                                .ok()
+                                .and_then(|v| v["state"].as_str().map(str::to_owned));
+                            (a.status, state)
+                        });
+                seen2.lock().unwrap().push(Seen {
+                    at: origin.elapsed(),
+                    answer,
+                });
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Probe {
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn snapshot(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// When the agent first gave any HTTP answer.
+    pub fn first_answer(&self) -> Option<Duration> {
+        self.snapshot()
+            .iter()
+            .find(|s| s.answer.is_ok())
+            .map(|s| s.at)
+    }
+
+    /// When `state` was first and last seen.
+    pub fn seen_state(&self, state: &str) -> Option<(Duration, Duration)> {
+        let seen = self.snapshot();
+        let mut hits = seen
+            .iter()
+            .filter(|s| matches!(&s.answer, Ok((_, Some(st))) if st == state));
+        let first = hits.next()?.at;
+        Some((first, hits.next_back().map_or(first, |s| s.at)))
+    }
+
+    /// The states in the order they appeared (each once per run of it).
+    pub fn state_sequence(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for s in self.snapshot() {
+            if let Ok((_, Some(st))) = s.answer {
+                if out.last() != Some(&st) {
+                    out.push(st);
+                }
+            }
+        }
+        out
+    }
+
+    /// Waits (polling) until the probe has seen `state`; `None` on timeout.
+    pub fn wait_for_state(&self, state: &str, timeout: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            if let Some((first, _)) = self.seen_state(state) {
+                return Some(first);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    pub fn stop(mut self) -> Vec<Seen> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.snapshot()
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Seconds since the epoch.
+pub fn unix(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+/// The guest's clock against the host's: `guest = host + offset`, known to
+/// ± `uncertainty` seconds (half the exec's round trip).
+#[derive(Debug, Clone, Copy)]
+pub struct GuestClock {
+    pub offset: f64,
+    pub uncertainty: f64,
+}
+
+impl GuestClock {
+    pub fn measure(conn: &Conn) -> GuestClock {
+        let before = unix(SystemTime::now());
+        let out = conn.run("date +%s.%N");
+        let after = unix(SystemTime::now());
+        let guest: f64 = out.trim().parse().expect("date +%s.%N");
+        GuestClock {
+            offset: guest - (before + after) / 2.0,
+            uncertainty: (after - before) / 2.0,
+        }
+    }
+
+    /// A host instant on the guest's clock.
+    pub fn guest_time(&self, host: SystemTime) -> f64 {
+        unix(host) + self.offset
+    }
+}
+
+/// The guest's modification times (`stat -c %.9Y`, of the link itself for a
+/// symlink) of `paths`; `None` for a missing one.
+pub fn guest_mtimes(conn: &Conn, paths: &[&str]) -> Vec<Option<f64>> {
+    let script = paths
+        .iter()
+        .map(|p| format!("stat -c %.9Y {p} 2>/dev/null || echo missing"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let out = conn.run(&script);
+    out.lines().map(|l| l.trim().parse().ok()).collect()
+}
+
+/// A `labctl` child whose stderr is read line by line as it comes (and
+/// echoed, for `--nocapture`), stdout collected at the end.
+#[derive(Debug)]
+pub struct Running {
+    pub child: Child,
+    lines: Receiver<String>,
+    pub stderr: Vec<String>,
+    pub started: Instant,
+    tag: String,
+}
+
+impl Running {
+    pub fn spawn(mut cmd: Command, tag: &str) -> Running {
+        cmd.env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let started = Instant::now();
+        let mut child = cmd.spawn().expect("spawn labctl");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            lines: rx,
+            stderr: Vec::new(),
+            started,
+            tag: tag.to_owned(),
+        }
+    }
+
+    fn take_lines(&mut self, wait: Duration) -> bool {
+        match self.lines.recv_timeout(wait) {
+            Ok(line) => {
+                eprintln!("  [{}] {line}", self.tag);
+                self.stderr.push(line);
+                while let Ok(line) = self.lines.try_recv() {
+                    eprintln!("  [{}] {line}", self.tag);
+                    self.stderr.push(line);
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Waits for a stderr line containing `needle`; returns it.
+    pub fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.stderr.iter().find(|l| l.contains(needle)) {
+                return l.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "[{}] no {needle:?} on stderr within {timeout:?}:\n{}",
+                self.tag,
+                self.stderr.join("\n")
+            );
+            if !self.take_lines(Duration::from_millis(200)) {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    // Drain what is left before giving up.
+                    while self.take_lines(Duration::from_millis(200)) {}
+                    if let Some(l) = self.stderr.iter().find(|l| l.contains(needle)) {
+                        return l.clone();
+                    }
+                    panic!(
+                        "[{}] exited ({status}) without {needle:?} on stderr:\n{}",
+                        self.tag,
+                        self.stderr.join("\n")
+                    );
+                }
+            }
+        }
+    }
+
+    /// Waits for the child to exit; returns its status code, stdout, the
+    /// whole stderr and when it exited.
+    pub fn finish(mut self) -> Finished {
+        let mut stdout = Vec::new();
+        if let Some(mut out) = self.child.stdout.take() {
+            std::io::Read::read_to_end(&mut out, &mut stdout).unwrap();
+        }
+        let status = self.child.wait().unwrap();
+        let exited = Instant::now();
+        while self.take_lines(Duration::from_millis(200)) {}
+        Finished {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: self.stderr.join("\n"),
+            took: exited - self.started,
+            exited,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Finished {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    /// From spawn to exit.
+    pub took: Duration,
+    pub exited: Instant,
+}
+
+impl std::fmt::Display for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "status {:?} after {:.1?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.code, self.took, self.stdout, self.stderr
+        )
+    }
+}
+
+/// `s` seconds, for figures.
+pub fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// Cloud-init's own stage banners on a console: `(stage, guest uptime)`
+/// for `init-local`, `init`, `modules:config`, `modules:final` and
+/// `finished`, in order. Only the last boot on the console counts.
+pub fn cloud_init_stages(console: &str) -> Vec<(String, f64)> {
+    let boot = console
+        .rfind("Linux version")
+        .map_or(console, |at| &console[at..]);
+    let mut out = Vec::new();
+    for line in boot.lines() {
+        let Some(at) = line.find("Cloud-init v. ") else {
+            continue;
+        };
+        let rest = &line[at..];
+        let stage = if let Some(i) = rest.find("running '") {
+            let s = &rest[i + 9..];
+            s[..s.find('\'').unwrap_or(s.len())].to_owned()
+        } else if rest.contains(" finished at ") {
+            "finished".to_owned()
+        } else {
+            continue;
+        };
+        let up = rest
+            .rfind("Up ")
+            .and_then(|i| rest[i + 3..].split_whitespace().next())
+            .and_then(|n| n.parse::<f64>().ok());
+        if let Some(up) = up {
+            out.push((stage, up));
+        }
+    }
+    out
+}
+
+#[test]
+fn stage_banners_are_read_from_the_last_boot() {
+    let console = "[0.0] Linux version 6.1\n\
+        cloud-init[1]: Cloud-init v. 22.4.2 running 'init-local' at X. Up 50.00 seconds.\n\
+        [0.0] Linux version 6.1\n\
+        [ 1] cloud-init[2]: Cloud-init v. 22.4.2 running 'init-local' at X. Up 20.50 seconds.\n\
+        login: [ 9] cloud-init[3]: Cloud-init v. 22.4.2 running 'modules:final' at X. Up 30.25 seconds.\n\
+        Cloud-init v. 22.4.2 finished at X. Datasource DataSourceNoCloud.  Up 31.00 seconds\n";
+    assert_eq!(
+        cloud_init_stages(console),
+        [
+            ("init-local".to_owned(), 20.5),
+            ("modules:final".to_owned(), 30.25),
+            ("finished".to_owned(), 31.0)
+        ]
+    );
+}
+
+/// The wall-clock time of an `Instant` in the past.
+pub fn wall(at: Instant) -> SystemTime {
+    SystemTime::now() - at.elapsed()
+}
+
+/// A test's figures, printed as one table at the end.
+#[derive(Debug, Default)]
+pub struct Figures {
+    rows: Vec<[String; 4]>,
+}
+
+impl Figures {
+    /// One scenario: from `origin` (what it counts from) to the agent's
+    /// first answer and to ready.
+    pub fn row(
+        &mut self,
+        scenario: &str,
+        origin: &str,
+        answered: Option<Duration>,
+        ready: Option<Duration>,
+    ) {
+        let show = |d: Option<Duration>| d.map_or("-".to_owned(), secs);
+        self.rows.push([
+            scenario.to_owned(),
+            origin.to_owned(),
+            show(answered),
+            show(ready),
+        ]);
+    }
+
+    pub fn print(&self, test: &str) {
+        let header = ["scenario", "from", "agent answering", "ready"].map(str::to_owned);
+        let widths: Vec<usize> = (0..4)
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .chain(std::iter::once(&header))
+                    .map(|r| r[i].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |r: &[String; 4]| {
+            let cells: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            format!("figures[{test}] | {} |", cells.join(" | "))
+        };
+        eprintln!("{}", line(&header));
+        for r in &self.rows {
+            eprintln!("{}", line(r));
+        }
+    }
+}

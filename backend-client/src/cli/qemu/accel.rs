@@ -177,11 +177,14 @@ fn probe_in(accel: Accel, dir: &Path) -> Result<Duration, String> {
     if status.code() == Some(EXIT_STATUS) {
         return Ok(started.elapsed());
     }
+    // qemu's first complaint says why ("failed to set MSR 0x10a …"); what
+    // follows is usually an assertion about the same.
     let err = std::fs::read_to_string(&stderr).unwrap_or_default();
-    Err(format!(
-        "a probe boot ended with {status} instead of exit status {EXIT_STATUS}: {}",
-        super::tail_lines(err.trim(), 3)
-    ))
+    let first = err.lines().map(str::trim).find(|l| !l.is_empty());
+    Err(match first {
+        Some(line) => format!("a probe boot ended with {status}: {line}"),
+        None => format!("a probe boot ended with {status}, not exit status {EXIT_STATUS}"),
+    })
 }
 
 #[cfg(test)]

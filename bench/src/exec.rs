@@ -24,6 +24,7 @@ impl Variant for FloorV {
     fn name(&self) -> String {
         match self.0.mode() {
             crate::floor::Mode::PosixSpawn => "floor: posix_spawn + wait".into(),
+            crate::floor::Mode::PosixSpawnSetsid => "(diag.) floor + POSIX_SPAWN_SETSID".into(),
             crate::floor::Mode::Fork => "(diag.) local fork + setsid + setuid, no HTTP".into(),
             crate::floor::Mode::Vfork => "(diag.) local vfork + setsid + setuid, no HTTP".into(),
             crate::floor::Mode::VforkSameSession => {

@@ -29,6 +29,10 @@ pub struct Floor {
 pub enum Mode {
     /// The floor: posix_spawn, the helper already runs as the user.
     PosixSpawn,
+    /// Diagnostic: the floor plus `POSIX_SPAWN_SETSID`, the new session
+    /// SPEC §3 requires of every command (and which, with the kernel's
+    /// autogroup scheduling, costs the shell a fresh task group).
+    PosixSpawnSetsid,
     /// Diagnostic: fork, then setsid/setgroups/setgid/setuid/chdir in the
     /// child, from a root helper (std's `pre_exec`, as lab-agent 0.1 did).
     Fork,
@@ -43,6 +47,7 @@ impl Mode {
     fn arg(self) -> &'static str {
         match self {
             Mode::PosixSpawn => "posix_spawn",
+            Mode::PosixSpawnSetsid => "posix_spawn-setsid",
             Mode::Fork => "fork",
             Mode::Vfork => "vfork",
             Mode::VforkSameSession => "vfork-same-session",
@@ -52,6 +57,7 @@ impl Mode {
     pub fn parse(s: &str) -> Option<Mode> {
         [
             Mode::PosixSpawn,
+            Mode::PosixSpawnSetsid,
             Mode::Fork,
             Mode::Vfork,
             Mode::VforkSameSession,
@@ -74,7 +80,7 @@ impl Floor {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        if mode != Mode::PosixSpawn {
+        if !matches!(mode, Mode::PosixSpawn | Mode::PosixSpawnSetsid) {
             // Runs as root and switches in the child, as the agent does.
             cmd.env(
                 "BENCH_IDS",
@@ -90,7 +96,8 @@ impl Floor {
                 ),
             );
         }
-        prepare(&mut cmd, (mode == Mode::PosixSpawn).then_some(user));
+        let as_user = matches!(mode, Mode::PosixSpawn | Mode::PosixSpawnSetsid);
+        prepare(&mut cmd, as_user.then_some(user));
         let mut proc = Proc::spawn(cmd, "the floor helper")?;
         let to = proc.child.stdin.take().expect("piped");
         let from = proc.child.stdout.take().expect("piped");
@@ -149,7 +156,8 @@ pub fn helper_main(mode: Mode, command: &str) -> io::Result<()> {
     let mut go = [0u8; 1];
     while stdin.read(&mut go)? == 1 {
         let r = match (mode, &ids) {
-            (Mode::PosixSpawn, _) => spawn_once(&argv, &envp),
+            (Mode::PosixSpawn, _) => spawn_once(&argv, &envp, false),
+            (Mode::PosixSpawnSetsid, _) => spawn_once(&argv, &envp, true),
             (Mode::Fork, Some(ids)) => fork_once(command, ids, &home),
             (Mode::Vfork, Some(ids)) => vfork_once(&argv, &envp, ids, &home, false),
             (Mode::VforkSameSession, Some(ids)) => vfork_once(&argv, &envp, ids, &home, true),
@@ -335,6 +343,7 @@ fn vfork_once(
 fn spawn_once(
     argv: &[*mut libc::c_char],
     envp: &[*mut libc::c_char],
+    setsid: bool,
 ) -> io::Result<(Duration, libc::c_int)> {
     let started = Instant::now();
     let (out_r, out_w) = pipe()?;
@@ -354,14 +363,13 @@ fn spawn_once(
         );
         libc::posix_spawn_file_actions_adddup2(&mut fa, out_w, 1);
         libc::posix_spawn_file_actions_adddup2(&mut fa, err_w, 2);
-        let rc = libc::posix_spawn(
-            &mut pid,
-            argv[0],
-            &fa,
-            std::ptr::null(),
-            argv.as_ptr(),
-            envp.as_ptr(),
-        );
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        libc::posix_spawnattr_init(&mut attr);
+        if setsid {
+            libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSID as libc::c_short);
+        }
+        let rc = libc::posix_spawn(&mut pid, argv[0], &fa, &attr, argv.as_ptr(), envp.as_ptr());
+        libc::posix_spawnattr_destroy(&mut attr);
         libc::posix_spawn_file_actions_destroy(&mut fa);
         libc::close(out_w);
         libc::close(err_w);

@@ -632,6 +632,7 @@ fn exec_phase(
             conn: http::Conn::connect(agent.addr, token)?,
         }));
         for mode in [
+            floor::Mode::PosixSpawnSetsid,
             floor::Mode::Fork,
             floor::Mode::Vfork,
             floor::Mode::VforkSameSession,

@@ -175,6 +175,8 @@ fn run(args: &Args) -> io::Result<String> {
     )?;
     let mut rows = Vec::new();
     let mut idle = None;
+    // (part, load average when it started, when it ended)
+    let mut loads: Vec<(&str, String, String)> = Vec::new();
     if args.part("exec") || args.part("memory") {
         let agent = start_agent(
             &args.agent,
@@ -204,7 +206,9 @@ fn run(args: &Args) -> io::Result<String> {
                     },
                 )?),
             };
+            let before = loadavg();
             rows = exec_phase(args, &user, w, &agent, baseline.as_ref(), &token, &mut rng)?;
+            loads.push(("exec", before, loadavg()));
         }
         std::thread::sleep(Duration::from_millis(500));
         idle = Some((
@@ -228,7 +232,9 @@ fn run(args: &Args) -> io::Result<String> {
                 cpu: None,
             },
         )?;
+        let before = loadavg();
         let d = detect::measure(&markers, agent.addr, &token, args.detections, &mut rng)?;
+        loads.push(("detect", before, loadavg()));
         drop(agent);
         Some(d)
     } else {
@@ -237,6 +243,7 @@ fn run(args: &Args) -> io::Result<String> {
 
     let mut floods = Vec::new();
     if args.part("memory") {
+        let before = loadavg();
         for cap in [None, Some(64 * 1024)] {
             let f = memory::Flood {
                 execs: 8,
@@ -263,6 +270,7 @@ fn run(args: &Args) -> io::Result<String> {
             let after = memory::status_kib(agent.proc.pid(), "VmRSS")?;
             floods.push((f, outcome, before, peak, after));
         }
+        loads.push(("memory", before, loadavg()));
     }
 
     let mut wrk_runs = Vec::new();
@@ -282,6 +290,7 @@ fn run(args: &Args) -> io::Result<String> {
                 cpu: Some(0),
             },
         )?;
+        let before = loadavg();
         for _ in 0..args.wrk_runs {
             wrk_runs.push(wrk::run_wrk(
                 agent.addr,
@@ -291,6 +300,7 @@ fn run(args: &Args) -> io::Result<String> {
                 args.wrk_seconds,
             )?);
         }
+        loads.push(("wrk", before, loadavg()));
     }
     let load_after = loadavg();
 
@@ -309,6 +319,9 @@ fn run(args: &Args) -> io::Result<String> {
         out,
         "- load average (1/5/15 min): before `{load_before}`, after `{load_after}`"
     );
+    for (part, before, after) in &loads {
+        let _ = writeln!(out, "  - {part}: `{before}` → `{after}`");
+    }
     let _ = writeln!(
         out,
         "- every shell: `/bin/bash --login -c {SHELL_COMMAND}` as `{}` (home `{}`, {} entries)\n",

@@ -48,6 +48,10 @@ pub struct MachineSpec {
     pub base_format: Option<String>,
     pub memory_mib: u32,
     pub cpus: u32,
+    /// The guest's disk (the overlay) in GiB; `None`: the base image's size.
+    /// Cloud-init grows the root filesystem into it on first boot
+    /// (`growpart`, `resizefs`).
+    pub disk_gib: Option<u32>,
     pub accel: Accel,
     /// Appended to [`KERNEL_APPEND`] (a [`Guest::Kernel`] only).
     pub extra_append: String,
@@ -67,6 +71,7 @@ impl MachineSpec {
             base_format: None,
             memory_mib: 1024,
             cpus: 2,
+            disk_gib: None,
             accel: Accel::Tcg,
             extra_append: String::new(),
             extra_qemu_args: Vec::new(),
@@ -109,14 +114,23 @@ impl RunPaths {
     }
 }
 
-/// `qemu-img create` of a qcow2 overlay on `base`. qemu resolves a relative
-/// backing path against the overlay's folder, so `base` should be absolute.
-pub fn overlay_args(base: &Path, base_format: &str, overlay: &Path) -> Vec<OsString> {
+/// `qemu-img create` of a qcow2 overlay on `base`, of `size_gib` or (`None`)
+/// the base's size. qemu resolves a relative backing path against the
+/// overlay's folder, so `base` should be absolute.
+pub fn overlay_args(
+    base: &Path,
+    base_format: &str,
+    overlay: &Path,
+    size_gib: Option<u32>,
+) -> Vec<OsString> {
     let mut args: Vec<OsString> = ["create", "-q", "-f", "qcow2", "-F", base_format, "-b"]
         .map(OsString::from)
         .to_vec();
     args.push(base.into());
     args.push(overlay.into());
+    if let Some(gib) = size_gib {
+        args.push(format!("{gib}G").into());
+    }
     args
 }
 
@@ -285,6 +299,7 @@ mod tests {
             Path::new("/img/cloud.qcow2"),
             "qcow2",
             Path::new("/run/d/overlay.qcow2"),
+            None,
         ));
         assert_eq!(
             args,
@@ -300,6 +315,13 @@ mod tests {
                 "/run/d/overlay.qcow2"
             ]
         );
+        let grown = strings(&overlay_args(
+            Path::new("/img/cloud.qcow2"),
+            "qcow2",
+            Path::new("/run/d/overlay.qcow2"),
+            Some(20),
+        ));
+        assert_eq!(grown.last().map(String::as_str), Some("20G"));
     }
 
     #[test]

@@ -54,11 +54,31 @@ impl Machine {
         let paths = RunPaths::new(dir);
         let base = std::fs::canonicalize(spec.guest.base())
             .map_err(|e| QemuError::io(format!("find `{}`", spec.guest.base().display()), e))?;
-        let format = match &spec.base_format {
-            Some(f) => f.clone(),
-            None => image_format(&base)?,
+        let format = match (&spec.base_format, spec.disk_gib) {
+            (Some(f), None) => f.clone(),
+            _ => {
+                let info = image_info(&base)?;
+                if let Some(gib) = spec.disk_gib {
+                    let wanted = u64::from(gib) << 30;
+                    if wanted < info.virtual_size {
+                        return Err(QemuError::io(
+                            format!("size the disk of `{}`", base.display()),
+                            std::io::Error::other(format!(
+                                "{gib} GiB is smaller than the image ({:.1} GiB)",
+                                info.virtual_size as f64 / f64::from(1u32 << 30)
+                            )),
+                        ));
+                    }
+                }
+                spec.base_format.clone().unwrap_or(info.format)
+            }
         };
-        run(Command::new("qemu-img").args(argv::overlay_args(&base, &format, &paths.overlay)))?;
+        run(Command::new("qemu-img").args(argv::overlay_args(
+            &base,
+            &format,
+            &paths.overlay,
+            spec.disk_gib,
+        )))?;
         seed::write(&paths.seed_dir, &paths.seed, user_data, meta_data)?;
 
         // A free port can be taken between our probe and qemu's bind: retry.
@@ -269,9 +289,17 @@ impl Drop for Machine {
     }
 }
 
-/// The format of a disk image, as `qemu-img info` reports it (`raw`,
-/// `qcow2`, …).
-pub fn image_format(path: &Path) -> Result<String, QemuError> {
+/// What `qemu-img info` says of a disk image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// `raw`, `qcow2`, …
+    pub format: String,
+    /// The disk's size as the guest sees it, in bytes.
+    pub virtual_size: u64,
+}
+
+/// Format and size of a disk image (`qemu-img info`).
+pub fn image_info(path: &Path) -> Result<ImageInfo, QemuError> {
     let out = Command::new("qemu-img")
         .args(["info", "-U", "--output=json"])
         .arg(path)
@@ -282,21 +310,26 @@ pub fn image_format(path: &Path) -> Result<String, QemuError> {
                 "cannot run `qemu-img`: {e} (on Debian: `apt-get install qemu-utils`)"
             ))
         })?;
-    if !out.status.success() {
-        return Err(QemuError::io(
+    let err = |why: String| {
+        QemuError::io(
             format!("read the image `{}`", path.display()),
-            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
-        ));
+            std::io::Error::other(why),
+        )
+    };
+    if !out.status.success() {
+        return Err(err(String::from_utf8_lossy(&out.stderr).trim().to_owned()));
     }
-    serde_json::from_slice::<Value>(&out.stdout)
-        .ok()
-        .and_then(|v| v.get("format").and_then(Value::as_str).map(str::to_owned))
-        .ok_or_else(|| {
-            QemuError::io(
-                format!("read the image `{}`", path.display()),
-                std::io::Error::other("`qemu-img info` named no format"),
-            )
-        })
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| err(format!("`qemu-img info` said no JSON: {e}")))?;
+    match (v["format"].as_str(), v["virtual-size"].as_u64()) {
+        (Some(format), Some(virtual_size)) => Ok(ImageInfo {
+            format: format.to_owned(),
+            virtual_size,
+        }),
+        _ => Err(err(format!(
+            "`qemu-img info` named no format and size: {v}"
+        ))),
+    }
 }
 
 fn wait_for_qmp(child: &mut Child, paths: &RunPaths) -> Result<Qmp, QemuError> {

@@ -73,6 +73,10 @@ pub struct VmArgs {
     /// Guest vCPUs [default: 2]
     #[arg(long, value_name = "N")]
     pub cpus: Option<u32>,
+    /// Grow the guest's disk (its overlay) to this many GiB; cloud-init grows
+    /// the root filesystem into it [default: the image's size]
+    #[arg(long, value_name = "GIB")]
+    pub disk_size: Option<u32>,
     /// The accelerator: `auto` uses KVM only when a probe boot works under it
     /// (on some hosts `/dev/kvm` exists but does not work), else TCG
     #[arg(long, value_enum, value_name = "ACCEL")]
@@ -93,6 +97,8 @@ pub struct VmConfig {
     pub guest: Guest,
     pub memory_mib: u32,
     pub cpus: u32,
+    /// `None`: the image's size.
+    pub disk_gib: Option<u32>,
     /// `None`: probe.
     pub accel: Option<Accel>,
 }
@@ -114,6 +120,7 @@ impl VmConfig {
                 let given = [
                     ("--memory", args.memory.is_some()),
                     ("--cpus", args.cpus.is_some()),
+                    ("--disk-size", args.disk_size.is_some()),
                     ("--accel", args.accel.is_some()),
                 ];
                 if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
@@ -142,6 +149,13 @@ impl VmConfig {
                 "`--cpus {cpus}` is out of range (1 to 64)"
             )));
         }
+        if let Some(gib) = args.disk_size {
+            if !(1..=4096).contains(&gib) {
+                return Err(Failure::usage(format!(
+                    "`--disk-size {gib}` is out of range (1 to 4096 GiB)"
+                )));
+            }
+        }
         let accel = match args.accel.unwrap_or(AccelArg::Auto) {
             AccelArg::Auto => None,
             AccelArg::Kvm => Some(Accel::Kvm),
@@ -151,6 +165,7 @@ impl VmConfig {
             guest,
             memory_mib,
             cpus,
+            disk_gib: args.disk_size,
             accel,
         }))
     }
@@ -290,6 +305,7 @@ impl VmTarget {
         spec.accel = accel;
         spec.memory_mib = vm.memory_mib;
         spec.cpus = vm.cpus;
+        spec.disk_gib = vm.disk_gib;
         spec.detached = config.keep;
         let instance = format!(
             "labctl-try-{}-{}",
@@ -625,6 +641,7 @@ mod tests {
                 },
                 memory_mib: DEFAULT_MEMORY_MIB,
                 cpus: DEFAULT_CPUS,
+                disk_gib: None,
                 accel: None,
             }
         );
@@ -635,7 +652,16 @@ mod tests {
     fn a_disk_image_with_machine_flags() {
         let (dir, [_, _, image]) = files("disk");
         let args = parse(&[
-            "--vm", &image, "--memory", "4096", "--cpus", "4", "--accel", "tcg",
+            "--vm",
+            &image,
+            "--memory",
+            "4096",
+            "--cpus",
+            "4",
+            "--disk-size",
+            "20",
+            "--accel",
+            "tcg",
         ])
         .unwrap();
         let config = VmConfig::from_args(&args).unwrap().unwrap();
@@ -646,8 +672,13 @@ mod tests {
             }
         );
         assert_eq!(
-            (config.memory_mib, config.cpus, config.accel),
-            (4096, 4, Some(Accel::Tcg))
+            (
+                config.memory_mib,
+                config.cpus,
+                config.disk_gib,
+                config.accel
+            ),
+            (4096, 4, Some(20), Some(Accel::Tcg))
         );
         let args = parse(&["--vm", &image, "--memory", "16"]).unwrap();
         let err = VmConfig::from_args(&args).unwrap_err();

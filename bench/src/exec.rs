@@ -16,6 +16,12 @@ use std::time::{Duration, Instant};
 pub trait Variant {
     fn name(&self) -> String;
     fn sample(&mut self) -> io::Result<Duration>;
+    /// An untimed pause after each sample, so that work a variant leaves
+    /// running after its answer (an sshd session winding down) does not
+    /// land in the next variant's sample.
+    fn settle(&self) -> Duration {
+        Duration::from_millis(2)
+    }
 }
 
 pub struct FloorV(pub Floor);
@@ -138,6 +144,9 @@ impl Variant for Ssh<'_> {
             Some(_) => "OpenSSH, ControlMaster session".into(),
         }
     }
+    fn settle(&self) -> Duration {
+        Duration::from_millis(30)
+    }
     fn sample(&mut self) -> io::Result<Duration> {
         let mut cmd = self.sshd.ssh(self.mux.as_deref(), &self.remote);
         let t = Instant::now();
@@ -242,6 +251,7 @@ pub fn interleave(
             if round >= warmup {
                 samples[i].push(d);
             }
+            std::thread::sleep(variants[i].settle());
         }
         if (round + 1) % 50 == 0 {
             eprintln!("bench: exec round {}/{}", round + 1, warmup + rounds);

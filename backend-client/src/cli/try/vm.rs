@@ -203,7 +203,7 @@ pub fn run(config: &Config, vm: &VmConfig) -> Result<Exit, Failure> {
     let result = match outcome {
         Ok(result) => result,
         Err(interrupted) => {
-            target.stop(Stop::Discard);
+            target.stop(Stop::Interrupted);
             return Err(interrupted);
         }
     };
@@ -220,11 +220,14 @@ pub fn run(config: &Config, vm: &VmConfig) -> Result<Exit, Failure> {
     result
 }
 
-/// What happens to the run dir when the VM stops.
+/// How the VM stops, and what happens to the run dir.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
-    /// All went (or was cut short) as asked: remove everything.
+    /// All went as asked: power off, remove everything.
     Discard,
+    /// Ctrl-C or SIGTERM: kill qemu at once (the overlay is thrown away
+    /// anyway), remove everything.
+    Interrupted,
     /// The setup failed (its log was shown): keep the console log.
     KeepConsole,
     /// The VM failed: show the console's last lines and keep it.
@@ -356,13 +359,18 @@ impl VmTarget {
         }
     }
 
-    /// Stops qemu (ACPI power-off, else kill; at once for [`Stop::Discard`]
-    /// after an interrupt is fine too: the overlay is thrown away) and
+    /// Stops qemu (ACPI power-off, else kill; at once when interrupted) and
     /// cleans the run dir as `how` says.
     fn stop(mut self, how: Stop) {
         if let Some(machine) = self.machine.take() {
-            let off = machine.powerdown(POWEROFF_GRACE);
+            let off = if how == Stop::Interrupted {
+                machine.kill();
+                PowerOff::Killed
+            } else {
+                machine.powerdown(POWEROFF_GRACE)
+            };
             match off {
+                PowerOff::Killed if how == Stop::Interrupted => eprintln!("stopped the VM"),
                 PowerOff::Clean(took) => eprintln!("stopped the VM (powered off in {took:.1?})"),
                 PowerOff::Killed => eprintln!(
                     "stopped the VM (killed qemu: no power-off within {POWEROFF_GRACE:?})"
@@ -371,7 +379,7 @@ impl VmTarget {
         }
         let console = self.dir.join("console.log");
         match how {
-            Stop::Discard => remove_dir(&self.dir),
+            Stop::Discard | Stop::Interrupted => remove_dir(&self.dir),
             Stop::KeepConsole | Stop::ShowConsole => {
                 if how == Stop::ShowConsole {
                     let text = console::read(&console);

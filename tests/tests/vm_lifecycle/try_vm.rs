@@ -17,11 +17,14 @@ use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;
 
-/// The same guest with a minimal user-data: a transient unit reports on the
-/// console when `result.json` appears. Needles are split (`"A-""B"`) so that
-/// only the guest's output can match, never an echo of the config.
+/// The same guest with a minimal user-data. It doubles as the harness's smoke
+/// test: runcmd leaves a marker, and a transient unit waits for
+/// `result.json`, prints it on the console, then serves HTTP on the agent's
+/// port. Needles are split (`"A-""B"`) so that only the guest's output can
+/// match, never an echo of the config.
 const MINIMAL: &str = r#"#cloud-config
 runcmd:
+  - [ sh, -c, 'echo smoke > /root/smoke-marker' ]
   - - systemd-run
     - --no-block
     - --unit=minimal-report
@@ -29,7 +32,14 @@ runcmd:
     - -c
     - |
       while [ ! -e /run/cloud-init/result.json ]; do sleep 0.1; done
-      echo "MINIMAL-RESULT-""JSON" > /dev/ttyS0
+      {
+        echo "MINIMAL-RESULT-""BEGIN"
+        cat /run/cloud-init/result.json
+        echo
+        echo "MINIMAL-RESULT-""JSON"
+        if [ -f /root/smoke-marker ]; then echo "SMOKE-MARKER-""OK"; fi
+      } > /dev/ttyS0 2>&1
+      cd /root && exec python3 -m http.server --bind 0.0.0.0 8899
 "#;
 
 const BOOT: Duration = Duration::from_secs(600);
@@ -44,10 +54,41 @@ fn try_kernel_keep_and_the_payload_boot_cost() {
     // The minimal boot.
     let vm =
         Vm::boot_with(&image, BootOptions::new("vm-minimal", MINIMAL), lock).expect("qemu starts");
+    // slirp accepts TCP at once; the harness must not take that for "up".
+    assert!(
+        vm.http_get("/", None).is_err(),
+        "an HTTP answer before the guest even booted"
+    );
     let t_minimal = vm
         .wait_for_console("MINIMAL-RESULT-JSON", BOOT)
         .unwrap_or_else(|e| panic!("the minimal boot did not finish: {e}"));
-    let minimal_stages = cloud_init_stages(&vm.console_text());
+    let console = vm.console_text();
+    let minimal_stages = cloud_init_stages(&console);
+    // The harness's smoke checks: cloud-init ran the user-data to the end
+    // without errors, from the NoCloud seed, and the forward carries HTTP.
+    let result = between(&console, "MINIMAL-RESULT-BEGIN", "MINIMAL-RESULT-JSON");
+    let result: Value = serde_json::from_str(result.trim())
+        .unwrap_or_else(|e| panic!("result.json is not JSON ({e}): {result:?}"));
+    assert_eq!(
+        result["v1"]["errors"],
+        serde_json::json!([]),
+        "cloud-init reported errors: {result}"
+    );
+    let datasource = result["v1"]["datasource"].as_str().unwrap_or_default();
+    assert!(datasource.contains("NoCloud"), "datasource {datasource:?}");
+    assert!(
+        console.contains("SMOKE-MARKER-OK"),
+        "runcmd's marker file is missing"
+    );
+    let (_, answer) = vm
+        .wait_for_http("/", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("no HTTP through the port forward: {e}"));
+    assert_eq!(answer.status, 200, "{}", answer.raw);
+    let off = vm.powerdown(Duration::from_secs(30)).expect("power-off");
+    assert!(
+        matches!(off, lab_agent_tests::vm::PowerOff::Clean(_)),
+        "ACPI power-off was ignored: {off:?}"
+    );
     let lock = vm.release();
 
     // The full payload, at once, by `labctl try --keep`.

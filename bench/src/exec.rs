@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 pub trait Variant {
     fn name(&self) -> String;
     fn sample(&mut self) -> io::Result<Duration>;
-    /// An untimed pause after each sample, so that work a variant leaves
-    /// running after its answer (an sshd session winding down) does not
-    /// land in the next variant's sample.
-    fn settle(&self) -> Duration {
-        Duration::from_millis(2)
+    /// Untimed, after each sample: lets work a variant leaves running after
+    /// its answer (an sshd session winding down) end before the next
+    /// variant's sample starts.
+    fn settle(&mut self) {
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -135,6 +135,8 @@ pub struct Ssh<'a> {
     pub sshd: &'a Sshd,
     pub mux: Option<PathBuf>,
     pub remote: String,
+    /// sshd's session processes when idle (the ControlMaster's session).
+    pub idle_sessions: usize,
 }
 
 impl Variant for Ssh<'_> {
@@ -144,8 +146,16 @@ impl Variant for Ssh<'_> {
             Some(_) => "OpenSSH, ControlMaster session".into(),
         }
     }
-    fn settle(&self) -> Duration {
-        Duration::from_millis(30)
+    /// Until sshd's session processes for this sample are gone (measured:
+    /// with a fixed 30 ms pause instead, their teardown still slowed the
+    /// next sample, and lab-agent's ratio to the floor read 1.069 instead
+    /// of 1.014 with 150 ms).
+    fn settle(&mut self) {
+        let until = Instant::now() + Duration::from_secs(2);
+        while self.sshd.sessions() > self.idle_sessions && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
     fn sample(&mut self) -> io::Result<Duration> {
         let mut cmd = self.sshd.ssh(self.mux.as_deref(), &self.remote);
@@ -251,7 +261,7 @@ pub fn interleave(
             if round >= warmup {
                 samples[i].push(d);
             }
-            std::thread::sleep(variants[i].settle());
+            variants[i].settle();
         }
         if (round + 1) % 50 == 0 {
             eprintln!("bench: exec round {}/{}", round + 1, warmup + rounds);

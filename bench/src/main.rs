@@ -627,15 +627,19 @@ fn exec_phase(
     ];
     if let Some((sshd, (_, mux), qga)) = &peers {
         let remote = format!("bash --login -c {SHELL_COMMAND}");
+        // The ControlMaster's session is there for good.
+        let idle_sessions = sshd.sessions();
         variants.push(Box::new(Ssh {
             sshd,
             mux: None,
             remote: remote.clone(),
+            idle_sessions,
         }));
         variants.push(Box::new(Ssh {
             sshd,
             mux: Some(mux.clone()),
             remote,
+            idle_sessions,
         }));
         variants.push(Box::new(Qga::connect(
             &qga.socket,

@@ -89,7 +89,7 @@ pub fn start_agent(bin: &Path, work: &Path, token: &Path, o: AgentOpts<'_>) -> i
 /// An sshd on a free loopback port that lets one user in with one key.
 #[derive(Debug)]
 pub struct Sshd {
-    _proc: Proc,
+    proc: Proc,
     pub port: u16,
     dir: PathBuf,
     user: String,
@@ -175,12 +175,20 @@ impl Sshd {
             std::thread::sleep(Duration::from_millis(10));
         }
         Ok(Sshd {
-            _proc: proc,
+            proc,
             port,
             dir,
             user: user.name.clone(),
             created_privsep_dir,
         })
+    }
+
+    /// sshd's session processes (children of the listener) right now.
+    pub fn sessions(&self) -> usize {
+        let pid = self.proc.pid();
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .map(|s| s.split_whitespace().count())
+            .unwrap_or(0)
     }
 
     /// `ssh … user@127.0.0.1 REMOTE`; `mux` is a ControlMaster socket.

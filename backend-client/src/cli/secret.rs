@@ -359,6 +359,10 @@ fn read_token_file(path: &Path, log: &mut dyn Write) -> Result<String, SecretErr
 /// Writes `bytes` to `path` readable by its owner only (everything we write
 /// holds the token), atomically: a temporary file in the same folder,
 /// renamed over the target, so a reader never sees half a Secret.
+///
+/// A target that exists and is not a regular file (`/dev/null`, a FIFO, a
+/// terminal) is written in place: renaming over it would replace a device
+/// node with a file.
 fn write_private(path: &Path, bytes: &[u8], what: &'static str) -> Result<(), SecretError> {
     use std::os::unix::fs::OpenOptionsExt;
     let err = |source| SecretError::Write {
@@ -366,6 +370,18 @@ fn write_private(path: &Path, bytes: &[u8], what: &'static str) -> Result<(), Se
         path: path.to_owned(),
         source,
     };
+    if let Ok(meta) = std::fs::metadata(path)
+        && !meta.is_file()
+    {
+        if meta.is_dir() {
+            return Err(err(std::io::Error::other("it is a directory")));
+        }
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(bytes))
+            .map_err(err);
+    }
     let name = path
         .file_name()
         .ok_or_else(|| err(std::io::Error::other("the path names no file")))?;
@@ -402,6 +418,48 @@ fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), SecretError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_target_is_written_in_place_not_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata("/proc/self")
+            .map(|m| m.uid())
+            .unwrap_or(1)
+            != 0
+        {
+            eprintln!("skipped: mknod needs root");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("labctl-null-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Our own /dev/null node, so a regression cannot break the machine's.
+        let null = dir.join("null");
+        let made = std::process::Command::new("mknod")
+            .arg(&null)
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap();
+        assert!(made.success());
+        write_private(&null, b"secret", "the Secret").unwrap();
+        let kind = std::fs::symlink_metadata(&null).unwrap().file_type();
+        assert!(
+            kind.is_char_device(),
+            "the device node was replaced: {kind:?}"
+        );
+        let err = write_private(&dir, b"x", "the Secret").unwrap_err();
+        let cause = std::error::Error::source(&err).map(|c| c.to_string());
+        assert_eq!(cause.as_deref(), Some("it is a directory"), "{err}");
+        // A regular file is still replaced atomically, mode 0600.
+        let file = dir.join("out.yaml");
+        std::fs::write(&file, "old").unwrap();
+        write_private(&file, b"new", "the Secret").unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), b"new");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn generated_tokens_are_43_chars_of_base64url() {

@@ -7,8 +7,9 @@
 //!    the serial console logs root in;
 //! 4. `kill -9` of the agent: systemd restarts it, readiness unchanged;
 //! 5. a wrong token: 401, and neither token in the agent's journal;
-//! 3. the student reboots: the agent is back under systemd, not ready until
-//!    this boot's cloud-init is done, setup not re-run, grading works.
+//! 3. the student reboots: the agent is back under systemd before
+//!    cloud-init's network stage is over, not ready until this boot's
+//!    cloud-init is done, setup not re-run, grading works.
 
 use crate::support::*;
 use lab_agent_tests::local::{TempDir, describe, new_token, write_token};
@@ -334,9 +335,8 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
     let t_answer2 = probe.first_answer();
     let seq = probe.state_sequence();
     probe.stop();
-    // Back before cloud-init's final stage (the unit is wanted by
-    // multi-user.target, cloud-final is ordered after it), and not ready
-    // until that stage is done; setup is not waited for again.
+    // Back long before cloud-init's final stage, and not ready until that
+    // stage is done; setup is not waited for again.
     assert_eq!(
         seq,
         ["waiting_for_cloud_init", "ready"],
@@ -357,6 +357,33 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
         "setup ran again"
     );
     assert_ne!(boot_id(&conn), boot_before, "boot_id after the reboot");
+    // The unit does not wait for sysinit.target, so the agent was up before
+    // cloud-init's network stage (which parses the whole payload, tens of
+    // seconds here) had finished: not held back by its own size.
+    let entered = conn.run(
+        "systemctl show -p ActiveEnterTimestampMonotonic --value \
+         lab-agent.service cloud-init.service",
+    );
+    let entered: Vec<u64> = entered
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or_else(|e| panic!("{e}: {entered:?}")))
+        .collect();
+    let [agent_up, init_done] = entered[..] else {
+        panic!("two timestamps expected: {entered:?}")
+    };
+    assert!(
+        0 < agent_up && agent_up < init_done,
+        "after the reboot the agent became active at {:.1} s, cloud-init's network \
+         stage finished at {:.1} s (monotonic)",
+        agent_up as f64 / 1e6,
+        init_done as f64 / 1e6
+    );
+    eprintln!(
+        "after the reboot: agent active at {:.1} s, cloud-init.service done at {:.1} s \
+         (guest monotonic clock)",
+        agent_up as f64 / 1e6,
+        init_done as f64 / 1e6
+    );
     assert_eq!(
         conn.run("systemctl is-active lab-agent.service; systemctl is-enabled lab-agent.service"),
         "active\nenabled\n"

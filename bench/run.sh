@@ -22,26 +22,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # The peers.
-debs=(openssh-server openssh-client qemu-guest-agent wrk gzip util-linux)
-missing=()
-for p in "${debs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing ${missing[*]}"
-  # openssh-server and qemu-guest-agent must not start on this host.
-  made_policy=
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-    chmod +x /usr/sbin/policy-rc.d
-    made_policy=1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get -q -y -o DPkg::Lock::Timeout=600 install --no-install-recommends "${missing[@]}" >&2 ||
-    { apt-get -q update >&2 &&
-      apt-get -q -y -o DPkg::Lock::Timeout=600 install --no-install-recommends "${missing[@]}" >&2; }
-  [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
-fi
+"$root/tests/apt-install.sh" openssh-server openssh-client qemu-guest-agent wrk gzip util-linux
 
 # The bench user: every variant runs its shell as this user, whose home is
 # empty so the login shell reads only the system profile.

@@ -16,23 +16,7 @@ for c in rustfmt clippy; do
   rustup component list --installed | grep -q "^$c" || rustup component add "$c"
 done
 
-debs=(cloud-init python3-yaml mmdebstrap cloud-image-utils genisoimage)
-missing=()
-for p in "${debs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing ${missing[*]}"
-  # There is no init system to start services on a CI machine, but say so
-  # explicitly: installing cloud-init must never configure this host.
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-    chmod +x /usr/sbin/policy-rc.d
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get -q update
-  apt-get -q -y -o DPkg::Lock::Timeout=600 install --no-install-recommends "${missing[@]}"
-fi
+"$root/tests/apt-install.sh" cloud-init python3-yaml mmdebstrap cloud-image-utils genisoimage
 
 py=(kubernetes-validate schemathesis)
 for p in "${py[@]}"; do

@@ -317,6 +317,24 @@ pub fn describe(out: &Output) -> String {
     )
 }
 
+/// hello-lab's checks before the student's step: all pass but the last.
+pub const HELLO_LAB_BEFORE_THE_STEP: [(&str, bool); 4] = [
+    ("student account exists", true),
+    ("welcome note is in the student's home", true),
+    ("banner greets interactive shells only", true),
+    ("hello.sh runs", false),
+];
+
+/// Each check's name and outcome from a `labctl grade --json` report.
+pub fn check_outcomes(report: &serde_json::Value) -> Vec<(&str, bool)> {
+    report["checks"]
+        .as_array()
+        .expect("a `checks` array")
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["passed"].as_bool().unwrap()))
+        .collect()
+}
+
 /// Whether this process runs as root (needed to create users, run checks
 /// as another user).
 pub fn is_root() -> bool {

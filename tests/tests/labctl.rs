@@ -2,8 +2,8 @@
 //! statuses, what it prints where, and `labctl try examples/hello-lab`.
 
 use lab_agent_tests::local::{
-    Agent, AgentOptions, TempDir, agent_bin, describe, free_port, is_root, labctl, labctl_bin,
-    new_token, write_token,
+    Agent, AgentOptions, HELLO_LAB_BEFORE_THE_STEP, TempDir, agent_bin, check_outcomes, describe,
+    free_port, is_root, labctl, labctl_bin, new_token, write_token,
 };
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -543,21 +543,7 @@ mod r#try {
             (v["lab"].as_str(), v["passed"].as_u64(), v["total"].as_u64()),
             (Some("hello-lab"), Some(3), Some(4))
         );
-        let results: Vec<(&str, bool)> = v["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| (c["name"].as_str().unwrap(), c["passed"].as_bool().unwrap()))
-            .collect();
-        assert_eq!(
-            results,
-            [
-                ("student account exists", true),
-                ("welcome note is in the student's home", true),
-                ("banner greets interactive shells only", true),
-                ("hello.sh runs", false),
-            ]
-        );
+        assert_eq!(check_outcomes(&v), HELLO_LAB_BEFORE_THE_STEP);
         let last = &v["checks"][3];
         assert!(
             last["fail_message"]

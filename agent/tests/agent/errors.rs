@@ -131,15 +131,8 @@ fn beyond_max_execs_is_429_with_retry_after() {
     let slow = std::thread::spawn({
         let marker = marker.clone();
         move || {
-            let body =
-                json!({"command": format!("touch {}; sleep 2", marker.display())}).to_string();
-            let raw = format!(
-                "POST /v1/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            let mut s = std::net::TcpStream::connect(addr).unwrap();
-            std::io::Write::write_all(&mut s, raw.as_bytes()).unwrap();
-            read_response(&mut std::io::BufReader::new(s)).unwrap()
+            let body = json!({"command": format!("touch {}; sleep 2", marker.display())});
+            exec_at(addr, &body)
         }
     });
     eventually(10, "the first exec to start", || {

@@ -411,15 +411,8 @@ fn endless_output_on_both_streams_is_capped_and_timed_out_in_bounded_memory() {
                     "timeout_secs": 3,
                     "max_output_bytes": 2_000_000,
                     "env": {"HOME": "/nonexistent"},
-                })
-                .to_string();
-                let raw = format!(
-                    "POST /v1/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-                let mut s = std::net::TcpStream::connect(addr).unwrap();
-                std::io::Write::write_all(&mut s, raw.as_bytes()).unwrap();
-                read_response(&mut std::io::BufReader::new(s)).unwrap().json()
+                });
+                exec_at(addr, &body).json()
             })
         })
         .collect();

@@ -91,15 +91,8 @@ fn exec_children_get_a_clean_environment_and_only_three_descriptors() {
                     "user": user,
                     "stdin": "x",
                     "env": {"HOME": "/nonexistent"},
-                })
-                .to_string();
-                let raw = format!(
-                    "POST /v1/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-                let mut s = std::net::TcpStream::connect(addr).unwrap();
-                std::io::Write::write_all(&mut s, raw.as_bytes()).unwrap();
-                read_response(&mut std::io::BufReader::new(s)).unwrap().json()
+                });
+                exec_at(addr, &body).json()
             })
         })
         .collect();

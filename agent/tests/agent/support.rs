@@ -233,32 +233,13 @@ impl Agent {
         token: Option<&str>,
         body: Option<&[u8]>,
     ) -> Resp {
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-            self.addr
-        );
-        if let Some(t) = token {
-            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-        }
-        if let Some(b) = body {
-            head.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                b.len()
-            ));
-        }
-        head.push_str("\r\n");
-        let mut raw = head.into_bytes();
-        raw.extend_from_slice(body.unwrap_or_default());
-        self.raw(&raw).expect("no HTTP response")
+        request_at(self.addr, method, path, token, body)
     }
 
     /// Sends raw bytes and reads one response; `None` if the agent closed
     /// the connection without answering.
     pub fn raw(&self, bytes: &[u8]) -> Option<Resp> {
-        let mut s = TcpStream::connect(self.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-        let _ = s.write_all(bytes);
-        read_response(&mut BufReader::new(s))
+        raw_at(self.addr, bytes)
     }
 
     /// Like [`Agent::raw`], then closes our sending side, so a truncated
@@ -338,6 +319,49 @@ impl Resp {
         assert_eq!(v["error"]["code"], code, "{v}");
         v["error"]["message"].as_str().unwrap().to_owned()
     }
+}
+
+/// [`Agent::exec`] for threads, which cannot borrow the [`Agent`].
+pub fn exec_at(addr: SocketAddr, body: &serde_json::Value) -> Resp {
+    request_at(
+        addr,
+        "POST",
+        "/v1/exec",
+        Some(TOKEN),
+        Some(body.to_string().as_bytes()),
+    )
+}
+
+/// One request on a fresh connection (`Connection: close`).
+pub fn request_at(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+) -> Resp {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    if let Some(b) = body {
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        ));
+    }
+    head.push_str("\r\n");
+    let mut raw = head.into_bytes();
+    raw.extend_from_slice(body.unwrap_or_default());
+    raw_at(addr, &raw).expect("no HTTP response")
+}
+
+/// See [`Agent::raw`].
+pub fn raw_at(addr: SocketAddr, bytes: &[u8]) -> Option<Resp> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let _ = s.write_all(bytes);
+    read_response(&mut BufReader::new(s))
 }
 
 pub fn read_response<R: BufRead>(r: &mut R) -> Option<Resp> {

@@ -4,10 +4,9 @@
 //! at once with the exit code and the log tail, long before its timeout.
 
 use crate::support::*;
-use lab_agent_tests::local::{TempDir, labctl_bin};
+use lab_agent_tests::local::TempDir;
 use lab_agent_tests::vm::VmLock;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 /// How long the failing setup runs before it fails.
@@ -33,19 +32,7 @@ fn a_failing_setup_fails_fast_with_exit_code_and_log_tail() {
     static_agent();
 
     let lock = VmLock::acquire("vm-failing").expect("the VM lock");
-    let mut try_cmd = Command::new(labctl_bin());
-    try_cmd
-        .arg("try")
-        .arg(&lab.path)
-        .arg("--agent")
-        .arg(static_agent())
-        .arg("--kernel")
-        .arg(&image.kernel)
-        .arg("--initrd")
-        .arg(&image.initrd)
-        .arg("--rootfs")
-        .arg(&image.rootfs);
-    let mut tried = Running::spawn(try_cmd, "try");
+    let mut tried = Running::spawn(try_kernel(&lab.path, &image), "try");
     let line = tried.wait_for_line("agent at http://", Duration::from_secs(60));
     let (url, token_file) = agent_line(&line);
     let qemu_pid = qemu_pid(&tried.wait_for_line("qemu pid ", Duration::from_secs(5)));

@@ -12,7 +12,9 @@
 //!    cloud-init is done, setup not re-run, grading works.
 
 use crate::support::*;
-use lab_agent_tests::local::{TempDir, describe, new_token, write_token};
+use lab_agent_tests::local::{
+    HELLO_LAB_BEFORE_THE_STEP, TempDir, check_outcomes, describe, new_token, write_token,
+};
 use lab_agent_tests::vm::http;
 use lab_agent_tests::vm::{BootOptions, PowerOff, Vm};
 use serde_json::Value;
@@ -129,20 +131,9 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
     let graded = conn.labctl("grade", &[lab_arg, "--json"]);
     assert_eq!(graded.status.code(), Some(1), "{}", describe(&graded));
     let report: Value = serde_json::from_slice(&graded.stdout).unwrap();
-    let results: Vec<(&str, bool)> = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| (c["name"].as_str().unwrap(), c["passed"].as_bool().unwrap()))
-        .collect();
     assert_eq!(
-        results,
-        [
-            ("student account exists", true),
-            ("welcome note is in the student's home", true),
-            ("banner greets interactive shells only", true),
-            ("hello.sh runs", false),
-        ],
+        check_outcomes(&report),
+        HELLO_LAB_BEFORE_THE_STEP,
         "{report}"
     );
     assert!(

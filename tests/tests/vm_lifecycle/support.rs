@@ -53,6 +53,23 @@ pub fn static_agent() -> &'static Path {
     })
 }
 
+/// `labctl try LAB` booting the test image from its kernel, with the static
+/// agent: what a lab author runs, as the VM tests run it.
+pub fn try_kernel(lab: &Path, image: &VmImage) -> Command {
+    let mut cmd = Command::new(labctl_bin());
+    cmd.arg("try")
+        .arg(lab)
+        .arg("--agent")
+        .arg(static_agent())
+        .arg("--kernel")
+        .arg(&image.kernel)
+        .arg("--initrd")
+        .arg(&image.initrd)
+        .arg("--rootfs")
+        .arg(&image.rootfs);
+    cmd
+}
+
 /// A copy of `src` (a lab folder) at `dst`, modes kept.
 pub fn copy_lab(src: &Path, dst: &Path) {
     std::fs::create_dir_all(dst).unwrap();

@@ -11,7 +11,7 @@
 
 use crate::failing::{agent_line, kept_console, process_is_qemu, qemu_pid};
 use crate::support::*;
-use lab_agent_tests::local::{TempDir, describe, labctl, labctl_bin};
+use lab_agent_tests::local::{TempDir, describe, labctl};
 use lab_agent_tests::vm::{BootOptions, Vm, VmLock};
 use serde_json::Value;
 use std::process::Command;
@@ -92,18 +92,8 @@ fn try_kernel_keep_and_the_payload_boot_cost() {
     let lock = vm.release();
 
     // The full payload, at once, by `labctl try --keep`.
-    let mut cmd = Command::new(labctl_bin());
-    cmd.arg("try")
-        .arg(&hello)
-        .arg("--agent")
-        .arg(static_agent())
-        .arg("--kernel")
-        .arg(&image.kernel)
-        .arg("--initrd")
-        .arg(&image.initrd)
-        .arg("--rootfs")
-        .arg(&image.rootfs)
-        .args(["--keep", "--json"]);
+    let mut cmd = try_kernel(&hello, &image);
+    cmd.args(["--keep", "--json"]);
     let tried = Running::spawn(cmd, "try").finish();
     assert_eq!(
         tried.code,

@@ -4,32 +4,38 @@
 //! Secret's `data.userdata`. That is what the API server sums
 //! (`ValidateSecret`: `len(value)` over `data`, rejected when it exceeds
 //! `MaxSecretSize` = 1 MiB), not the base64 text in the manifest, which is a
-//! third larger. The user-data is also what cloud-init parses on every boot
-//! stage, so the same figure is the boot-time cost.
+//! third larger. Of it, only the `#cloud-config` part is YAML-parsed by
+//! cloud-init on every boot, so that figure is the one that costs boot time;
+//! the rest is written out once as a script.
 
 use std::fmt;
 
 /// Kubernetes' `MaxSecretSize`: the sum of a Secret's decoded data values.
 pub const SECRET_LIMIT: usize = 1024 * 1024;
 
-/// One accountable piece of the user-data (a `write_files` entry, or the rest).
+/// One accountable piece of the user-data (a file the installer writes, the
+/// cloud-config part, or the rest).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Part {
-    /// What it is: a guest path such as `/usr/local/bin/lab-agent`, or `rest`.
+    /// What it is: a guest path such as `/usr/local/bin/lab-agent`, the
+    /// cloud-config, or the rest.
     pub name: String,
-    /// Bytes of user-data text it takes (encoding and YAML included).
+    /// Bytes of user-data text it takes (encoding and framing included).
     pub bytes: usize,
 }
 
 /// How the user-data's bytes split up. `agent + lab_files + rest == total`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
-    /// The agent's `write_files` entry (gzip, base64 and YAML included).
+    /// The agent's block in the installer (gzip, base64, framing included).
     pub agent: usize,
     /// The lab's files and its setup script.
     pub lab_files: usize,
-    /// Everything else: header, token, unit, autologin, commands.
+    /// Everything else: MIME headers, the cloud-config part (token, unit,
+    /// autologin, commands), the installer's own code.
     pub rest: usize,
+    /// The `#cloud-config` part: what cloud-init YAML-parses on every boot.
+    pub cloud_config: usize,
     /// The whole user-data: what Kubernetes counts against [`SECRET_LIMIT`].
     pub total: usize,
     /// Every entry, largest first, for "what is large" in errors.
@@ -37,10 +43,16 @@ pub struct Budget {
 }
 
 impl Budget {
-    pub(crate) fn new(agent: usize, lab_files: usize, total: usize, mut parts: Vec<Part>) -> Self {
+    pub(crate) fn new(
+        agent: usize,
+        lab_files: usize,
+        cloud_config: usize,
+        total: usize,
+        mut parts: Vec<Part>,
+    ) -> Self {
         let rest = total - agent - lab_files;
         parts.push(Part {
-            name: "rest (header, token, unit, commands)".into(),
+            name: "rest (MIME headers, installer code)".into(),
             bytes: parts.iter().fold(total, |left, p| left - p.bytes),
         });
         // Largest first; equal sizes keep their document order.
@@ -49,6 +61,7 @@ impl Budget {
             agent,
             lab_files,
             rest,
+            cloud_config,
             total,
             parts,
         }
@@ -68,17 +81,19 @@ impl Budget {
 }
 
 /// The one-line summary `labctl secret` prints on stderr, e.g.
-/// `budget: agent 301.2 KiB + lab files 1.1 KiB + rest 2.0 KiB = 304.3 KiB (29.7% of the 1 MiB Secret limit)`.
+/// `budget: agent 301.2 KiB + lab files 1.1 KiB + rest 2.0 KiB = 304.3 KiB (29.7% of the 1 MiB Secret limit); cloud-init parses 1.8 KiB of it as YAML`.
 impl fmt::Display for Budget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "budget: agent {} + lab files {} + rest {} = {} ({:.1}% of the 1 MiB Secret limit)",
+            "budget: agent {} + lab files {} + rest {} = {} ({:.1}% of the 1 MiB Secret limit); \
+             cloud-init parses {} of it as YAML",
             Kib(self.agent),
             Kib(self.lab_files),
             Kib(self.rest),
             Kib(self.total),
-            self.percent_of_limit()
+            self.percent_of_limit(),
+            Kib(self.cloud_config),
         )
     }
 }
@@ -109,6 +124,7 @@ mod tests {
         let b = Budget::new(
             600,
             300,
+            50,
             1000,
             vec![part("agent", 600), part("a", 100), part("b", 200)],
         );
@@ -120,22 +136,23 @@ mod tests {
                 ("agent", 600),
                 ("b", 200),
                 ("a", 100),
-                ("rest (header, token, unit, commands)", 100)
+                ("rest (MIME headers, installer code)", 100)
             ]
         );
         assert_eq!(b.excess(), None);
         assert_eq!(
             b.to_string(),
-            "budget: agent 0.6 KiB + lab files 0.3 KiB + rest 0.1 KiB = 1.0 KiB (0.1% of the 1 MiB Secret limit)"
+            "budget: agent 0.6 KiB + lab files 0.3 KiB + rest 0.1 KiB = 1.0 KiB (0.1% of the 1 MiB \
+             Secret limit); cloud-init parses 0.0 KiB of it as YAML"
         );
     }
 
     #[test]
     fn exactly_the_limit_is_allowed() {
-        let at = Budget::new(0, 0, SECRET_LIMIT, vec![]);
+        let at = Budget::new(0, 0, 0, SECRET_LIMIT, vec![]);
         assert_eq!(at.excess(), None);
         assert_eq!(at.percent_of_limit(), 100.0);
-        let over = Budget::new(0, 0, SECRET_LIMIT + 7, vec![]);
+        let over = Budget::new(0, 0, 0, SECRET_LIMIT + 7, vec![]);
         assert_eq!(over.excess(), Some(7));
     }
 }

@@ -1,11 +1,16 @@
-//! Renders what a lab VM receives on its first boot: the `#cloud-config`
-//! user-data that installs and starts `lab-agent`, and the Kubernetes Secret
-//! that carries it to KubeVirt (`cloudInitNoCloud.userDataSecretRef`).
+//! Renders what a lab VM receives on its first boot: the user-data that
+//! installs and starts `lab-agent` (a MIME message: a small `#cloud-config`
+//! and an installer script), and the Kubernetes Secret that carries it to
+//! KubeVirt (`cloudInitNoCloud.secretRef`).
 //!
 //! # Layout
-//! - [`payload`]: [`PayloadSpec`] → `#cloud-config` text ([`render_user_data`]):
-//!   `bootcmd`, `write_files` (agent, token, unit, lab files, setup script,
-//!   serial autologin), `runcmd`.
+//! - [`payload`]: [`PayloadSpec`] → user-data ([`render_user_data`]); checks
+//!   the inputs and puts the parts together.
+//! - [`cloud_config`]: the `#cloud-config` part: `bootcmd`, `write_files`
+//!   (token, unit, serial autologin), `runcmd`. Fixed size.
+//! - [`installer`]: the `sh` part that writes the agent, the lab's files and
+//!   the setup script, once per instance, atomically.
+//! - [`mime`]: the multipart envelope; [`shell`]: ASCII shell words.
 //! - [`secret`]: user-data → Secret manifest, YAML or JSON ([`render_secret`]);
 //!   enforces the 1 MiB limit.
 //! - [`budget`]: where the bytes go (agent / lab files / rest / total).
@@ -18,15 +23,22 @@
 //! - No I/O: the caller reads the lab, the agent and the token (and
 //!   generates the token); rendering is a pure function of its input, so the
 //!   same input gives byte-identical output.
-//! - Every string value in the output is a double-quoted, escaped scalar;
-//!   bytes that are not UTF-8 travel base64-encoded.
+//! - The user-data is ASCII. In the cloud-config every string value is a
+//!   double-quoted, escaped scalar; in the installer every file is readable
+//!   text only when it is plain ASCII, else base64 (gzip first when smaller).
+//! - The cloud-config part does not grow with the lab: the agent and every
+//!   lab byte go into the installer, which cloud-init never YAML-parses.
 //! - The systemd unit exists once, in `packaging/lab-agent.service`.
 
 pub mod budget;
+pub mod cloud_config;
 pub mod error;
+pub mod installer;
 pub mod k8s_names;
+pub mod mime;
 pub mod payload;
 pub mod secret;
+pub mod shell;
 pub mod yaml;
 
 pub use budget::{Budget, Part, SECRET_LIMIT};

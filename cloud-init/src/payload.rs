@@ -1,29 +1,25 @@
-//! The `#cloud-config` user-data: a pure function from a [`PayloadSpec`] to
-//! text.
+//! The user-data: a pure function from a [`PayloadSpec`] to a MIME
+//! multipart message of two parts.
 //!
-//! What cloud-init does with it on the first boot, in its own order
-//! (observed on Debian 12's cloud-init 22.4, `../shared/notes/vm-guest-facts.md`):
-//! 1. network stage: `bootcmd` (every boot) makes the private directories,
-//!    then `write_files` writes the agent, token, unit, lab files and setup
-//!    script;
-//! 2. final stage: `runcmd` reloads systemd, enables and starts the agent
-//!    without waiting for it, and runs the setup script through
-//!    `lab-agent setup`, which records its outcome for `/v1/ready`.
+//! 1. `#cloud-config` ([`crate::cloud_config`]): token, unit, serial
+//!    autologin, `bootcmd` and `runcmd`. A few KiB whatever the lab, because
+//!    cloud-init YAML-parses it (pure-Python PyYAML) about ten times on every
+//!    boot.
+//! 2. the installer ([`crate::installer`]): a `sh` script with the agent, the
+//!    lab's files and the setup script, compressed and base64-encoded inside.
+//!    cloud-init runs it once per instance before `runcmd`, and never parses
+//!    it as YAML: the payload's size no longer costs boot time.
 //!
-//! After a reboot only `bootcmd` runs again; the agent comes back as an
-//! enabled unit and the files are already on disk.
+//! (Before, everything was one `#cloud-config` with the agent in
+//! `write_files`: its 640 KiB of base64 cost a TCG guest ~55 s on every boot.)
 
 use crate::budget::{Budget, Part};
 use crate::error::Error;
-use crate::yaml::{quoted, quoted_lines};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use flate2::Compression;
-use flate2::write::GzEncoder;
-use lab_agent_proto::lab::{GUEST_LAB_DIR, LabFile, MAX_TIMEOUT_SECS};
+use crate::mime;
+use crate::{cloud_config, installer};
+use lab_agent_proto::lab::{LabFile, MAX_TIMEOUT_SECS};
 use std::collections::BTreeSet;
 use std::fmt;
-use std::io::Write as _;
 
 /// Where the agent binary goes.
 pub const AGENT_PATH: &str = "/usr/local/bin/lab-agent";
@@ -35,6 +31,9 @@ pub const TOKEN_PATH: &str = "/etc/lab-agent/token";
 pub const SETUP_SCRIPT_PATH: &str = "/etc/lab-agent/setup.sh";
 /// `lab-agent`'s default `--state-dir` (setup.json, setup.log), mode 0700.
 pub const STATE_DIR: &str = "/var/lib/lab-agent";
+/// Where the installer records why it failed; `lab-agent setup` reports it
+/// as a failed setup (`STATE_DIR` + [`lab_agent_proto::INSTALL_ERROR_FILE`]).
+pub const INSTALL_ERROR_PATH: &str = "/var/lib/lab-agent/install-error";
 /// The systemd unit.
 pub const UNIT_PATH: &str = "/etc/systemd/system/lab-agent.service";
 /// The drop-in that turns the serial console's login prompt into a root shell.
@@ -126,6 +125,8 @@ impl fmt::Debug for SetupScript {
 #[derive(Debug, Clone)]
 pub struct UserData {
     text: String,
+    /// Where the `#cloud-config` part's body is in `text`.
+    cloud_config: std::ops::Range<usize>,
     budget: Budget,
 }
 
@@ -142,12 +143,17 @@ impl UserData {
         &self.budget
     }
 
+    /// The `#cloud-config` part alone: the only YAML cloud-init parses.
+    pub fn cloud_config(&self) -> &str {
+        &self.text[self.cloud_config.clone()]
+    }
+
     pub fn into_string(self) -> String {
         self.text
     }
 }
 
-/// Renders the `#cloud-config` user-data for `spec`.
+/// Renders the user-data for `spec`: the MIME message described above.
 ///
 /// Validates the token, the lab name, every lab file's path and mode, and the
 /// setup timeout. The size budget is *not* enforced here (a NoCloud seed has
@@ -164,231 +170,36 @@ pub fn render_user_data(spec: &PayloadSpec) -> Result<UserData, Error> {
         }
     }
 
-    let mut doc = Doc::default();
-    let out = &mut doc.text;
-    out.push_str("#cloud-config\n");
-    out.push_str(&format!(
-        "# lab-agent payload for lab {}: agent, token, lab files, setup.\n",
-        spec.lab_name
-    ));
-
-    // bootcmd runs before write_files, on every boot. cloud-init creates a
-    // file with the default umask and chmods it afterwards, and creates
-    // missing parents 0755: making the private directories 0700 first means
-    // the token is never readable by others, not even for a moment, and the
-    // agent's state (setup log) is root's only. `/opt/lab` must exist for
-    // `--lab-dir` even when the lab ships no files.
-    out.push_str("bootcmd:\n");
-    command(out, &["install", "-d", "-m", "0700", CONFIG_DIR, STATE_DIR]);
-    command(out, &["mkdir", "-p", GUEST_LAB_DIR]);
-
-    doc.text.push_str("write_files:\n");
-    let mut token = spec.token.clone();
-    token.push('\n');
-    doc.entry(TOKEN_PATH, 0o600, Content::text(&token));
-    doc.entry(UNIT_PATH, 0o644, Content::text(UNIT));
-    if spec.serial_autologin {
-        doc.entry(
-            AUTOLOGIN_DROPIN_PATH,
-            0o644,
-            Content::text(AUTOLOGIN_DROPIN),
-        );
-    }
-    let mut lab_bytes = 0;
-    if let Some(setup) = &spec.setup {
-        lab_bytes += doc.entry(SETUP_SCRIPT_PATH, 0o700, Content::for_file(&setup.contents));
-    }
-    for file in &spec.files {
-        let path = format!("{GUEST_LAB_DIR}/{}", file.path);
-        lab_bytes += doc.entry(&path, file.mode, Content::for_file(&file.contents));
-    }
-    // The agent is by far the largest entry; it goes last so that the
-    // interesting part of the user-data reads first.
-    let agent_bytes = doc.entry(AGENT_PATH, 0o755, Content::gzip(&spec.agent));
-
-    let out = &mut doc.text;
-    out.push_str("runcmd:\n");
-    command(out, &["systemctl", "daemon-reload"]);
-    // --no-block: runcmd runs inside cloud-final.service; waiting here for a
-    // job is how boots deadlock. The agent starts now and answers
-    // `setting_up` while the setup script below runs.
-    command(
-        out,
-        &[
-            "systemctl",
-            "enable",
-            "--now",
-            "--no-block",
-            "lab-agent.service",
-        ],
-    );
-    if spec.serial_autologin {
-        // The getty on ttyS0 started (after systemd-user-sessions) from the
-        // unit as systemd loaded it at boot, before write_files created the
-        // drop-in; the daemon-reload above makes systemd read the drop-in,
-        // and this restart applies it on the first boot too. Later boots
-        // read it from the start. --no-block for the same reason as above.
-        command(
-            out,
-            &[
-                "systemctl",
-                "restart",
-                "--no-block",
-                "serial-getty@ttyS0.service",
-            ],
-        );
-    }
-    let timeout;
-    let mut setup = vec![AGENT_PATH, "setup"];
-    if let Some(script) = &spec.setup {
-        timeout = script.timeout_secs.to_string();
-        setup.extend(["--script", SETUP_SCRIPT_PATH, "--timeout", &timeout]);
-    }
-    // Run even without a script: it records "succeeded", and a cloud-init
-    // that finished without a setup record means "failed" to the agent.
-    setup.extend(["--lab-dir", GUEST_LAB_DIR]);
-    command(out, &setup);
-
-    let total = doc.text.len();
+    let config = cloud_config::render(spec);
+    let install = installer::render(spec);
+    let (text, ranges) = mime::multipart(&[
+        mime::Part {
+            content_type: "text/cloud-config",
+            filename: "lab-agent.cloud-config",
+            body: &config,
+        },
+        mime::Part {
+            content_type: mime::INSTALLER_TYPE,
+            filename: mime::INSTALLER_NAME,
+            body: &install.text,
+        },
+    ]);
+    let mut parts = install.parts;
+    parts.push(Part {
+        name: "cloud-config (token, unit, commands)".into(),
+        bytes: config.len(),
+    });
     Ok(UserData {
-        budget: Budget::new(agent_bytes, lab_bytes, total, doc.parts),
-        text: doc.text,
+        budget: Budget::new(
+            install.agent_bytes,
+            install.lab_bytes,
+            config.len(),
+            text.len(),
+            parts,
+        ),
+        cloud_config: ranges[0].clone(),
+        text,
     })
-}
-
-/// The document being written, and the size of each `write_files` entry.
-#[derive(Default)]
-struct Doc {
-    text: String,
-    parts: Vec<Part>,
-}
-
-impl Doc {
-    /// Appends one `write_files` entry owned by root; returns its size.
-    fn entry(&mut self, path: &str, mode: u32, content: Content) -> usize {
-        let start = self.text.len();
-        let out = &mut self.text;
-        out.push_str("- path: ");
-        quoted(out, path);
-        // Quoted octal: cloud-init's schema rejects integers, and YAML 1.1
-        // would read an unquoted 0644 as the integer 420 anyway.
-        out.push_str(&format!(
-            "\n  owner: \"root:root\"\n  permissions: \"0{mode:03o}\"\n"
-        ));
-        if let Some(encoding) = content.encoding {
-            out.push_str(&format!("  encoding: \"{encoding}\"\n"));
-        }
-        out.push_str("  content: ");
-        out.push_str(&content.scalar);
-        out.push('\n');
-        let bytes = self.text.len() - start;
-        self.parts.push(Part {
-            name: path.to_owned(),
-            bytes,
-        });
-        bytes
-    }
-}
-
-/// A `write_files` content scalar and the `encoding` cloud-init needs for it.
-struct Content {
-    encoding: Option<&'static str>,
-    /// The YAML scalar, quotes included.
-    scalar: String,
-}
-
-/// Fewest bytes an encoding must save before a text file loses readability.
-const MIN_SAVING: usize = 2048;
-
-/// Continuation lines of a multi-line `content:` scalar.
-const CONTENT_INDENT: usize = 4;
-
-impl Content {
-    fn text(s: &str) -> Content {
-        let mut scalar = String::with_capacity(s.len() + 2);
-        quoted_lines(&mut scalar, s, CONTENT_INDENT);
-        Content {
-            encoding: None,
-            scalar,
-        }
-    }
-
-    fn base64(bytes: &[u8], encoding: &'static str) -> Content {
-        // Base64 needs no escaping, and one line parses fastest: for 600 KB
-        // of base64, cloud-init's loader took 0.41 s on one line against
-        // 0.57 s wrapped at 76 columns (escaped breaks or a block literal).
-        let mut scalar = String::with_capacity(bytes.len() * 4 / 3 + 6);
-        scalar.push('"');
-        STANDARD.encode_string(bytes, &mut scalar);
-        scalar.push('"');
-        Content {
-            encoding: Some(encoding),
-            scalar,
-        }
-    }
-
-    fn gzip(bytes: &[u8]) -> Content {
-        Content::base64(&gzip_best(bytes), "gz+b64")
-    }
-
-    /// Text when the bytes are UTF-8, else the smaller of base64 and gzip +
-    /// base64. Every byte of user-data is read and YAML-parsed by cloud-init
-    /// in several boot stages (pure-Python PyYAML; ~25 µs a byte under TCG,
-    /// `notes/vm-guest-facts.md`), so fewer bytes is less boot time; but text
-    /// keeps scripts readable in the user-data, which an operator reads when
-    /// a lab fails. So text gives way only when an encoding saves at least a
-    /// quarter and at least [`MIN_SAVING`] bytes: large or repetitive files,
-    /// or text that is mostly escapes, not a 2 KiB setup script.
-    fn for_file(bytes: &[u8]) -> Content {
-        let encoded = {
-            let b64 = Content::base64(bytes, "b64");
-            // Compression cannot win below a gzip header plus trailer.
-            let gz = (bytes.len() > 32).then(|| Content::gzip(bytes));
-            match gz {
-                Some(gz) if gz.cost() < b64.cost() => gz,
-                _ => b64,
-            }
-        };
-        match std::str::from_utf8(bytes) {
-            Ok(s) => {
-                let text = Content::text(s);
-                let saving = text.cost().saturating_sub(encoded.cost());
-                if encoded.cost() * 4 < text.cost() * 3 && saving >= MIN_SAVING {
-                    encoded
-                } else {
-                    text
-                }
-            }
-            Err(_) => encoded,
-        }
-    }
-
-    /// Bytes this content adds to the entry (scalar plus encoding line).
-    fn cost(&self) -> usize {
-        self.scalar.len() + self.encoding.map_or(0, |e| e.len() + 15)
-    }
-}
-
-/// gzip at the best level. The header carries no name and mtime 0, so the
-/// output depends only on the input (snapshots stay stable).
-fn gzip_best(bytes: &[u8]) -> Vec<u8> {
-    let mut gz = GzEncoder::new(Vec::with_capacity(bytes.len() / 2), Compression::best());
-    // Writing into a Vec cannot fail.
-    gz.write_all(bytes).expect("gzip into memory");
-    gz.finish().expect("gzip into memory")
-}
-
-/// Appends one command as a flow sequence of quoted words: cloud-init
-/// single-quotes each word for the shell, so nothing in it is interpreted.
-fn command(out: &mut String, argv: &[&str]) {
-    out.push_str("- [");
-    for (i, word) in argv.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        quoted(out, word);
-    }
-    out.push_str("]\n");
 }
 
 fn check_token(token: &str) -> Result<(), Error> {
@@ -500,31 +311,6 @@ mod tests {
             mode,
             contents: contents.into(),
         }
-    }
-
-    #[test]
-    fn text_unless_an_encoding_saves_much() {
-        assert_eq!(Content::for_file(b"hello\n").encoding, None);
-        let script = b"#!/bin/sh\nset -eu\necho one\necho two\necho three\necho four\n";
-        assert_eq!(Content::for_file(script).encoding, None);
-        // Mostly escapes, but too small to be worth it; then large enough.
-        assert_eq!(Content::for_file(&[1; 40]).encoding, None);
-        assert_eq!(Content::for_file(&[1; 1000]).encoding, Some("gz+b64"));
-        assert_eq!(Content::for_file(&[0xff, 0xfe, 0]).encoding, Some("b64"));
-        let text = "the same line again\n".repeat(200);
-        assert_eq!(Content::for_file(text.as_bytes()).encoding, Some("gz+b64"));
-        // Incompressible binary: plain base64 beats gzip's framing.
-        let mut x = 0x2545_f491_4f6c_dd1d_u64;
-        let noise: Vec<u8> = (0..4096)
-            .map(|_| {
-                // xorshift64: incompressible enough for deflate.
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect();
-        assert_eq!(Content::for_file(&noise).encoding, Some("b64"));
     }
 
     #[test]

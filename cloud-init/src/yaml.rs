@@ -9,7 +9,7 @@
 //! characters, YAML 1.1 line breaks such as U+0085 and U+2028) is escaped;
 //! `:`, `#`, `---` and leading spaces are plain content inside the quotes.
 //!
-//! Non-UTF-8 bytes never reach this module: `payload` base64-encodes them.
+//! The output is ASCII: every other character is a `\u`/`\U` escape.
 
 use std::fmt::Write as _;
 
@@ -73,10 +73,16 @@ fn push_escaped(out: &mut String, c: char) {
         c if c < ' ' || ('\u{7f}'..='\u{9f}').contains(&c) => {
             let _ = write!(out, "\\x{:02X}", c as u32);
         }
-        // Not printable for YAML (U+FFFE, U+FFFF), or invisible and easily
-        // mistaken for a stream marker (the byte-order mark).
-        '\u{feff}' | '\u{fffe}' | '\u{ffff}' => {
+        // Everything else outside ASCII: the user-data must be ASCII (a
+        // MIME part's non-ASCII text is mangled by Python's `email` on its
+        // way to cloud-init's handlers, see `shell.rs`), and this also
+        // covers what YAML cannot print (U+FFFE, U+FFFF) and the byte-order
+        // mark, invisible and easily mistaken for a stream marker.
+        c if c > '~' && c <= '\u{ffff}' => {
             let _ = write!(out, "\\u{:04X}", c as u32);
+        }
+        c if c > '~' => {
+            let _ = write!(out, "\\U{:08X}", c as u32);
         }
         c => out.push(c),
     }
@@ -113,7 +119,7 @@ mod tests {
             ("del\u{7f}", r#""del\x7F""#),
             ("nel\u{85}ls\u{2028}ps\u{2029}", r#""nel\Nls\Lps\P""#),
             ("bom\u{feff}", r#""bom\uFEFF""#),
-            ("héllo ✓ 🦀", "\"héllo ✓ 🦀\""),
+            ("héllo ✓ 🦀", r#""h\u00E9llo \u2713 \U0001F980""#),
             ("a\r\nb", r#""a\r\nb""#),
         ];
         for (input, want) in cases {

@@ -41,6 +41,10 @@ pub const MAX_READY_WAIT_SECS: u64 = 60;
 
 /// Where a lab's files live in the guest, and the default `LAB_DIR`.
 pub const GUEST_LAB_DIR: &str = "/opt/lab";
+/// The file in the agent's state dir where the payload's installer records
+/// why it failed; `lab-agent setup` then reports a failed setup with that
+/// reason instead of running the script.
+pub const INSTALL_ERROR_FILE: &str = "install-error";
 /// Environment variable through which setup and checks find the lab's files.
 pub const LAB_DIR_ENV: &str = "LAB_DIR";
 

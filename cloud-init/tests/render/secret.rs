@@ -130,7 +130,18 @@ fn budget_adds_up() {
     assert_eq!(b.total, user_data.as_bytes().len());
     assert_eq!(b.agent + b.lab_files + b.rest, b.total);
     assert_eq!(b.parts.iter().map(|p| p.bytes).sum::<usize>(), b.total);
+    assert_eq!(b.cloud_config, user_data.cloud_config().len());
+    assert!(
+        b.cloud_config < b.rest,
+        "the cloud-config is part of the rest"
+    );
     let line = b.to_string();
     assert!(line.starts_with("budget: agent "), "{line}");
-    assert!(line.ends_with("of the 1 MiB Secret limit)"), "{line}");
+    assert!(
+        line.ends_with(&format!(
+            "of the 1 MiB Secret limit); cloud-init parses {:.1} KiB of it as YAML",
+            b.cloud_config as f64 / 1024.0
+        )),
+        "{line}"
+    );
 }

@@ -7,7 +7,7 @@ use lab_agent_cloudinit::{Format, SecretMeta, render_secret, render_user_data};
 #[test]
 fn fixture_lab_user_data() {
     let user_data = render_user_data(&spec_for(&fixture("fixture-lab"))).unwrap();
-    assert_snapshot("fixture-lab.user-data.yaml", user_data.as_str());
+    assert_snapshot("fixture-lab.user-data.txt", user_data.as_str());
 }
 
 #[test]
@@ -39,7 +39,7 @@ fn fixture_lab_secret() {
 #[test]
 fn hello_lab_user_data() {
     let user_data = render_user_data(&spec_for(&example("hello-lab"))).unwrap();
-    assert_snapshot("hello-lab.user-data.yaml", user_data.as_str());
+    assert_snapshot("hello-lab.user-data.txt", user_data.as_str());
 }
 
 #[test]

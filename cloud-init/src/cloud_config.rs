@@ -1,0 +1,128 @@
+//! The `#cloud-config` part: small and of fixed size whatever the lab
+//! (token, unit, serial autologin, commands), because cloud-init YAML-parses
+//! it about ten times on every boot in pure Python.
+//!
+//! What cloud-init does with it, in its own order (observed on Debian 12's
+//! cloud-init 22.4, `../shared/notes/vm-guest-facts.md`):
+//! 1. network stage: `bootcmd` (every boot) makes the private directories,
+//!    then `write_files` writes the token, the unit and the autologin drop-in;
+//! 2. final stage: the installer part ([`crate::installer`]) has put the agent
+//!    and the lab in place; `runcmd` reloads systemd, enables and starts the
+//!    agent without waiting for it, and runs the setup script through
+//!    `lab-agent setup`, which records its outcome for `/v1/ready`.
+//!
+//! After a reboot only `bootcmd` runs again; the agent comes back as an
+//! enabled unit and the files are already on disk.
+
+use crate::payload::{
+    AGENT_PATH, AUTOLOGIN_DROPIN, AUTOLOGIN_DROPIN_PATH, CONFIG_DIR, PayloadSpec,
+    SETUP_SCRIPT_PATH, STATE_DIR, TOKEN_PATH, UNIT, UNIT_PATH,
+};
+use crate::yaml::{quoted, quoted_lines};
+use lab_agent_proto::lab::GUEST_LAB_DIR;
+
+/// Continuation lines of a multi-line `content:` scalar.
+const CONTENT_INDENT: usize = 4;
+
+pub fn render(spec: &PayloadSpec) -> String {
+    let mut out = String::with_capacity(4096);
+    out.push_str("#cloud-config\n");
+    out.push_str(&format!(
+        "# lab-agent payload for lab {}, part 1 of 2: token, unit, commands.\n\
+         # Part 2, a script cloud-init runs once before runcmd, installs the\n\
+         # agent and the lab's files.\n",
+        spec.lab_name
+    ));
+
+    // bootcmd runs before write_files, on every boot. cloud-init creates a
+    // file with the default umask and chmods it afterwards, and creates
+    // missing parents 0755: making the private directories 0700 first means
+    // the token is never readable by others, not even for a moment, and the
+    // agent's state (setup log) is root's only. `/opt/lab` must exist for
+    // `--lab-dir` even when the lab ships no files.
+    out.push_str("bootcmd:\n");
+    command(
+        &mut out,
+        &["install", "-d", "-m", "0700", CONFIG_DIR, STATE_DIR],
+    );
+    command(&mut out, &["mkdir", "-p", GUEST_LAB_DIR]);
+
+    out.push_str("write_files:\n");
+    let mut token = spec.token.clone();
+    token.push('\n');
+    entry(&mut out, TOKEN_PATH, 0o600, &token);
+    entry(&mut out, UNIT_PATH, 0o644, UNIT);
+    if spec.serial_autologin {
+        entry(&mut out, AUTOLOGIN_DROPIN_PATH, 0o644, AUTOLOGIN_DROPIN);
+    }
+
+    out.push_str("runcmd:\n");
+    command(&mut out, &["systemctl", "daemon-reload"]);
+    // --no-block: runcmd runs inside cloud-final.service; waiting here for a
+    // job is how boots deadlock. The agent starts now and answers
+    // `setting_up` while the setup script below runs.
+    command(
+        &mut out,
+        &[
+            "systemctl",
+            "enable",
+            "--now",
+            "--no-block",
+            "lab-agent.service",
+        ],
+    );
+    if spec.serial_autologin {
+        // The getty on ttyS0 started (after systemd-user-sessions) from the
+        // unit as systemd loaded it at boot, before write_files created the
+        // drop-in; the daemon-reload above makes systemd read the drop-in,
+        // and this restart applies it on the first boot too. Later boots
+        // read it from the start. --no-block for the same reason as above.
+        command(
+            &mut out,
+            &[
+                "systemctl",
+                "restart",
+                "--no-block",
+                "serial-getty@ttyS0.service",
+            ],
+        );
+    }
+    let timeout;
+    let mut setup = vec![AGENT_PATH, "setup"];
+    if let Some(script) = &spec.setup {
+        timeout = script.timeout_secs.to_string();
+        setup.extend(["--script", SETUP_SCRIPT_PATH, "--timeout", &timeout]);
+    }
+    // Run even without a script: it records "succeeded", and a cloud-init
+    // that finished without a setup record means "failed" to the agent. It
+    // also reports an installer failure as a failed setup.
+    setup.extend(["--lab-dir", GUEST_LAB_DIR]);
+    command(&mut out, &setup);
+    out
+}
+
+/// Appends one `write_files` entry owned by root, its content as text.
+fn entry(out: &mut String, path: &str, mode: u32, content: &str) {
+    out.push_str("- path: ");
+    quoted(out, path);
+    // Quoted octal: cloud-init's schema rejects integers, and YAML 1.1
+    // would read an unquoted 0644 as the integer 420 anyway.
+    out.push_str(&format!(
+        "\n  owner: \"root:root\"\n  permissions: \"0{mode:03o}\"\n  content: "
+    ));
+    quoted_lines(out, content, CONTENT_INDENT);
+    out.push('\n');
+}
+
+/// Appends one command as a flow sequence of quoted words: cloud-init
+/// single-quotes each word for the shell, so nothing in it is interpreted.
+fn command(out: &mut String, argv: &[&str]) {
+    out.push_str("- [");
+    for (i, word) in argv.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        quoted(out, word);
+    }
+    out.push_str("]\n");
+}

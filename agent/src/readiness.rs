@@ -301,6 +301,9 @@ fn failure_reason(r: &SetupRecord) -> String {
         format!("the setup script failed with exit code {code}")
     } else if let Some(sig) = r.signal {
         format!("the setup script was killed by signal {sig}")
+    } else if let Some(err) = &r.error {
+        // The script did not run, or its end was not seen: the error says it.
+        return format!("setup failed: {err}");
     } else {
         "the setup script failed".to_owned()
     };

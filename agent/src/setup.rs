@@ -12,8 +12,8 @@ use crate::identity::Identity;
 use crate::process::{self, Cwd, Jobs, Script, ShellCommand, Stdio};
 use crate::readiness::current_boot_id;
 use crate::setup_record::{self, RecordError, SETUP_LOG, SetupRecord};
-use lab_agent_proto::LAB_DIR_ENV;
 use lab_agent_proto::SetupState;
+use lab_agent_proto::{INSTALL_ERROR_FILE, LAB_DIR_ENV};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
@@ -41,7 +41,7 @@ pub struct SetupOutcome {
     pub record: SetupRecord,
     /// The status `lab-agent setup` exits with: the script's own, 128+signal
     /// when killed, 124 on timeout (as timeout(1)), 127/126 when it could not
-    /// be found/started.
+    /// be found/started, 1 when the payload's installer failed before it.
     pub exit_status: i32,
 }
 
@@ -111,6 +111,15 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
 /// Runs the script (if any) and fills the record's outcome fields; returns
 /// the exit status to mirror.
 async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut SetupRecord) -> i32 {
+    // The payload's installer could not put the lab in place: running the
+    // setup against what is missing would only hide the real reason.
+    if let Some(reason) = install_error(&cfg.state_dir) {
+        return fail_before_start(
+            record,
+            log,
+            format!("the payload's installer failed, so the setup did not run: {reason}"),
+        );
+    }
     let Some(script) = &cfg.script else {
         log.line("lab-agent: no setup script; nothing to do");
         record.exit_code = Some(0);
@@ -224,6 +233,35 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
         (None, Some(sig)) => 128 + sig,
         (None, None) => 1,
     }
+}
+
+/// What the payload's installer recorded in `STATE_DIR/install-error`, if
+/// it failed (the file is absent otherwise), cut to a sentence's length.
+fn install_error(state_dir: &Path) -> Option<String> {
+    let path = state_dir.join(INSTALL_ERROR_FILE);
+    match setup_record::read_state_file(&path, 64 * 1024) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let text = text.trim();
+            let cut: String = text.chars().take(500).collect();
+            Some(if cut.is_empty() {
+                "it left no reason".to_owned()
+            } else {
+                cut
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => Some(format!(
+            "its record `{}` is unreadable: {e}",
+            path.display()
+        )),
+    }
+}
+
+fn fail_before_start(record: &mut SetupRecord, log: &mut Tee, msg: String) -> i32 {
+    log.line(&format!("lab-agent: {msg}"));
+    record.error = Some(msg);
+    1
 }
 
 fn prepare_state_dir(dir: &Path) -> Result<(), SetupError> {

@@ -188,3 +188,58 @@ fn serve_run_setup_failure_is_reported() {
     assert_eq!(v["setup"]["exit_code"], 42);
     assert!(v["setup"]["log_tail"].as_str().unwrap().contains("oops"));
 }
+
+/// The payload's installer failed (it records why in `install-error`): the
+/// setup does not run against a half-installed lab, and the failure names
+/// the installer's reason, so `/v1/ready` reports it.
+#[test]
+fn an_installer_failure_is_a_failed_setup_with_its_reason() {
+    let b = Agent::builder("setup-install-error").no_cloud_init();
+    let state = b.dir.join("state");
+    write_file(
+        &state.join("install-error"),
+        "cannot write /opt/lab/data.bin: 100 of 4096 bytes written (is the disk full?)\n",
+        0o600,
+    );
+    let ran = b.dir.join("ran");
+    write_file(
+        &b.dir.join("setup.sh"),
+        &format!("touch {}\n", ran.display()),
+        0o755,
+    );
+    let out = Command::new(bin())
+        .arg("setup")
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--script")
+        .arg(b.dir.join("setup.sh"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(!ran.exists(), "the setup script ran anyway");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("setup.json")).unwrap()).unwrap();
+    assert_eq!(record["state"], "failed");
+    let error = record["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("the payload's installer failed, so the setup did not run: ")
+            && error.ends_with("(is the disk full?)"),
+        "{error}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("cannot write /opt/lab/data.bin"),
+        "{stdout}"
+    );
+
+    // The agent reads that record as `failed`, with the installer's reason.
+    let agent = b.start();
+    let ready = agent.get("/v1/ready").json();
+    assert_eq!(ready["state"], "failed", "{ready}");
+    let reason = ready["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("setup failed: the payload's installer failed")
+            && reason.contains("/opt/lab/data.bin"),
+        "{reason}"
+    );
+}

@@ -142,6 +142,9 @@ pub struct BudgetReport {
     pub lab_files_bytes: usize,
     pub rest_bytes: usize,
     pub total_bytes: usize,
+    /// Of the total, the `#cloud-config` part: all cloud-init YAML-parses
+    /// on every boot (the rest is an installer script it runs once).
+    pub cloud_config_bytes: usize,
     pub limit_bytes: usize,
     pub percent_of_limit: f64,
 }
@@ -153,6 +156,7 @@ impl From<&Budget> for BudgetReport {
             lab_files_bytes: b.lab_files,
             rest_bytes: b.rest,
             total_bytes: b.total,
+            cloud_config_bytes: b.cloud_config,
             limit_bytes: SECRET_LIMIT,
             percent_of_limit: (b.percent_of_limit() * 10.0).round() / 10.0,
         }

@@ -1,6 +1,8 @@
-//! `cloud-init schema` (Debian's 22.4, the guest's version) accepts what we
-//! render, and rejects the mistakes it is known to catch, so a pass means
-//! something.
+//! `cloud-init schema` (Debian's 22.4, the guest's version) accepts the
+//! cloud-config part we render, and rejects the mistakes it is known to
+//! catch, so a pass means something. (It validates one cloud-config
+//! document, not a MIME message; `round_trip` shows that cloud-init's own
+//! MIME processing finds exactly this part.)
 
 use crate::support::{TempDir, cloud_init_schema, labs, spec_for, user_data};
 
@@ -10,7 +12,7 @@ fn rendered_user_data_is_valid_cloud_config() {
         for autologin in [true, false] {
             let mut spec = spec_for(&lab);
             spec.serial_autologin = autologin;
-            let text = user_data(&spec).into_string();
+            let text = user_data(&spec).cloud_config().to_owned();
             let dir = TempDir::new("schema");
             let file = dir.write("user-data", &text);
             let out = cloud_init_schema(&file);
@@ -29,7 +31,9 @@ fn rendered_user_data_is_valid_cloud_config() {
 /// cloud-init must say about it.
 #[test]
 fn broken_user_data_is_rejected() {
-    let good = user_data(&spec_for(&crate::support::fixture_lab())).into_string();
+    let good = user_data(&spec_for(&crate::support::fixture_lab()))
+        .cloud_config()
+        .to_owned();
     let runcmd_at = good.find("runcmd:\n").unwrap();
     let cases: Vec<(&str, String, &str)> = vec![
         (

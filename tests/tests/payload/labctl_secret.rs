@@ -1,7 +1,7 @@
 //! `labctl secret` end to end, in process: what it writes where, with which
 //! modes, what stdout carries (data only), and its exit statuses.
 
-use crate::support::{TempDir, decode_with_cloud_init, fixture_lab};
+use crate::support::{TempDir, deliver, fixture_lab};
 use lab_agent_client::cli::agent_bin::fake_elf;
 use lab_agent_client::cli::secret::{
     ManifestFormat, Report, SecretArgs, SecretError, execute, render_error,
@@ -44,9 +44,9 @@ impl Run {
     }
 }
 
-/// A fake static agent in `dir`, and default arguments using it.
+/// A copy of the static agent in `dir`, and default arguments using it.
 fn args(dir: &TempDir, lab: &Path) -> (SecretArgs, Vec<u8>) {
-    let agent = fake_elf(false, b"the agent for labctl tests");
+    let agent = crate::support::agent();
     let agent_path = dir.write("lab-agent", &agent);
     let args = SecretArgs {
         lab_dir: lab.to_owned(),
@@ -87,7 +87,8 @@ fn writes_secret_user_data_and_token_privately() {
     assert_eq!(r.stdout, "", "with -o and no --json, stdout stays empty");
     assert!(r.stderr.contains("\nbudget: agent "), "{}", r.stderr);
     assert!(
-        r.stderr.contains("of the 1 MiB Secret limit)"),
+        r.stderr
+            .contains("of the 1 MiB Secret limit); cloud-init parses "),
         "{}",
         r.stderr
     );
@@ -110,7 +111,7 @@ fn writes_secret_user_data_and_token_privately() {
     assert!(report.token_generated);
     assert!(!r.stderr.contains(token), "the token never goes to the log");
 
-    let d = decode_with_cloud_init(&std::fs::read_to_string(out("secret.yaml")).unwrap());
+    let d = deliver(&std::fs::read_to_string(out("secret.yaml")).unwrap());
     assert_eq!(d.read("/usr/local/bin/lab-agent").0, agent);
     assert_eq!(
         d.read("/etc/lab-agent/token").0,
@@ -124,6 +125,10 @@ fn writes_secret_user_data_and_token_privately() {
     let user_data = std::fs::read(out("user-data")).unwrap();
     assert_eq!(d.report["user_data_len"], user_data.len());
     assert_eq!(report.budget.total_bytes, user_data.len());
+    assert_eq!(
+        report.budget.cloud_config_bytes as u64,
+        d.report["parts"][0]["bytes"].as_u64().unwrap()
+    );
 }
 
 #[test]
@@ -140,7 +145,7 @@ fn json_output_is_one_object_with_the_token_and_the_secret() {
     assert_eq!(v["budget"]["limit_bytes"], 1024 * 1024);
     let secret: serde_json::Value = serde_json::from_str(v["secret"].as_str().unwrap()).unwrap();
     assert_eq!(secret["kind"], "Secret");
-    let d = decode_with_cloud_init(v["secret"].as_str().unwrap());
+    let d = deliver(v["secret"].as_str().unwrap());
     assert_eq!(
         d.read("/etc/lab-agent/token").0,
         format!("{}\n", report.token).into_bytes()

@@ -1,18 +1,38 @@
-//! Secret → base64 → user-data → cloud-init's YAML loader → cloud-init's
-//! `write_files`: every byte and mode arrives as it left, for the fixture
-//! lab, for `examples/hello-lab`, and for names and contents chosen to break
-//! YAML.
+//! Secret → base64 → user-data → cloud-init's MIME processing and part
+//! handlers → `bootcmd`, `write_files` and the per-instance installer, run
+//! as a guest's first boot runs them (`support::deliver`): every byte and
+//! mode arrives as it left, for the fixture lab, for `examples/hello-lab`,
+//! and for names and contents chosen to break YAML, MIME and the shell; and
+//! nothing else is written.
 
-use crate::support::{Decoded, TOKEN, decode_with_cloud_init, labs, secret, spec_for, user_data};
+use crate::support::{Guest, TOKEN, deliver, labs, secret, spec_for, user_data};
 use lab_agent_cloudinit::payload::{
-    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH, UNIT, UNIT_PATH,
+    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH, UNIT,
+    UNIT_PATH,
 };
 use lab_agent_cloudinit::{Format, PayloadSpec, SetupScript};
 use lab_agent_proto::lab::LabFile;
 use serde_json::json;
 
-/// Everything in `spec` arrived intact, with the right modes and owner.
-fn assert_delivered(spec: &PayloadSpec, d: &Decoded) {
+/// Everything in `spec` arrived intact, with the right modes, through the
+/// two parts cloud-init was meant to see; and nothing else was written.
+fn assert_delivered(spec: &PayloadSpec, d: &Guest) {
+    assert_eq!(
+        d.report["parts"],
+        json!([
+            {"content_type": "text/cloud-config", "filename": "lab-agent.cloud-config",
+             "bytes": d.report["parts"][0]["bytes"]},
+            {"content_type": "text/x-shellscript-per-instance", "filename": "lab-agent-install",
+             "bytes": d.report["parts"][1]["bytes"]},
+        ]),
+        "cloud-init split the user-data differently"
+    );
+    assert_eq!(
+        d.report["per_instance_scripts"],
+        json!(["lab-agent-install"])
+    );
+    assert_eq!(d.report["per_instance_failed"], json!(null));
+
     let (agent, mode) = d.read(AGENT_PATH);
     assert!(
         agent == spec.agent,
@@ -28,29 +48,42 @@ fn assert_delivered(spec: &PayloadSpec, d: &Decoded) {
     let (unit, mode) = d.read(UNIT_PATH);
     assert_eq!(String::from_utf8(unit).unwrap(), UNIT);
     assert_eq!(mode, 0o644);
-    match &spec.setup {
-        Some(setup) => {
-            let (script, mode) = d.read(SETUP_SCRIPT_PATH);
-            assert!(script == setup.contents, "setup script differs");
-            assert_eq!(mode, 0o700, "setup script mode");
-        }
-        None => assert!(!d.file(SETUP_SCRIPT_PATH).exists()),
+    if let Some(setup) = &spec.setup {
+        let (script, mode) = d.read(SETUP_SCRIPT_PATH);
+        assert!(script == setup.contents, "setup script differs");
+        assert_eq!(mode, 0o700, "setup script mode");
     }
     for f in &spec.files {
         let guest = format!("/opt/lab/{}", f.path);
         let (bytes, mode) = d.read(&guest);
         assert!(bytes == f.contents, "`{guest}`: contents differ");
         assert_eq!(mode, f.mode, "`{guest}`: mode {mode:o}, want {:o}", f.mode);
+        let meta = std::fs::metadata(d.file(&guest)).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((meta.uid(), meta.gid()), (0, 0), "`{guest}`: owner");
     }
     for file in d.report["files"].as_array().unwrap() {
         assert_eq!(file["owner"], "root:root", "{file}");
         assert!(file["permissions"].is_string(), "{file}");
     }
-    let expected = spec.files.len()
-        + 3
-        + usize::from(spec.setup.is_some())
-        + usize::from(spec.serial_autologin);
-    assert_eq!(d.report["files"].as_array().unwrap().len(), expected);
+
+    let mut expected: Vec<String> = [AGENT_PATH, TOKEN_PATH, UNIT_PATH]
+        .iter()
+        .map(|p| p.to_string())
+        .chain(spec.setup.as_ref().map(|_| SETUP_SCRIPT_PATH.to_owned()))
+        .chain(
+            spec.serial_autologin
+                .then(|| AUTOLOGIN_DROPIN_PATH.to_owned()),
+        )
+        .chain(spec.files.iter().map(|f| format!("/opt/lab/{}", f.path)))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        d.written(),
+        expected,
+        "the delivery wrote other files than the payload's (temp files left, or an \
+         install-error record?)"
+    );
 }
 
 #[test]
@@ -59,9 +92,14 @@ fn labs_round_trip_through_yaml_and_json_secrets() {
         let spec = spec_for(&lab);
         let ud = user_data(&spec);
         for format in [Format::Yaml, Format::Json] {
-            let d = decode_with_cloud_init(&secret(&ud, format));
+            let d = deliver(&secret(&ud, format));
             assert_delivered(&spec, &d);
             assert_eq!(d.report["user_data_len"], ud.as_bytes().len());
+            assert_eq!(
+                d.report["parts"][0]["bytes"].as_u64().unwrap() as usize,
+                ud.cloud_config().len(),
+                "the YAML cloud-init parses is the cloud-config part alone"
+            );
             assert_eq!(d.report["metadata"]["name"], "round-trip");
             assert_eq!(
                 d.report["metadata"]["labels"]["tt-lab.example/environment"],
@@ -75,7 +113,7 @@ fn labs_round_trip_through_yaml_and_json_secrets() {
 #[test]
 fn commands_are_what_the_guest_runs() {
     let spec = spec_for(&crate::support::fixture_lab());
-    let d = decode_with_cloud_init(&secret(&user_data(&spec), Format::Yaml));
+    let d = deliver(&secret(&user_data(&spec), Format::Yaml));
     assert_eq!(
         d.report["keys"],
         json!(["bootcmd", "runcmd", "write_files"])
@@ -144,9 +182,9 @@ fn commands_are_what_the_guest_runs() {
 
 #[test]
 fn without_autologin_or_setup() {
-    let mut spec = PayloadSpec::new("bare", crate::support::fake_agent(), TOKEN);
+    let mut spec = PayloadSpec::new("bare", crate::support::agent(), TOKEN);
     spec.serial_autologin = false;
-    let d = decode_with_cloud_init(&secret(&user_data(&spec), Format::Json));
+    let d = deliver(&secret(&user_data(&spec), Format::Json));
     assert_delivered(&spec, &d);
     assert!(!d.file(AUTOLOGIN_DROPIN_PATH).exists());
     let runcmd = d.report["runcmd"].to_string();
@@ -226,7 +264,7 @@ fn hostile_names_and_contents_arrive_intact() {
             contents,
         })
         .collect();
-    let mut spec = PayloadSpec::new("hostile.lab_1", crate::support::fake_agent(), TOKEN);
+    let mut spec = PayloadSpec::new("hostile.lab_1", crate::support::agent(), TOKEN);
     spec.files = files;
     spec.setup = Some(SetupScript {
         contents: b"#!/bin/sh\n---\n  key: \"value\" # x\n\xff\xfe\n".to_vec(),
@@ -234,7 +272,47 @@ fn hostile_names_and_contents_arrive_intact() {
     });
     let ud = user_data(&spec);
     for format in [Format::Yaml, Format::Json] {
-        let d = decode_with_cloud_init(&secret(&ud, format));
+        let d = deliver(&secret(&ud, format));
         assert_delivered(&spec, &d);
     }
+}
+
+/// An installer that cannot finish leaves no half file and says why where
+/// `lab-agent setup` will find it: here the agent is not a program this
+/// machine runs, so it is not put in place (systemd would restart a broken
+/// binary forever) and the lab's files are not written after it.
+#[test]
+fn a_failing_installer_leaves_no_half_agent_and_records_why() {
+    let mut spec = spec_for(&crate::support::fixture_lab());
+    spec.agent = lab_agent_client::cli::agent_bin::fake_elf(false, b"not a real program");
+    let d = deliver(&secret(&user_data(&spec), Format::Yaml));
+    assert_eq!(
+        d.report["per_instance_failed"]
+            .as_str()
+            .map(|s| s.contains("lab-agent-install")),
+        Some(true),
+        "cloud-init must see the installer fail: {}",
+        d.report
+    );
+    let (why, mode) = d.read(INSTALL_ERROR_PATH);
+    let why = String::from_utf8(why).unwrap();
+    assert!(
+        why.starts_with("/usr/local/bin/lab-agent does not run on this machine (x86_64)"),
+        "{why}"
+    );
+    assert_eq!(mode & 0o077, 0, "the record is in root's private state dir");
+    let mut expected = [
+        INSTALL_ERROR_PATH,
+        TOKEN_PATH,
+        AUTOLOGIN_DROPIN_PATH,
+        UNIT_PATH,
+    ]
+    .map(String::from)
+    .to_vec();
+    expected.sort();
+    assert_eq!(
+        d.written(),
+        expected,
+        "no agent, no temp file, nothing after the failure"
+    );
 }

@@ -1,19 +1,17 @@
 //! Fixtures, temp dirs, and the external tools (with install hints).
 
-use lab_agent_client::cli::agent_bin::fake_elf;
+use lab_agent_client::cli::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::{
     Format, PayloadSpec, SecretMeta, SetupScript, UserData, render_secret, render_user_data,
 };
 use lab_agent_proto::lab::Lab;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A fixed token for renders that are compared.
 pub const TOKEN: &str = "round-trip-token-0123456789abcdefghijklmnop";
-
-/// Debian's python, where the cloud-init package installs `cloudinit`.
-pub const PYTHON: &str = "/usr/bin/python3";
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -29,18 +27,27 @@ pub fn labs() -> Vec<PathBuf> {
     vec![fixture_lab(), workspace().join("examples/hello-lab")]
 }
 
-/// A small static-looking ELF standing in for the agent.
-pub fn fake_agent() -> Vec<u8> {
-    fake_elf(
-        false,
-        b"fake lab-agent payload \x00\xff\xfe for round trips",
-    )
+/// The real static agent (`packaging/build-agent.sh`), as `labctl secret`
+/// ships it: the installer runs it (`lab-agent version`) before putting it
+/// in place, and its megabyte is what the payload's size is about.
+pub fn agent() -> Vec<u8> {
+    static AGENT: OnceLock<Vec<u8>> = OnceLock::new();
+    AGENT
+        .get_or_init(|| match agent_bin::load(None, Linkage::Static) {
+            Ok(agent) => agent.bytes,
+            Err(e) => panic!(
+                "{e}\nhint: {}",
+                e.hint()
+                    .unwrap_or_else(|| "run packaging/build-agent.sh".into())
+            ),
+        })
+        .clone()
 }
 
 /// The spec `labctl secret` builds for the lab in `dir`.
 pub fn spec_for(dir: &Path) -> PayloadSpec {
     let lab = Lab::load(dir).unwrap();
-    let mut spec = PayloadSpec::new(&lab.name, fake_agent(), TOKEN);
+    let mut spec = PayloadSpec::new(&lab.name, agent(), TOKEN);
     spec.files = lab.collect_files().unwrap();
     spec.setup = lab.setup_script_path().map(|p| SetupScript {
         contents: std::fs::read(p).unwrap(),
@@ -100,75 +107,170 @@ pub fn run(cmd: &mut Command, hint: &str) -> Output {
         .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}\nhint: {hint}"))
 }
 
-pub const CLOUD_INIT_HINT: &str = "install Debian's cloud-init without starting anything: \
-     `printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && \
-     apt-get install -y --no-install-recommends cloud-init`";
+pub const CLOUD_INIT_HINT: &str =
+    "run `tests/install-deps.sh`: it unpacks Debian's cloud-init into a cache (nothing installed)";
 
-pub const KUBERNETES_VALIDATE_HINT: &str =
-    "install it from PyPI: `pip install kubernetes-validate` (it must be on PATH)";
-
-/// `cloud-init schema --config-file FILE`.
+/// `cloud-init schema --config-file FILE`, Debian's cloud-init from the
+/// test cache.
 pub fn cloud_init_schema(file: &Path) -> Output {
     run(
-        Command::new("cloud-init")
-            .args(["schema", "--config-file"])
-            .arg(file),
+        &mut lab_agent_tests::pydeps::cloud_init_schema(file),
         CLOUD_INIT_HINT,
     )
 }
 
-/// `kubernetes-validate --strict -k 1.34.0 FILE` (the platform's cluster version).
-pub fn kubernetes_validate(file: &Path) -> Output {
-    run(
-        Command::new("kubernetes-validate")
-            .args(["--strict", "-k", "1.34.0"])
-            .arg(file),
-        KUBERNETES_VALIDATE_HINT,
-    )
-}
-
-/// What `write_files.py` reports.
-pub struct Decoded {
+/// A guest's filesystem after cloud-init delivered a payload to it
+/// (`guest.py` in an overlay chroot): every file the delivery wrote is in
+/// the overlay's upper dir, at its guest path; nothing reached the machine.
+pub struct Guest {
+    /// What `guest.py` reports (parts, commands, write_files entries).
     pub report: serde_json::Value,
-    /// Where the guest's `/` is.
-    pub root: TempDir,
+    /// Holds `upper/` (the guest's writes) and the delivery's inputs.
+    work: TempDir,
+    /// The temp dir's own path, as the chroot saw it (under `upper/` too).
+    inside: PathBuf,
 }
 
-impl Decoded {
+impl Guest {
+    /// Where `guest_path` is, if the delivery wrote it.
     pub fn file(&self, guest_path: &str) -> PathBuf {
-        self.root.path().join(guest_path.trim_start_matches('/'))
+        self.work
+            .path()
+            .join("upper")
+            .join(guest_path.trim_start_matches('/'))
     }
 
-    /// Bytes and permission bits of a written file.
+    /// Bytes and permission bits of a file the delivery wrote.
     pub fn read(&self, guest_path: &str) -> (Vec<u8>, u32) {
-        use std::os::unix::fs::PermissionsExt;
         let path = self.file(guest_path);
         let bytes = std::fs::read(&path)
-            .unwrap_or_else(|e| panic!("cloud-init did not write `{guest_path}`: {e}"));
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
-        (bytes, mode)
+            .unwrap_or_else(|e| panic!("the delivery did not write `{guest_path}`: {e}"));
+        (bytes, mode(&path))
+    }
+
+    /// Every regular file the delivery wrote, as guest paths, leaving out
+    /// cloud-init's own records (`/var/lib/cloud`), scratch space (`/tmp`,
+    /// `/run`) and this test's inputs.
+    pub fn written(&self) -> Vec<String> {
+        fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                if meta.is_dir() {
+                    walk(&path, base, out);
+                } else {
+                    let rel = path.strip_prefix(base).unwrap();
+                    out.push(format!("/{}", rel.display()));
+                }
+            }
+        }
+        let upper = self.work.path().join("upper");
+        let mut out = Vec::new();
+        walk(&upper, &upper, &mut out);
+        let inside = self.inside.display().to_string();
+        out.retain(|p| {
+            !(p.starts_with("/var/lib/cloud/")
+                || p.starts_with("/tmp/")
+                || p.starts_with("/run/")
+                || p.starts_with(&inside))
+        });
+        out.sort();
+        out
     }
 }
 
-/// Runs cloud-init's own loader and `write_files` on a Secret manifest.
-pub fn decode_with_cloud_init(secret_text: &str) -> Decoded {
-    let dir = TempDir::new("secret");
-    let secret = dir.write("secret", secret_text);
-    let root = TempDir::new("root");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/payload/write_files.py");
-    let out = run(
-        Command::new(PYTHON)
-            .arg(&script)
-            .arg(&secret)
-            .arg(root.path()),
-        CLOUD_INIT_HINT,
-    );
+/// Permission bits of `path`.
+pub fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("`{}`: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Delivers a Secret manifest as KubeVirt and a guest's first boot would,
+/// with Debian's cloud-init (see `guest.py`), as root in a throw-away copy
+/// of this machine: an overlay of `/` in a private mount namespace, entered
+/// with chroot. Runs `bootcmd`, `write_files` and the per-instance
+/// installer; not `runcmd`.
+pub fn deliver(secret_text: &str) -> Guest {
     assert!(
-        out.status.success(),
-        "write_files.py failed ({}):\n{}\nhint: if `cloudinit` cannot be imported, {CLOUD_INIT_HINT}",
+        lab_agent_tests::local::is_root(),
+        "delivering a payload offline needs root (an overlay of `/` in a private mount \
+         namespace)\nhint: run the tests as root, as CI does"
+    );
+    let work = TempDir::new("guest");
+    let inside = work.path().to_owned();
+    for dir in ["upper", "ovl-work", "root"] {
+        std::fs::create_dir(work.path().join(dir)).unwrap();
+    }
+    let secret = work.write("secret", secret_text);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/payload/guest.py");
+    let guest_py = work.write("guest.py", std::fs::read(script).unwrap());
+    let report = work.path().join("report.json");
+
+    let python = lab_agent_tests::pydeps::cloud_init_python();
+    let mut env = vec![
+        "PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        "PYTHONDONTWRITEBYTECODE=1".to_owned(),
+        "LANG=C.UTF-8".to_owned(),
+    ];
+    for (k, v) in python.get_envs() {
+        if let Some(v) = v {
+            env.push(format!("{}={}", k.to_string_lossy(), v.to_string_lossy()));
+        }
+    }
+    let q = |p: &Path| shell_quote(&p.display().to_string());
+    let root = work.path().join("root");
+    let sh = format!(
+        "set -e\n\
+         mount -t overlay overlay -o lowerdir=/,upperdir={upper},workdir={owork} {root}\n\
+         mount --bind /dev {root}/dev\n\
+         mount -t proc proc {root}/proc\n\
+         mount -t tmpfs tmpfs {root}/run\n\
+         exec chroot {root} env -i {env} {python} {guest_py} {secret} {report}\n",
+        upper = q(&work.path().join("upper")),
+        owork = q(&work.path().join("ovl-work")),
+        root = q(&root),
+        env = env
+            .iter()
+            .map(|e| shell_quote(e))
+            .collect::<Vec<_>>()
+            .join(" "),
+        python = q(Path::new(python.get_program())),
+        guest_py = q(&guest_py),
+        secret = q(&secret),
+        report = q(&report),
+    );
+    let out = run(
+        Command::new("unshare").args(["--mount", "--propagation", "private", "sh", "-c", &sh]),
+        "unshare(1) is in util-linux",
+    );
+    let guest = Guest {
+        report: serde_json::Value::Null,
+        work,
+        inside,
+    };
+    let report_in_upper = guest.file(&report.display().to_string());
+    assert!(
+        out.status.success() && report_in_upper.exists(),
+        "delivering the payload failed ({}):\n{}{}",
         out.status,
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let report = serde_json::from_slice(&out.stdout).unwrap();
-    Decoded { report, root }
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report_in_upper).unwrap()).unwrap();
+    assert_eq!(
+        report["complaints"],
+        serde_json::json!([]),
+        "cloud-init complained while delivering the payload"
+    );
+    Guest { report, ..guest }
+}
+
+/// `s` in single quotes for `sh`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }

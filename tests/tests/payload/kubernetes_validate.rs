@@ -2,14 +2,23 @@
 //! --strict`, cluster version 1.34), and the KubeVirt example against the
 //! Secret and NetworkPolicy it relies on.
 
-use crate::support::{
-    CLOUD_INIT_HINT, PYTHON, TempDir, fixture_lab, kubernetes_validate, labs, run, secret,
-    spec_for, user_data, workspace,
-};
+use crate::support::{TempDir, fixture_lab, labs, run, secret, spec_for, user_data, workspace};
 use lab_agent_cloudinit::Format;
+use lab_agent_tests::pydeps;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
+use std::process::Output;
+
+/// `kubernetes-validate --strict -k 1.34.0 FILE` (the platform's cluster
+/// version), from the test virtualenv (`tests/pydeps.sh`).
+fn kubernetes_validate(file: &Path) -> Output {
+    run(
+        pydeps::venv_tool("kubernetes-validate")
+            .args(["--strict", "-k", "1.34.0"])
+            .arg(file),
+        pydeps::HINT,
+    )
+}
 
 fn assert_valid(file: &Path) {
     let out = kubernetes_validate(file);
@@ -127,16 +136,16 @@ fn example_vm_matches_its_secret_and_policy() {
     );
 }
 
-/// One YAML document as JSON, read by PyYAML (installed with cloud-init).
+/// One YAML document as JSON, read by PyYAML (unpacked with cloud-init).
 fn load_yaml(path: &Path) -> Value {
     let out = run(
-        Command::new(PYTHON)
+        pydeps::cloud_init_python()
             .args([
                 "-c",
                 "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)",
             ])
             .arg(path),
-        CLOUD_INIT_HINT,
+        pydeps::HINT,
     );
     assert!(
         out.status.success(),

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs on a Debian 12 machine, idempotently:
-# the musl target (static agent), Debian's cloud-init (its schema checker and
-# loader; no service is started or enabled), the VM tools and guest image
-# (tests/vm/build-image.sh installs qemu from bookworm-backports itself), and
-# the PyPI validators. Needs root for apt; nothing is downloaded at test time.
+# Installs what the test suite needs on a Debian 12 machine, idempotently
+# (seconds when nothing is missing), leaving the host's boot and its system
+# Python as they were:
+# - the musl target (static agent), rustfmt, clippy;
+# - into the lab-agent cache, not the system (tests/pydeps.sh): Debian's
+#   cloud-init unpacked for its schema checker and loader (the package is not
+#   installed, no service enabled), and the PyPI validators kubernetes-validate
+#   and schemathesis in a virtualenv;
+# - system-wide, as Debian packages that start and enable no service:
+#   python3-venv (to make that virtualenv), and the VM tools with the cached
+#   guest image (tests/vm/build-image.sh: qemu from bookworm-backports,
+#   mmdebstrap, cloud-image-utils, genisoimage);
+# - the static agent the VM tests boot.
+# Needs root for apt when a package is missing; nothing is downloaded at test
+# time. README.md says why each system package is there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 log() { printf 'install-deps: %s\n' "$*" >&2; }
@@ -16,12 +26,10 @@ for c in rustfmt clippy; do
   rustup component list --installed | grep -q "^$c" || rustup component add "$c"
 done
 
-"$root/tests/apt-install.sh" cloud-init python3-yaml mmdebstrap cloud-image-utils genisoimage
+"$root/tests/apt-install.sh" python3-venv mmdebstrap cloud-image-utils genisoimage
 
-py=(kubernetes-validate schemathesis)
-for p in "${py[@]}"; do
-  python3 -m pip show -q "$p" >/dev/null 2>&1 || { log "pip install $p"; python3 -m pip install -q "$p"; }
-done
+# cloud-init and the PyPI validators, in the cache.
+"$root/tests/pydeps.sh"
 
 # The guest image for the VM tests (cached; ~1 min cold) and the static agent
 # they boot with.

@@ -4,6 +4,10 @@
 //! (status, headers, content type, body schema), invalid data must be
 //! refused, and no request may produce a 5xx.
 //!
+//! schemathesis runs from the virtualenv `tests/pydeps.sh` makes in the
+//! lab-agent cache (`tests/install-deps.sh` runs it); see
+//! `schemathesis_command`.
+//!
 //! `contract/hooks.py` keeps generated commands from ever being executed
 //! (they are echoed back with printf instead); `contract/schemathesis.toml`
 //! holds the check settings. Bounded: `LAB_AGENT_CONTRACT_EXAMPLES` (default
@@ -13,8 +17,31 @@ use crate::support::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const HINT: &str = "install it from PyPI: `python3 -m pip install schemathesis` \
-     (tests/install-deps.sh does); the `schemathesis` command must be on PATH";
+const HINT: &str = "run tests/install-deps.sh (or tests/pydeps.sh alone, which needs no root): \
+     it puts schemathesis in a virtualenv in the lab-agent cache";
+
+/// `schemathesis` from the virtualenv `tests/pydeps.sh` makes:
+/// `<cache>/venv/current/bin/schemathesis`, where `<cache>` is
+/// `$LAB_AGENT_CACHE`, else `$XDG_CACHE_HOME/lab-agent`, else
+/// `$HOME/.cache/lab-agent` (empty counts as unset). The rule of
+/// `lab_agent_tests::pydeps`, which this package cannot depend on.
+fn schemathesis_command() -> Command {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    let cache = var("LAB_AGENT_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("lab-agent")))
+        .or_else(|| var("HOME").map(|d| PathBuf::from(d).join(".cache/lab-agent")))
+        .expect("neither LAB_AGENT_CACHE, XDG_CACHE_HOME nor HOME is set");
+    let bin = cache.join("venv/current/bin/schemathesis");
+    assert!(
+        bin.is_file(),
+        "`{}` is missing\nhint: {HINT}",
+        bin.display()
+    );
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("PYTHONHOME");
+    cmd
+}
 
 fn contract_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agent/contract")
@@ -60,7 +87,7 @@ fn ready_agent(tag: &str) -> Agent {
 /// Runs `schemathesis run SPEC` against `agent`, from the agent's temp dir
 /// (so nothing is written into the source tree).
 fn schemathesis(agent: &Agent, spec: &Path, extra: &[&str]) -> Output {
-    let mut cmd = Command::new("schemathesis");
+    let mut cmd = schemathesis_command();
     cmd.current_dir(agent.dir.path())
         .env("SCHEMATHESIS_HOOKS", "hooks")
         .env("PYTHONPATH", contract_dir())
@@ -102,10 +129,10 @@ fn tail(out: &Output) -> String {
 
 #[test]
 fn the_agent_conforms_to_openapi_yaml() {
-    let version = Command::new("schemathesis")
+    let version = schemathesis_command()
         .arg("--version")
         .output()
-        .unwrap_or_else(|e| panic!("`schemathesis` is not installed ({e})\nhint: {HINT}"));
+        .unwrap_or_else(|e| panic!("`schemathesis --version` does not run ({e})\nhint: {HINT}"));
     assert!(version.status.success(), "hint: {HINT}");
     let agent = ready_agent("contract");
     let examples = env_or("LAB_AGENT_CONTRACT_EXAMPLES", 100).to_string();

@@ -16,7 +16,7 @@
 
 use crate::payload::{
     AGENT_PATH, AUTOLOGIN_DROPIN, AUTOLOGIN_DROPIN_PATH, CONFIG_DIR, PayloadSpec,
-    SETUP_SCRIPT_PATH, STATE_DIR, TOKEN_PATH, UNIT, UNIT_PATH,
+    SETUP_SCRIPT_PATH, STATE_DIR, TOKEN_PATH, UNIT_PATH, guest_unit,
 };
 use crate::yaml::{quoted, quoted_lines};
 use lab_agent_proto::lab::GUEST_LAB_DIR;
@@ -28,9 +28,7 @@ pub fn render(spec: &PayloadSpec) -> String {
     let mut out = String::with_capacity(4096);
     out.push_str("#cloud-config\n");
     out.push_str(&format!(
-        "# lab-agent payload for lab {}, part 1 of 2: token, unit, commands.\n\
-         # Part 2, a script cloud-init runs once before runcmd, installs the\n\
-         # agent and the lab's files.\n",
+        "# lab-agent payload for lab {}; the agent and lab files are in part 2.\n",
         spec.lab_name
     ));
 
@@ -51,7 +49,7 @@ pub fn render(spec: &PayloadSpec) -> String {
     let mut token = spec.token.clone();
     token.push('\n');
     entry(&mut out, TOKEN_PATH, 0o600, &token);
-    entry(&mut out, UNIT_PATH, 0o644, UNIT);
+    entry(&mut out, UNIT_PATH, 0o644, &guest_unit());
     if spec.serial_autologin {
         entry(&mut out, AUTOLOGIN_DROPIN_PATH, 0o644, AUTOLOGIN_DROPIN);
     }

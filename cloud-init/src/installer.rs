@@ -120,13 +120,8 @@ fn prologue(lab_name: &str) -> String {
     // comment. Tabs indent, as in the rest of the project's shell.
     format!(
         r#"#!/bin/sh
-# lab-agent payload for lab {lab_name}, part 2 of 2: the agent, the lab's files
-# and its setup script. cloud-init runs this once per instance
-# (scripts-per-instance, final stage), before runcmd starts the agent and runs
-# the setup. Needs only POSIX sh, base64 and gzip. Each file is written to a
-# temporary name, checked (gzip's CRC, the byte count) and renamed into place;
-# a failure is recorded in {INSTALL_ERROR_PATH}, which
-# `lab-agent setup` reports as a failed setup with the reason.
+# lab-agent payload for lab {lab_name}, part 2: agent, lab files, setup script.
+# Run once by cloud-init before runcmd; failures go to {INSTALL_ERROR_PATH}.
 set -u
 tmp=
 fail() {{
@@ -137,8 +132,7 @@ fail() {{
 		mv -f {INSTALL_ERROR_PATH}.tmp {INSTALL_ERROR_PATH}
 	exit 1
 }}
-# put PATH MODE BYTES ENCODING [run] <<'END': the content is on stdin, as
-# text, b64 (base64) or gz (gzip, then base64).
+# put PATH MODE BYTES text|b64|gz [run]: content on stdin; temp file, checks, rename
 put() {{
 	umask 022
 	mkdir -p -- "${{1%/*}}" || fail "cannot create the folder of $1"

@@ -36,9 +36,7 @@ pub fn multipart(parts: &[Part<'_>]) -> (String, Vec<std::ops::Range<usize>>) {
     out.push_str(&format!(
         "Content-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\n\
          MIME-Version: 1.0\n\
-         \n\
-         lab-agent user-data for cloud-init: a small cloud-config, then an\n\
-         installer script that cloud-init runs once, before runcmd.\n"
+         \n"
     ));
     let mut ranges = Vec::with_capacity(parts.len());
     for part in parts {

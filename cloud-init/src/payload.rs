@@ -45,6 +45,21 @@ pub const MIN_TOKEN_LEN: usize = 32;
 /// The systemd unit, one copy for the whole project: `packaging/` owns it.
 pub const UNIT: &str = include_str!("../../packaging/lab-agent.service");
 
+/// The unit as a lab VM gets it: [`UNIT`]'s settings, its comments (the
+/// why of each setting, 1.2 KiB) replaced by a pointer to them. The unit
+/// rides in the cloud-config, which cloud-init parses on every boot.
+pub fn guest_unit() -> String {
+    let mut out = String::from(
+        "# lab-agent: readiness and grading endpoint of a lab VM, written by cloud-init.\n\
+         # Why each setting: packaging/lab-agent.service in lab-agent's source.\n",
+    );
+    for line in UNIT.lines().filter(|l| !l.starts_with('#')) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 /// Replaces the getty's command line so that it logs root in at once. The
 /// first, empty `ExecStart=` clears the packaged one (systemd appends
 /// otherwise). The rest is Debian 12's own `serial-getty@.service` line plus
@@ -52,8 +67,7 @@ pub const UNIT: &str = include_str!("../../packaging/lab-agent.service");
 /// exactly those options to login(1), so `-f` (no password) must be there.
 /// `\\u` is systemd's escape for the `\u` agetty replaces with the user name.
 pub const AUTOLOGIN_DROPIN: &str = "\
-# Written by cloud-init (lab-agent payload): lab VMs have no passwords and the
-# web terminal attaches to the serial console, so log root in at once.
+# lab-agent payload: no passwords in lab VMs; the web terminal is this console.
 [Service]
 ExecStart=
 ExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --autologin root --keep-baud 115200,57600,38400,9600 - $TERM
@@ -343,6 +357,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(space.contains("contains ' '"), "{space}");
+    }
+
+    #[test]
+    fn the_guest_unit_keeps_every_setting_in_order() {
+        let settings = |u: &str| -> Vec<String> {
+            u.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(str::to_owned)
+                .collect()
+        };
+        let guest = guest_unit();
+        assert_eq!(settings(&guest), settings(UNIT));
+        assert!(settings(UNIT).contains(&"ExecStart=/usr/local/bin/lab-agent serve".to_owned()));
+        assert!(guest.len() < UNIT.len() / 2, "{}", guest.len());
     }
 
     #[test]

@@ -7,8 +7,8 @@
 
 use crate::support::{Guest, TOKEN, deliver, labs, secret, spec_for, user_data};
 use lab_agent_cloudinit::payload::{
-    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH, UNIT,
-    UNIT_PATH,
+    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH,
+    UNIT_PATH, guest_unit,
 };
 use lab_agent_cloudinit::{Format, PayloadSpec, SetupScript};
 use lab_agent_proto::lab::LabFile;
@@ -46,7 +46,7 @@ fn assert_delivered(spec: &PayloadSpec, d: &Guest) {
     );
     assert_eq!(mode, 0o600, "the token must be readable by root only");
     let (unit, mode) = d.read(UNIT_PATH);
-    assert_eq!(String::from_utf8(unit).unwrap(), UNIT);
+    assert_eq!(String::from_utf8(unit).unwrap(), guest_unit());
     assert_eq!(mode, 0o644);
     if let Some(setup) = &spec.setup {
         let (script, mode) = d.read(SETUP_SCRIPT_PATH);

@@ -13,6 +13,7 @@
 #   them:
 #     PYTHONPATH=<dir>/root/usr/lib/python3/dist-packages /usr/bin/python3 \
 #       -m cloudinit.cmd.main schema --config-file FILE
+#   busybox is unpacked beside it (root/bin/busybox), for the installer's test.
 # - venv: a virtualenv of Debian's python3 with the PyPI validators pinned
 #   below; their commands are in <dir>/bin.
 #
@@ -116,8 +117,10 @@ build_cloud_init() {
 	mkdir "$tmp/debs" "$tmp/root"
 	log "downloading cloud-init and ${#pkgs[@]} Python packages (apt-get download, into $tmp)"
 	# apt-get download writes into the current directory.
-	(cd "$tmp/debs" && apt-get "${apt_q[@]}" -qq download cloud-init "${pkgs[@]}" >&2) ||
-		{ update_lists && (cd "$tmp/debs" && apt-get "${apt_q[@]}" -qq download cloud-init "${pkgs[@]}" >&2); } ||
+	# busybox too: the payload's installer must also run with busybox's sh,
+	# base64 and gzip alone (as on Alpine), and the tests try it.
+	(cd "$tmp/debs" && apt-get "${apt_q[@]}" -qq download cloud-init busybox "${pkgs[@]}" >&2) ||
+		{ update_lists && (cd "$tmp/debs" && apt-get "${apt_q[@]}" -qq download cloud-init busybox "${pkgs[@]}" >&2); } ||
 		die "apt-get download failed" "check the host's apt sources and network"
 	local deb
 	for deb in "$tmp"/debs/*.deb; do
@@ -167,6 +170,8 @@ for m in (cloudinit, jsonschema):
 		grep -q '^Valid cloud-config' "$dir/check.out" ||
 		die "\`cloud-init schema\` does not run from $site: $(cat "$dir/check.out")"
 	rm -f "$dir/check.yaml" "$dir/check.out"
+	"$dir/root/bin/busybox" sh -c 'echo ok | base64 | base64 -d' >/dev/null ||
+		die "the unpacked busybox does not run"
 }
 
 # --- the PyPI validators, in a virtualenv --------------------------------------

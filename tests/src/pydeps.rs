@@ -62,6 +62,18 @@ pub fn cloud_init_site_packages() -> PathBuf {
     current("cloud-init", "the unpacked cloud-init").join("root/usr/lib/python3/dist-packages")
 }
 
+/// Debian's busybox, unpacked beside cloud-init: the payload's installer
+/// is tried with its `sh`, `base64` and `gzip` alone, as on Alpine.
+pub fn busybox() -> PathBuf {
+    let path = current("cloud-init", "the unpacked cloud-init").join("root/bin/busybox");
+    assert!(
+        path.is_file(),
+        "`{}` is missing: the cache predates it\nhint: {HINT}",
+        path.display()
+    );
+    path
+}
+
 /// Debian's `python3` that imports `cloudinit` (and `yaml`, `jsonschema`,
 /// ... as the guest has them) from the unpacked packages; add the args.
 /// Writes no bytecode (the cache is compiled when it is made).

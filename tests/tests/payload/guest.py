@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Deliver a lab-agent Secret the way the cluster and a guest's cloud-init do.
 
-usage: guest.py SECRET REPORT
+usage: guest.py SECRET REPORT [APPLETS]
 
 Meant to run as root inside a throw-away copy of the machine (an overlay
 chroot, see support.rs), where every file it writes lands in the overlay's
@@ -19,6 +19,8 @@ cloud-init 22.4 does on a first boot, with cloud-init's own code:
 4. `write_files` writes the token, unit and drop-in (`cc_write_files`);
 5. the per-instance scripts run (`cc_scripts_per_instance`: `runparts`).
 
+With APPLETS (a folder of busybox applet links), the installer runs under
+busybox's `sh` with only those tools on PATH, as on a busybox system.
 `runcmd` is not run (it starts services). REPORT gets one JSON object: the
 parts, the cloud-config's keys, bootcmd, runcmd and the script cloud-init
 makes of it, the write_files entries, the Secret's metadata, and sizes.
@@ -116,7 +118,7 @@ def run_handlers(msg, paths):
                 handlers.call_end(mod, data, PER_INSTANCE)
 
 
-def main(secret_path, report_path):
+def main(secret_path, report_path, applets=None):
     complaints = Complaints()
     logging.getLogger().addHandler(complaints)
     logging.getLogger().setLevel(logging.DEBUG)
@@ -147,8 +149,12 @@ def main(secret_path, report_path):
     script_dir = os.path.join(paths.get_cpath("scripts"), "per-instance")
     scripts = sorted(os.listdir(script_dir)) if os.path.isdir(script_dir) else []
     failed = None
+    prefix = None
+    if applets:
+        prefix = [os.path.join(applets, "sh")]
+        os.environ["PATH"] = applets
     try:
-        subp.runparts(script_dir)
+        subp.runparts(script_dir, exe_prefix=prefix)
     except RuntimeError as e:
         failed = str(e)
 
@@ -178,4 +184,4 @@ def main(secret_path, report_path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -3,11 +3,10 @@
 //! plus `labctl secret` end to end.
 //!
 //! These tests need tools outside Cargo, and fail (never skip) without them:
-//! - `cloud-init` (Debian package; `/usr/bin/python3` with `cloudinit` and
-//!   `yaml` importable);
-//! - `kubernetes-validate` (PyPI) on PATH.
-//!
-//! `support` says how to install each when it is missing.
+//! Debian's cloud-init (the guest's version) and busybox, unpacked, and
+//! `kubernetes-validate` in a virtualenv, all in the lab-agent cache
+//! (`tests/pydeps.sh`, found through `lab_agent_tests::pydeps`); and root,
+//! for the overlay chroot a delivery runs in (`support::deliver`).
 
 mod cloud_init_schema;
 mod kubernetes_validate;

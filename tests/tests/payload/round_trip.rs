@@ -5,7 +5,9 @@
 //! and for names and contents chosen to break YAML, MIME and the shell; and
 //! nothing else is written.
 
-use crate::support::{Guest, TOKEN, deliver, labs, secret, spec_for, user_data};
+use crate::support::{
+    Guest, TOKEN, Tools, deliver, deliver_with, labs, secret, spec_for, user_data,
+};
 use lab_agent_cloudinit::payload::{
     AGENT_PATH, AUTOLOGIN_DROPIN_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH,
     UNIT_PATH, guest_unit,
@@ -275,6 +277,20 @@ fn hostile_names_and_contents_arrive_intact() {
         let d = deliver(&secret(&ud, format));
         assert_delivered(&spec, &d);
     }
+}
+
+/// The installer needs only POSIX `sh`, `base64` and `gzip`: busybox's
+/// alone deliver the same files, hostile names included.
+#[test]
+fn the_installer_runs_with_busybox_alone() {
+    let mut spec = spec_for(&crate::support::fixture_lab());
+    spec.files.push(LabFile {
+        path: "ünï ✓/it's \"$(id)\" %s.txt".into(),
+        mode: 0o640,
+        contents: vec![0, 1, 2, 0xff, b'\n'],
+    });
+    let d = deliver_with(&secret(&user_data(&spec), Format::Yaml), Tools::Busybox);
+    assert_delivered(&spec, &d);
 }
 
 /// An installer that cannot finish leaves no half file and says why where

@@ -195,6 +195,20 @@ pub fn mode(path: &Path) -> u32 {
 /// with chroot. Runs `bootcmd`, `write_files` and the per-instance
 /// installer; not `runcmd`.
 pub fn deliver(secret_text: &str) -> Guest {
+    deliver_with(secret_text, Tools::Host)
+}
+
+/// What the installer runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tools {
+    /// The machine's `/bin/sh` (dash) and coreutils, as on Debian.
+    Host,
+    /// busybox's `sh` with only busybox applets on PATH, as on Alpine.
+    Busybox,
+}
+
+/// [`deliver`], with the installer run by `tools`.
+pub fn deliver_with(secret_text: &str, tools: Tools) -> Guest {
     assert!(
         lab_agent_tests::local::is_root(),
         "delivering a payload offline needs root (an overlay of `/` in a private mount \
@@ -209,6 +223,19 @@ pub fn deliver(secret_text: &str) -> Guest {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/payload/guest.py");
     let guest_py = work.write("guest.py", std::fs::read(script).unwrap());
     let report = work.path().join("report.json");
+    let mut applets = String::new();
+    if tools == Tools::Busybox {
+        let busybox = lab_agent_tests::pydeps::busybox();
+        let dir = work.path().join("applets");
+        std::fs::create_dir(&dir).unwrap();
+        // What the installer calls, and nothing else.
+        for applet in [
+            "sh", "base64", "gzip", "wc", "mkdir", "rm", "mv", "chmod", "cat", "uname", "printf",
+        ] {
+            std::os::unix::fs::symlink(&busybox, dir.join(applet)).unwrap();
+        }
+        applets = shell_quote(&dir.display().to_string());
+    }
 
     let python = lab_agent_tests::pydeps::cloud_init_python();
     let mut env = vec![
@@ -229,7 +256,7 @@ pub fn deliver(secret_text: &str) -> Guest {
          mount --bind /dev {root}/dev\n\
          mount -t proc proc {root}/proc\n\
          mount -t tmpfs tmpfs {root}/run\n\
-         exec chroot {root} env -i {env} {python} {guest_py} {secret} {report}\n",
+         exec chroot {root} env -i {env} {python} {guest_py} {secret} {report} {applets}\n",
         upper = q(&work.path().join("upper")),
         owork = q(&work.path().join("ovl-work")),
         root = q(&root),

@@ -225,17 +225,24 @@ async fn interruptible<T>(work: impl Future<Output = T>) -> Result<T, Failure> {
 /// [`interruptible`], for a target that is not a local agent (`what` is
 /// what the cleanup stops: "the VM").
 async fn interruptible_for<T>(what: &str, work: impl Future<Output = T>) -> Result<T, Failure> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return Ok(work.await);
-    };
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    // Each on its own: a signal that cannot be watched (SIGINT is ignored in
+    // a shell's background job) must not leave the other one caught and
+    // then unheard, which would swallow it.
+    async fn arrived(signal: &mut Option<Signal>) {
+        match signal {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    let mut int = signal(SignalKind::interrupt()).ok();
+    let mut term = signal(SignalKind::terminate()).ok();
     tokio::select! {
         out = work => Ok(out),
-        _ = int.recv() => Err(interrupted(what, "Ctrl-C", 130)),
-        _ = term.recv() => Err(interrupted(what, "SIGTERM", 143)),
+        () = arrived(&mut int) => Err(interrupted(what, "Ctrl-C", 130)),
+        () = arrived(&mut term) => Err(interrupted(what, "SIGTERM", 143)),
     }
 }
 

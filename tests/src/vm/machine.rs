@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use lab_agent_client::cli::qemu::accel::{self, Hooks};
 use lab_agent_client::cli::qemu::machine::make_run_dir;
-use lab_agent_client::cli::qemu::{Machine, MachineSpec, PowerOff, sanitize, seed};
+use lab_agent_client::cli::qemu::{AccelMode, Machine, MachineSpec, PowerOff, sanitize, seed};
 
 use super::http::{self, HttpAnswer};
 use super::lock::VmLock;
-use super::{Accel, VmError, VmImage, select_accel};
+use super::{Accel, VmError, VmImage, accel_mode};
 
 /// How a VM is booted. `BootOptions::new(name, user_data)` fills the rest.
 #[derive(Debug, Clone)]
@@ -32,7 +33,7 @@ pub struct BootOptions {
     pub extra_append: String,
     /// Appended to qemu's arguments.
     pub extra_qemu_args: Vec<String>,
-    /// Default: [`select_accel`].
+    /// Forces the accelerator; default: [`accel_mode`].
     pub accel: Option<Accel>,
 }
 
@@ -86,10 +87,9 @@ impl Vm {
     /// runs several machines back to back (or one of `labctl try`'s) with no
     /// other test's VM in between. [`Vm::release`] hands the lock back.
     pub fn boot_with(image: &VmImage, opts: BootOptions, lock: VmLock) -> Result<Vm, VmError> {
-        let accel = opts.accel.unwrap_or_else(select_accel);
+        let mode = opts.accel.map_or_else(accel_mode, AccelMode::Force);
         let dir = make_run_dir("lab-agent-vm", &opts.name)?;
         let mut spec = MachineSpec::new(opts.name.clone(), image.guest());
-        spec.accel = accel;
         spec.memory_mib = opts.memory_mib;
         spec.cpus = opts.cpus;
         spec.extra_append = opts.extra_append.clone();
@@ -103,12 +103,18 @@ impl Vm {
                 .unwrap_or_else(|| format!("{}-{}", sanitize(&opts.name), dir_suffix(&dir)));
             seed::meta_data(&id, &seed::hostname(&opts.name))
         });
-        match Machine::start(&spec, &opts.user_data, &meta, &dir) {
-            Ok(machine) => {
+        let say = |line: &str| eprintln!("vm[{}]: {line}", opts.name);
+        let hooks = Hooks {
+            say: &say,
+            cancelled: &|| false,
+        };
+        match accel::start(&spec, mode, &opts.user_data, &meta, &dir, &hooks) {
+            Ok(accel::Started { machine, why }) => {
                 eprintln!(
-                    "vm[{}]: qemu pid {} ({accel:?}), agent port 127.0.0.1:{}, console `{}`",
+                    "vm[{}]: qemu pid {} ({:?}: {why}), agent port 127.0.0.1:{}, console `{}`",
                     opts.name,
                     machine.pid(),
+                    machine.accel(),
                     machine.port(),
                     machine.console_log_path().display()
                 );

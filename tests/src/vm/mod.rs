@@ -14,13 +14,17 @@
 //! - [`http`]: a minimal HTTP probe (slirp accepts TCP long before the guest
 //!   listens, so only an HTTP answer means "up").
 //! - [`lock`]: one VM at a time on the machine, across test binaries.
-//! - [`select_accel`]: the accelerator, decided once per test process.
+//! - [`accel_mode`]: how the accelerator is chosen; the core's
+//!   `accel::start` then proves KVM on each boot's real guest and falls
+//!   back to TCG (once KVM fails, the rest of the process uses TCG).
 //!
 //! # Environment
 //! - `LAB_AGENT_CACHE`: cache root (default `$XDG_CACHE_HOME/lab-agent` or
 //!   `~/.cache/lab-agent`); images live in `vm/<hash of the build script>/`.
 //! - `LAB_AGENT_VM_IMAGE=DIR`: use this image dir, skip the build script.
-//! - `LAB_AGENT_VM_ACCEL=tcg|kvm`: force the accelerator (default: probe).
+//! - `LAB_AGENT_VM_ACCEL=auto|kvm|tcg`: the accelerator (default `auto`: KVM
+//!   if the guest's kernel prints under it within seconds, else TCG); the
+//!   same switch `labctl try` obeys, read by the same code.
 //! - `LAB_AGENT_VM_KEEP_LOGS=1`: keep console logs of passing tests too.
 
 pub mod http;
@@ -30,6 +34,8 @@ pub mod machine;
 
 use std::sync::OnceLock;
 use std::time::Duration;
+
+use lab_agent_client::cli::qemu::AccelMode;
 
 pub use image::VmImage;
 pub use lab_agent_client::cli::qemu::{self as core, Accel, ConsoleMark, PowerOff, QemuError};
@@ -75,26 +81,16 @@ impl VmError {
     }
 }
 
-/// `LAB_AGENT_VM_ACCEL=tcg|kvm` if set, else KVM when the core's probe
-/// boots, else TCG. Decided once per process; the decision and its reason
-/// go to stderr.
-pub fn select_accel() -> Accel {
-    static SELECTED: OnceLock<Accel> = OnceLock::new();
-    *SELECTED.get_or_init(|| {
-        let forced = match std::env::var("LAB_AGENT_VM_ACCEL") {
-            Ok(v) => Some(
-                v.parse::<Accel>()
-                    .unwrap_or_else(|e| panic!("LAB_AGENT_VM_ACCEL: {e}")),
-            ),
-            Err(_) => None,
-        };
-        let (accel, why) = Accel::choose(forced, &std::env::temp_dir());
-        let why = if forced.is_some() {
-            "forced by LAB_AGENT_VM_ACCEL".to_owned()
-        } else {
-            why
-        };
-        eprintln!("vm: accelerator {accel:?} ({why})");
-        accel
+/// `LAB_AGENT_VM_ACCEL` (`auto`, `kvm` or `tcg`; unset: `auto`), read once
+/// per process by the core's own parser, the one `labctl` uses. A bad value
+/// panics, naming it.
+pub fn accel_mode() -> AccelMode {
+    static MODE: OnceLock<AccelMode> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        let (mode, set_by) = AccelMode::from_env().unwrap_or_else(|e| panic!("{e}"));
+        if let Some(var) = set_by {
+            eprintln!("vm: accelerator {mode:?} (set by {var})");
+        }
+        mode
     })
 }

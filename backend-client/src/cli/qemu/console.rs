@@ -56,6 +56,36 @@ pub fn milestone(text: &str) -> Option<&'static str> {
         .map(|(_, name)| name)
 }
 
+/// Whether the guest's Linux kernel has printed anything: its banner
+/// (`Linux version …`), a line with a printk timestamp (`[    0.000000] …`)
+/// or a later milestone (systemd, cloud-init: a kernel started with `quiet`
+/// prints little of its own).
+///
+/// What the firmware and a bootloader print does not count: SeaBIOS's
+/// lines, GRUB's `Loading Linux …`, and even the kernel's own real-mode
+/// setup (`Probing EDD …`, printed through the BIOS) all appear before the
+/// guest leaves real mode, which is where a lying KVM stops.
+pub fn kernel_started(text: &str) -> bool {
+    milestone(text).is_some() || text.lines().any(has_printk_timestamp)
+}
+
+/// `[  SECONDS.MICROS] …` at the start of a line (after any `\r`).
+fn has_printk_timestamp(line: &str) -> bool {
+    let Some(rest) = line.trim_start_matches('\r').strip_prefix('[') else {
+        return false;
+    };
+    let Some((stamp, _)) = rest.split_once(']') else {
+        return false;
+    };
+    let Some((secs, micros)) = stamp.trim_start().split_once('.') else {
+        return false;
+    };
+    !secs.is_empty()
+        && secs.bytes().all(|b| b.is_ascii_digit())
+        && micros.len() == 6
+        && micros.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// What a wait needs from the VM while it polls.
 pub(crate) struct Watch<'a> {
     pub path: &'a Path,
@@ -164,6 +194,36 @@ mod tests {
         assert_eq!(milestone(&text), Some("cloud-init has finished"));
         text.push_str("[  118.3] reboot: Restarting system\n[    0.000000] Linux version 6.1\n");
         assert_eq!(milestone(&text), Some("the kernel is starting"));
+    }
+
+    #[test]
+    fn only_the_kernel_itself_proves_it_runs() {
+        // What a lying KVM printed here (a `-kernel` boot through SeaBIOS's
+        // linuxboot ROM), and a bootloader's lines: none of it is Linux
+        // running.
+        let firmware = "SeaBIOS (version 1.16.3-debian-1.16.3-2)\r\n\
+                        iPXE (https://ipxe.org) 00:03.0 CA00 PCI2.10 PnP PMM+3EFCAE60+3EF0AE60 CA00\r\n\
+                        Booting from ROM..\r\n\
+                        Probing EDD (edd=off to disable)... ok\r\n";
+        assert!(!kernel_started(firmware));
+        let grub = "Booting `Debian GNU/Linux'\r\n\r\nLoading Linux 6.1.0-28-cloud-amd64 ...\r\n\
+                    Loading initial ramdisk ...\r\n[1.0] not a printk stamp\r\n[   x.000000] nor this\r\n";
+        assert!(!kernel_started(grub));
+        assert!(!kernel_started(""));
+        // The banner, any printk line, or (for a `quiet` kernel) a later
+        // milestone.
+        assert!(kernel_started(&format!(
+            "{firmware}[    0.000000] Linux version 6.1.0-28-cloud-amd64\n"
+        )));
+        assert!(kernel_started(&format!(
+            "{grub}\r[    0.412345] x86/fpu: Supporting XSAVE feature 0x001\r\n"
+        )));
+        assert!(kernel_started(
+            "[12345.678901] printk: console [ttyS0] enabled\n"
+        ));
+        assert!(kernel_started(
+            "cloud-init[266]: Cloud-init v. 22.4.2 running 'init' at …\n"
+        ));
     }
 
     #[test]

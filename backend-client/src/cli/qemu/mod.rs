@@ -10,7 +10,10 @@
 //! - [`argv`]: what to boot ([`Guest`]: kernel + initrd + root filesystem,
 //!   or a disk image with a bootloader) and the exact qemu and `qemu-img`
 //!   arguments, as pure functions.
-//! - [`accel`]: KVM only where a real probe runs, else TCG.
+//! - [`accel`]: the accelerator: KVM only where it runs the real guest
+//!   (a boot-sector probe, then the guest's kernel must print within
+//!   seconds), else the same machine under TCG; [`accel::start`] starts a
+//!   machine that way, as both `labctl try` and the tests do.
 //! - [`seed`]: the NoCloud seed (ISO9660 volume `cidata`).
 //! - [`machine`]: [`Machine::start`]: overlay, seed, free loopback port,
 //!   qemu, QMP; power-off, kill, leave running.
@@ -37,7 +40,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-pub use accel::Accel;
+pub use accel::{Accel, AccelMode};
 pub use argv::{Guest, MachineSpec, RunPaths};
 pub use console::ConsoleMark;
 pub use machine::{Machine, PowerOff};

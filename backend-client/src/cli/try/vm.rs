@@ -28,22 +28,34 @@
 use super::{Config, Target, interruptible_for, labctl_name};
 use crate::cli::agent_bin::{self, Linkage};
 use crate::cli::exit::{Exit, Failure};
+use crate::cli::qemu::accel::{self, Hooks};
 use crate::cli::qemu::machine::make_run_dir;
 use crate::cli::qemu::{
-    self, Accel, Guest, Machine, MachineSpec, PowerOff, QemuError, console, seed,
+    self, Accel, AccelMode, Guest, Machine, MachineSpec, PowerOff, QemuError, console, seed,
 };
 use crate::cli::secret::{self, ManifestFormat, SecretArgs};
 use crate::{Client, ClientBuilder, Progress};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Added to the setup's timeout when `--timeout` is not given: a cloud image
 /// under software emulation takes minutes to boot.
 pub const BOOT_ALLOWANCE: Duration = Duration::from_secs(15 * 60);
 pub const DEFAULT_MEMORY_MIB: u32 = 2048;
 pub const DEFAULT_CPUS: u32 = 2;
+/// How long the serial console may stay silent before the agent first
+/// answers: then the guest is taken for hung (`--boot-silence`). A boot of
+/// the test image under TCG on a busy 2-core host never goes quiet for
+/// more than ~10 s (the kernel, systemd and each cloud-init stage print as
+/// they go; measured: see tests/vm/README.md); a cloud image doing more
+/// on first boot, say key generation and package work, stays quiet for
+/// longer. Two minutes is far beyond both, and still ends the wait for a
+/// guest that will never boot (a KVM that runs nothing) long before the
+/// boot allowance would.
+pub const DEFAULT_BOOT_SILENCE: Duration = Duration::from_secs(120);
 /// How long the guest gets to power off after ACPI before qemu is killed.
 const POWEROFF_GRACE: Duration = Duration::from_secs(10);
 /// Console lines shown when the VM failed.
@@ -77,10 +89,17 @@ pub struct VmArgs {
     /// the root filesystem into it [default: the image's size]
     #[arg(long, value_name = "GIB")]
     pub disk_size: Option<u32>,
-    /// The accelerator: `auto` uses KVM only when a probe boot works under it
-    /// (on some hosts `/dev/kvm` exists but does not work), else TCG
+    /// The accelerator: `auto` uses KVM only when the guest's kernel prints
+    /// on the console within seconds under it (on some hosts `/dev/kvm`
+    /// exists but runs no guest), else boots it again under TCG; `kvm` and
+    /// `tcg` force one [default: $LAB_AGENT_VM_ACCEL, else auto]
     #[arg(long, value_enum, value_name = "ACCEL")]
     pub accel: Option<AccelArg>,
+    /// Give up when the guest's serial console stays silent this many
+    /// seconds before its agent first answers (a guest that never boots)
+    /// [default: 120]
+    #[arg(long, value_name = "SECS")]
+    pub boot_silence: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -99,14 +118,27 @@ pub struct VmConfig {
     pub cpus: u32,
     /// `None`: the image's size.
     pub disk_gib: Option<u32>,
-    /// `None`: probe.
-    pub accel: Option<Accel>,
+    /// `--accel`, else `LAB_AGENT_VM_ACCEL`, else auto.
+    pub accel: AccelMode,
+    /// Which of the two set it (`None`: neither).
+    pub accel_set_by: Option<&'static str>,
+    /// `--boot-silence`.
+    pub boot_silence: Duration,
 }
 
 impl VmConfig {
     /// `None` when no VM was asked for (and then no machine flag may be
-    /// given either).
+    /// given either). Reads `LAB_AGENT_VM_ACCEL`.
     pub fn from_args(args: &VmArgs) -> Result<Option<VmConfig>, Failure> {
+        let env = std::env::var_os(accel::ENV).map(|v| v.to_string_lossy().into_owned());
+        VmConfig::from_args_env(args, env.as_deref())
+    }
+
+    /// [`VmConfig::from_args`] with `accel_env` as `LAB_AGENT_VM_ACCEL`.
+    pub fn from_args_env(
+        args: &VmArgs,
+        accel_env: Option<&str>,
+    ) -> Result<Option<VmConfig>, Failure> {
         let guest = match (&args.vm, &args.kernel, &args.initrd, &args.rootfs) {
             (Some(image), None, None, None) => Guest::Disk {
                 image: existing_file("--vm", image)?,
@@ -122,6 +154,7 @@ impl VmConfig {
                     ("--cpus", args.cpus.is_some()),
                     ("--disk-size", args.disk_size.is_some()),
                     ("--accel", args.accel.is_some()),
+                    ("--boot-silence", args.boot_silence.is_some()),
                 ];
                 if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
                     return Err(Failure::usage(format!(
@@ -156,10 +189,18 @@ impl VmConfig {
                 )));
             }
         }
-        let accel = match args.accel.unwrap_or(AccelArg::Auto) {
-            AccelArg::Auto => None,
-            AccelArg::Kvm => Some(Accel::Kvm),
-            AccelArg::Tcg => Some(Accel::Tcg),
+        let flag = args.accel.map(|a| match a {
+            AccelArg::Auto => AccelMode::Auto,
+            AccelArg::Kvm => AccelMode::Force(Accel::Kvm),
+            AccelArg::Tcg => AccelMode::Force(Accel::Tcg),
+        });
+        let (accel, accel_set_by) = AccelMode::resolve(flag, accel_env).map_err(Failure::usage)?;
+        let boot_silence = match args.boot_silence {
+            None => DEFAULT_BOOT_SILENCE,
+            Some(0) => {
+                return Err(Failure::usage("`--boot-silence` must be at least 1 second"));
+            }
+            Some(secs) => Duration::from_secs(secs),
         };
         Ok(Some(VmConfig {
             guest,
@@ -167,6 +208,8 @@ impl VmConfig {
             cpus,
             disk_gib: args.disk_size,
             accel,
+            accel_set_by,
+            boot_silence,
         }))
     }
 }
@@ -193,11 +236,12 @@ pub fn find_static_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
 /// Boots, waits, grades, reports; stops the VM (or leaves it with `--keep`).
 pub fn run(config: &Config, vm: &VmConfig) -> Result<Exit, Failure> {
     let rt = super::common::runtime()?;
-    let target = VmTarget::start(config, vm)?;
+    let target = start_interruptibly(&rt, config, vm)?;
     let outcome = rt.block_on(interruptible_for("the VM", async {
         tokio::select! {
             result = super::flow(config, &target) => result,
             failure = target.qemu_exited() => Err(failure),
+            failure = target.silent_console(vm.boot_silence) => Err(failure),
         }
     }));
     let result = match outcome {
@@ -218,6 +262,42 @@ pub fn run(config: &Config, vm: &VmConfig) -> Result<Exit, Failure> {
         Err(_) => Stop::ShowConsole,
     });
     result
+}
+
+/// [`VmTarget::start`] on a thread of its own while this one watches for
+/// Ctrl-C and SIGTERM: a KVM trial can take seconds, and an interrupted
+/// start stops its qemu and removes the run dir (it holds the token) like
+/// an interrupted wait does.
+fn start_interruptibly(
+    rt: &tokio::runtime::Runtime,
+    config: &Config,
+    vm: &VmConfig,
+) -> Result<VmTarget, Failure> {
+    let cancel = AtomicBool::new(false);
+    let cancelled = || cancel.load(Ordering::Relaxed);
+    std::thread::scope(|s| {
+        let starting = s.spawn(|| VmTarget::start(config, vm, &cancelled));
+        let waited = rt.block_on(interruptible_for("the VM", async {
+            while !starting.is_finished() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }));
+        if waited.is_err() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+        let started = starting
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match waited {
+            Ok(()) => started,
+            Err(interrupted) => {
+                if let Ok(target) = started {
+                    target.stop(Stop::Interrupted);
+                }
+                Err(interrupted)
+            }
+        }
+    })
 }
 
 /// How the VM stops, and what happens to the run dir.
@@ -247,9 +327,15 @@ struct VmTarget {
 }
 
 impl VmTarget {
-    /// Renders the payload, prepares overlay and seed, starts qemu. Returns
-    /// as soon as the guest is booting.
-    fn start(config: &Config, vm: &VmConfig) -> Result<VmTarget, Failure> {
+    /// Renders the payload, prepares overlay and seed, starts qemu under
+    /// the accelerator `vm.accel` allows (under `auto`, that takes up to a
+    /// KVM trial's grace). Returns as soon as the guest is booting, or,
+    /// unproven, once `cancelled()`.
+    fn start(
+        config: &Config,
+        vm: &VmConfig,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<VmTarget, Failure> {
         let version = qemu::check_installed().map_err(qemu_failure)?;
         let lab = &config.lab;
         let dir = make_run_dir("labctl-try-vm", &lab.name).map_err(qemu_failure)?;
@@ -303,9 +389,7 @@ impl VmTarget {
             .trim_end()
             .to_owned();
 
-        let (accel, why) = Accel::choose(vm.accel, &target.dir);
         let mut spec = MachineSpec::new(lab.name.clone(), vm.guest.clone());
-        spec.accel = accel;
         spec.memory_mib = vm.memory_mib;
         spec.cpus = vm.cpus;
         spec.disk_gib = vm.disk_gib;
@@ -316,8 +400,24 @@ impl VmTarget {
             std::process::id()
         );
         let meta = seed::meta_data(&instance, &seed::hostname(&lab.name));
-        let machine =
-            Machine::start(&spec, &user_data, &meta, &target.dir).map_err(qemu_failure)?;
+        let hooks = Hooks {
+            say: &|line| eprintln!("{line}"),
+            cancelled,
+        };
+        let started = accel::start(&spec, vm.accel, &user_data, &meta, &target.dir, &hooks)
+            .map_err(qemu_failure)?;
+        let machine = started.machine;
+        if cancelled() {
+            // The caller stops it at once: nothing to announce.
+            target.machine = Some(machine);
+            return Ok(target);
+        }
+        let accel = machine.accel();
+        let why = match (vm.accel, vm.accel_set_by) {
+            (AccelMode::Force(_), Some(accel::ENV)) => format!("as {} asks", accel::ENV),
+            (AccelMode::Force(_), _) => "as asked".to_owned(),
+            (AccelMode::Auto, _) => started.why,
+        };
         eprintln!(
             "accelerator: {} ({why})\nbooting `{}` (qemu {}): qemu pid {}, agent at {} \
              (token in `{}`), console `{}`",
@@ -359,11 +459,48 @@ impl VmTarget {
         }
     }
 
+    /// Resolves, with a failure, when the serial console has printed
+    /// nothing for `limit` and the agent has never answered: a guest that
+    /// does not boot (whatever the accelerator) ends here, not at the
+    /// boot allowance. Pending for good once the agent has answered (the
+    /// setup's own timeout then bounds the wait).
+    async fn silent_console(&self, limit: Duration) -> Failure {
+        let path = self.machine().console_log_path().to_owned();
+        let mut seen = console::mark(&path);
+        let mut since = self.machine().started_at();
+        loop {
+            if self.first_answer.get().is_some() {
+                return std::future::pending().await;
+            }
+            let now = console::mark(&path);
+            if now != seen {
+                (seen, since) = (now, Instant::now());
+            }
+            if since.elapsed() >= limit {
+                return Failure::new(
+                    Exit::Unreachable,
+                    format!(
+                        "the guest printed nothing on its serial console for {}s and its agent \
+                         never answered: it is not booting",
+                        limit.as_secs()
+                    ),
+                )
+                .hint(
+                    "`--boot-silence SECS` waits longer for a guest that is quiet while it boots",
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Stops qemu (ACPI power-off, else kill; at once when interrupted) and
     /// cleans the run dir as `how` says.
     fn stop(mut self, how: Stop) {
         if let Some(machine) = self.machine.take() {
-            let off = if how == Stop::Interrupted {
+            // A guest whose agent never answered is at best still booting,
+            // and ignores ACPI that early: waiting for it is time lost.
+            let never_answered = how == Stop::ShowConsole && self.first_answer.get().is_none();
+            let off = if how == Stop::Interrupted || never_answered {
                 machine.kill();
                 PowerOff::Killed
             } else {
@@ -371,6 +508,9 @@ impl VmTarget {
             };
             match off {
                 PowerOff::Killed if how == Stop::Interrupted => eprintln!("stopped the VM"),
+                PowerOff::Killed if never_answered => {
+                    eprintln!("stopped the VM (killed qemu: its agent never answered)")
+                }
                 PowerOff::Clean(took) => eprintln!("stopped the VM (powered off in {took:.1?})"),
                 PowerOff::Killed => eprintln!(
                     "stopped the VM (killed qemu: no power-off within {POWEROFF_GRACE:?})"
@@ -638,7 +778,7 @@ mod tests {
             dir.file_name().unwrap().to_str().unwrap()
         );
         let args = parse(&["--kernel", &k_dotted, "--initrd", &i, "--rootfs", &r]).unwrap();
-        let config = VmConfig::from_args(&args).unwrap().unwrap();
+        let config = VmConfig::from_args_env(&args, None).unwrap().unwrap();
         assert_eq!(
             config,
             VmConfig {
@@ -650,7 +790,9 @@ mod tests {
                 memory_mib: DEFAULT_MEMORY_MIB,
                 cpus: DEFAULT_CPUS,
                 disk_gib: None,
-                accel: None,
+                accel: AccelMode::Auto,
+                accel_set_by: None,
+                boot_silence: DEFAULT_BOOT_SILENCE,
             }
         );
         fs::remove_dir_all(dir).unwrap();
@@ -670,9 +812,14 @@ mod tests {
             "20",
             "--accel",
             "tcg",
+            "--boot-silence",
+            "30",
         ])
         .unwrap();
-        let config = VmConfig::from_args(&args).unwrap().unwrap();
+        // The flag wins over the variable.
+        let config = VmConfig::from_args_env(&args, Some("kvm"))
+            .unwrap()
+            .unwrap();
         assert_eq!(
             config.guest,
             Guest::Disk {
@@ -684,13 +831,67 @@ mod tests {
                 config.memory_mib,
                 config.cpus,
                 config.disk_gib,
-                config.accel
+                config.accel,
+                config.accel_set_by,
+                config.boot_silence,
             ),
-            (4096, 4, Some(20), Some(Accel::Tcg))
+            (
+                4096,
+                4,
+                Some(20),
+                AccelMode::Force(Accel::Tcg),
+                Some("--accel"),
+                Duration::from_secs(30)
+            )
         );
         let args = parse(&["--vm", &image, "--memory", "16"]).unwrap();
         let err = VmConfig::from_args(&args).unwrap_err();
         assert!(err.message.contains("at least 256"), "{}", err.message);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_accelerator_variable_is_obeyed_and_checked() {
+        let (dir, [_, _, image]) = files("accel-env");
+        let args = parse(&["--vm", &image]).unwrap();
+        let config = VmConfig::from_args_env(&args, Some("tcg"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (config.accel, config.accel_set_by),
+            (AccelMode::Force(Accel::Tcg), Some("LAB_AGENT_VM_ACCEL"))
+        );
+        let config = VmConfig::from_args_env(&args, Some("auto"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(config.accel, AccelMode::Auto);
+        let err = VmConfig::from_args_env(&args, Some("hvf")).unwrap_err();
+        assert_eq!(err.exit, Exit::Usage);
+        assert!(
+            err.message
+                .starts_with("LAB_AGENT_VM_ACCEL=hvf: unknown accelerator"),
+            "{}",
+            err.message
+        );
+        // Without a VM the variable is not read at all.
+        assert_eq!(
+            VmConfig::from_args_env(&parse(&[]).unwrap(), Some("hvf")).unwrap(),
+            None
+        );
+        let err = VmConfig::from_args_env(
+            &parse(&["--vm", &image, "--boot-silence", "0"]).unwrap(),
+            None,
+        )
+        .unwrap_err();
+        assert!(err.message.contains("at least 1 second"), "{}", err.message);
+        let err =
+            VmConfig::from_args_env(&parse(&["--boot-silence", "9"]).unwrap(), None).unwrap_err();
+        assert!(
+            err.message
+                .contains("`--boot-silence` only applies to a VM"),
+            "{}",
+            err.message
+        );
         fs::remove_dir_all(dir).unwrap();
     }
 

@@ -8,6 +8,9 @@
 //!   reboot (scenarios 1, 4, 5, 3) and the serial console's root autologin.
 //! - [`failing`]: a setup that fails, under `labctl try --kernel …` with a
 //!   `labctl wait` beside it (scenario 2; `try`'s failure path).
+//! - [`accel`]: the accelerator's fallback: a KVM trial of the real machine
+//!   that fails (a kernel that never prints) falls back to TCG, within the
+//!   grace; a guest that stays silent ends `labctl try` (exit 3).
 //! - [`try_vm`]: `labctl try --kernel … --keep` on hello-lab right after a
 //!   minimal boot (the payload's boot cost, back to back), then the
 //!   student's step through the printed commands and `stop.sh`; an
@@ -17,6 +20,7 @@
 //! Each prints its figures (`--nocapture` shows them):
 //! `cargo test -p lab-agent-tests --test vm_lifecycle -- --nocapture`.
 
+mod accel;
 mod failing;
 mod lifecycle;
 mod support;

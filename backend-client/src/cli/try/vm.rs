@@ -48,9 +48,10 @@ pub const DEFAULT_MEMORY_MIB: u32 = 2048;
 pub const DEFAULT_CPUS: u32 = 2;
 /// How long the serial console may stay silent before the agent first
 /// answers: then the guest is taken for hung (`--boot-silence`). A boot of
-/// the test image under TCG on a busy 2-core host never goes quiet for
-/// more than ~10 s (the kernel, systemd and each cloud-init stage print as
-/// they go; measured: see tests/vm/README.md); a cloud image doing more
+/// the test image under TCG on a busy 2-core host never went quiet for
+/// more than ~17 s (the kernel, systemd and each cloud-init stage print as
+/// they go; the longest gap is between cloud-init's config and final
+/// stages: see tests/vm/README.md); a cloud image doing more
 /// on first boot, say key generation and package work, stays quiet for
 /// longer. Two minutes is far beyond both, and still ends the wait for a
 /// guest that will never boot (a KVM that runs nothing) long before the

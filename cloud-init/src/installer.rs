@@ -19,7 +19,7 @@
 
 use crate::budget::Part;
 use crate::mime::BOUNDARY;
-use crate::payload::{AGENT_PATH, INSTALL_ERROR_PATH, PayloadSpec, SETUP_SCRIPT_PATH, STATE_DIR};
+use crate::payload::{AGENT_PATH, INSTALL_ERROR_PATH, PayloadSpec, SETUP_SCRIPT_PATH};
 use crate::shell;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -121,15 +121,13 @@ fn prologue(lab_name: &str) -> String {
     format!(
         r#"#!/bin/sh
 # lab-agent payload for lab {lab_name}, part 2: agent, lab files, setup script.
-# Run once by cloud-init before runcmd; failures go to {INSTALL_ERROR_PATH}.
+# Run once by cloud-init before runcmd; a failure's reason goes to $e.
 set -u
-tmp=
+tmp= e={INSTALL_ERROR_PATH}
 fail() {{
 	[ -z "$tmp" ] || rm -f -- "$tmp"
 	printf 'lab-agent payload: %s\n' "$1" >&2
-	mkdir -p {STATE_DIR} &&
-		printf '%s\n' "$1" >{INSTALL_ERROR_PATH}.tmp &&
-		mv -f {INSTALL_ERROR_PATH}.tmp {INSTALL_ERROR_PATH}
+	mkdir -p "${{e%/*}}" && printf '%s\n' "$1" >"$e.tmp" && mv -f "$e.tmp" "$e"
 	exit 1
 }}
 # put PATH MODE BYTES text|b64|gz [run]: content on stdin; temp file, checks, rename
@@ -153,7 +151,7 @@ put() {{
 	mv -f -- "$tmp" "$1" || fail "cannot rename $tmp to $1"
 	tmp=
 }}
-rm -f {INSTALL_ERROR_PATH}
+rm -f "$e"
 "#
     )
 }
@@ -214,10 +212,11 @@ fn wrap_base64(bytes: &[u8]) -> String {
     out
 }
 
-/// gzip at the best level. The header carries no name and mtime 0, so the
+/// gzip at miniz's highest level (10: 0.04 % smaller than 9 for the agent,
+/// ~0.1 s more per render). The header carries no name and mtime 0, so the
 /// output depends only on the input (snapshots stay stable).
 fn gzip_best(bytes: &[u8]) -> Vec<u8> {
-    let mut gz = GzEncoder::new(Vec::with_capacity(bytes.len() / 2), Compression::best());
+    let mut gz = GzEncoder::new(Vec::with_capacity(bytes.len() / 2), Compression::new(10));
     // Writing into a Vec cannot fail.
     gz.write_all(bytes).expect("gzip into memory");
     gz.finish().expect("gzip into memory")

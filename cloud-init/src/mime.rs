@@ -20,11 +20,12 @@ pub const INSTALLER_TYPE: &str = "text/x-shellscript-per-instance";
 /// The installer's file name in `/var/lib/cloud/scripts/per-instance/`.
 pub const INSTALLER_NAME: &str = "lab-agent-install";
 
-/// One part: its MIME type, file name and body.
+/// One part: its MIME type, file name (cloud-init names a script after it;
+/// without one it picks `part-NNN`) and body.
 #[derive(Debug, Clone, Copy)]
 pub struct Part<'a> {
     pub content_type: &'static str,
-    pub filename: &'static str,
+    pub filename: Option<&'static str>,
     pub body: &'a str,
 }
 
@@ -41,13 +42,17 @@ pub fn multipart(parts: &[Part<'_>]) -> (String, Vec<std::ops::Range<usize>>) {
     let mut ranges = Vec::with_capacity(parts.len());
     for part in parts {
         debug_assert!(part.body.is_ascii());
+        // A text part's charset defaults to US-ASCII (RFC 2046), which it is.
         out.push_str(&format!(
-            "--{BOUNDARY}\n\
-             Content-Type: {}; charset=\"us-ascii\"\n\
-             Content-Disposition: attachment; filename=\"{}\"\n\
-             \n",
-            part.content_type, part.filename
+            "--{BOUNDARY}\nContent-Type: {}\n",
+            part.content_type
         ));
+        if let Some(name) = part.filename {
+            out.push_str(&format!(
+                "Content-Disposition: attachment; filename=\"{name}\"\n"
+            ));
+        }
+        out.push('\n');
         let start = out.len();
         out.push_str(part.body);
         ranges.push(start..out.len());

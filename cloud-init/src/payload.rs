@@ -189,12 +189,12 @@ pub fn render_user_data(spec: &PayloadSpec) -> Result<UserData, Error> {
     let (text, ranges) = mime::multipart(&[
         mime::Part {
             content_type: "text/cloud-config",
-            filename: "lab-agent.cloud-config",
+            filename: None,
             body: &config,
         },
         mime::Part {
             content_type: mime::INSTALLER_TYPE,
-            filename: mime::INSTALLER_NAME,
+            filename: Some(mime::INSTALLER_NAME),
             body: &install.text,
         },
     ]);

@@ -22,7 +22,7 @@ fn assert_delivered(spec: &PayloadSpec, d: &Guest) {
     assert_eq!(
         d.report["parts"],
         json!([
-            {"content_type": "text/cloud-config", "filename": "lab-agent.cloud-config",
+            {"content_type": "text/cloud-config", "filename": "part-001",
              "bytes": d.report["parts"][0]["bytes"]},
             {"content_type": "text/x-shellscript-per-instance", "filename": "lab-agent-install",
              "bytes": d.report["parts"][1]["bytes"]},

@@ -6,14 +6,17 @@
 //! - [`lifecycle`]: hello-lab on one VM, step by step: first boot with a slow
 //!   setup, grading, a `kill -9` of the agent, a wrong token, the student's
 //!   reboot (scenarios 1, 4, 5, 3) and the serial console's root autologin.
+//! - [`boot_cost`]: the payload's boot cost side by side in one run: a
+//!   minimal user-data and the full hello-lab payload (`labctl try --kernel
+//!   --keep`), first boot and after a reboot, with cloud-init's YAML loads
+//!   from its log; the student's step through the commands `try` printed,
+//!   and `stop.sh`.
 //! - [`failing`]: a setup that fails, under `labctl try --kernel …` with a
 //!   `labctl wait` beside it (scenario 2; `try`'s failure path).
 //! - [`accel`]: the accelerator's fallback: a KVM trial of the real machine
 //!   that fails (a kernel that never prints) falls back to TCG, within the
 //!   grace; a guest that stays silent ends `labctl try` (exit 3).
-//! - [`try_vm`]: `labctl try --kernel … --keep` on hello-lab right after a
-//!   minimal boot (the payload's boot cost, back to back), then the
-//!   student's step through the printed commands and `stop.sh`; an
+//! - [`try_vm`]: `labctl try --vm IMAGE` on a boot-sector image, an
 //!   unreachable VM; argument errors.
 //!
 //! One VM at a time (the harness's lock): the tests of this binary queue.
@@ -21,6 +24,7 @@
 //! `cargo test -p lab-agent-tests --test vm_lifecycle -- --nocapture`.
 
 mod accel;
+mod boot_cost;
 mod failing;
 mod lifecycle;
 mod support;

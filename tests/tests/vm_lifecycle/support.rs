@@ -56,7 +56,12 @@ pub fn static_agent() -> &'static Path {
 /// `labctl try LAB` booting the test image from its kernel, with the static
 /// agent: what a lab author runs, as the VM tests run it.
 pub fn try_kernel(lab: &Path, image: &VmImage) -> Command {
-    let mut cmd = Command::new(labctl_bin());
+    try_kernel_with(&labctl_bin(), lab, image)
+}
+
+/// [`try_kernel`] with another build of `labctl` (an older one, to compare).
+pub fn try_kernel_with(labctl: &Path, lab: &Path, image: &VmImage) -> Command {
+    let mut cmd = Command::new(labctl);
     cmd.arg("try")
         .arg(lab)
         .arg("--agent")
@@ -556,4 +561,97 @@ impl Figures {
             eprintln!("{}", line(r));
         }
     }
+}
+
+/// "vm: qemu start → agent answered A s → ready R s", as `labctl try` prints it.
+pub fn figures_line(stderr: &str) -> (Duration, Duration) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("vm: qemu start → agent answered "))
+        .unwrap_or_else(|| panic!("no figures line in:\n{stderr}"));
+    let nums: Vec<f64> = line
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|n| n.trim_end_matches('.').parse().ok())
+        .collect();
+    assert_eq!(nums.len(), 2, "{line}");
+    (
+        Duration::from_secs_f64(nums[0]),
+        Duration::from_secs_f64(nums[1]),
+    )
+}
+
+/// The text between the first `start` and the `end` after it.
+pub fn between(text: &str, start: &str, end: &str) -> String {
+    let at = text
+        .find(start)
+        .unwrap_or_else(|| panic!("no {start:?} in:\n{text}"))
+        + start.len();
+    text[at..at + text[at..].find(end).unwrap()].to_owned()
+}
+
+/// One YAML load cloud-init logged (`util.load_yaml`): how large, and how
+/// long until its next log line (the load's duration, to the log's ms).
+#[derive(Debug, Clone, PartialEq)]
+pub struct YamlLoad {
+    pub bytes: usize,
+    pub secs: f64,
+}
+
+/// The YAML loads in a guest's `/var/log/cloud-init.log`, one list per boot
+/// (a boot begins with cloud-init's `init-local` stage).
+pub fn yaml_loads(log: &str) -> Vec<Vec<YamlLoad>> {
+    // "2026-11-30 22:40:12,345 - util.py[DEBUG]: …": seconds of the day.
+    let stamp = |line: &str| -> Option<f64> {
+        let time = line.get(11..23)?;
+        let (hms, ms) = time.split_once(',')?;
+        let mut parts = hms.split(':').map(|p| p.parse::<f64>().ok());
+        let (h, m, s) = (parts.next()??, parts.next()??, parts.next()??);
+        Some(h * 3600.0 + m * 60.0 + s + ms.parse::<f64>().ok()? / 1000.0)
+    };
+    const LOAD: &str = "Attempting to load yaml from string of length ";
+    let lines: Vec<&str> = log.lines().collect();
+    let mut boots: Vec<Vec<YamlLoad>> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.contains("running 'init-local'") {
+            boots.push(Vec::new());
+        }
+        let (Some(boot), Some(at)) = (boots.last_mut(), line.find(LOAD)) else {
+            continue;
+        };
+        let Some(bytes) = line[at + LOAD.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+        else {
+            continue;
+        };
+        let next = lines[i + 1..].iter().find_map(|l| stamp(l));
+        let secs = match (stamp(line), next) {
+            (Some(a), Some(b)) => (b - a).rem_euclid(86_400.0),
+            _ => 0.0,
+        };
+        boot.push(YamlLoad { bytes, secs });
+    }
+    boots
+}
+
+#[test]
+fn yaml_loads_are_read_per_boot() {
+    let log = "\
+2026-11-30 22:40:00,000 - util.py[DEBUG]: Attempting to load yaml from string of length 9 with allowed root types (<class 'dict'>,)
+2026-11-30 22:40:01,000 - util.py[DEBUG]: Cloud-init v. 22.4.2 running 'init-local' at Mon. Up 5.0 seconds.
+2026-11-30 22:40:02,000 - util.py[DEBUG]: Attempting to load yaml from string of length 1863 with allowed root types (<class 'dict'>,)
+2026-11-30 22:40:02,250 - util.py[DEBUG]: Read 12 bytes from /etc/x
+2026-11-30 23:59:59,900 - util.py[DEBUG]: Cloud-init v. 22.4.2 running 'init-local' at Mon. Up 4.0 seconds.
+2026-11-30 23:59:59,950 - util.py[DEBUG]: Attempting to load yaml from string of length 664000 with allowed root types (<class 'dict'>,)
+  a continuation line without a stamp
+2026-12-01 00:00:04,450 - util.py[DEBUG]: loaded
+";
+    let boots = yaml_loads(log);
+    assert_eq!(boots.len(), 2);
+    assert_eq!(boots[0].len(), 1);
+    assert_eq!(boots[0][0].bytes, 1863);
+    assert!((boots[0][0].secs - 0.25).abs() < 1e-6, "{boots:?}");
+    assert_eq!(boots[1][0].bytes, 664_000);
+    assert!((boots[1][0].secs - 4.5).abs() < 1e-6, "{boots:?}");
 }

@@ -64,7 +64,9 @@ const RESTART: &str = "reboot: Restarting system";
 fn payload_boot_cost_first_boot_and_reboot() {
     let image = image();
     let hello = repo_root().join("examples/hello-lab");
+    // Both brought up to date now: a build during a boot would slow it.
     static_agent();
+    labctl_bin();
     let lock = VmLock::acquire("vm-boot-cost").expect("the VM lock");
 
     // ── 1. The minimal user-data: first boot, then its own reboot ────────

@@ -114,9 +114,10 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
     // The payload's installer could not put the lab in place: running the
     // setup against what is missing would only hide the real reason.
     if let Some(reason) = install_error(&cfg.state_dir) {
-        return fail_before_start(
+        return fail(
             record,
             log,
+            1,
             format!("the payload's installer failed, so the setup did not run: {reason}"),
         );
     }
@@ -124,11 +125,6 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
         log.line("lab-agent: no setup script; nothing to do");
         record.exit_code = Some(0);
         return 0;
-    };
-    let fail = |record: &mut SetupRecord, log: &mut Tee, status: i32, msg: String| {
-        log.line(&format!("lab-agent: {msg}"));
-        record.error = Some(msg);
-        status
     };
     if !script.is_file() {
         return fail(
@@ -258,10 +254,12 @@ fn install_error(state_dir: &Path) -> Option<String> {
     }
 }
 
-fn fail_before_start(record: &mut SetupRecord, log: &mut Tee, msg: String) -> i32 {
+/// The setup could not run (or its end was not seen): says why in the log
+/// and the record; returns the status to exit with.
+fn fail(record: &mut SetupRecord, log: &mut Tee, status: i32, msg: String) -> i32 {
     log.line(&format!("lab-agent: {msg}"));
     record.error = Some(msg);
-    1
+    status
 }
 
 fn prepare_state_dir(dir: &Path) -> Result<(), SetupError> {

@@ -1,7 +1,7 @@
 //! `labctl secret` end to end, in process: what it writes where, with which
 //! modes, what stdout carries (data only), and its exit statuses.
 
-use crate::support::{TempDir, deliver, fixture_lab};
+use crate::support::{TempDir, deliver, fixture_lab, mode};
 use lab_agent_client::cli::agent_bin::fake_elf;
 use lab_agent_client::cli::secret::{
     ManifestFormat, Report, SecretArgs, SecretError, execute, render_error,
@@ -63,10 +63,6 @@ fn args(dir: &TempDir, lab: &Path) -> (SecretArgs, Vec<u8>) {
         json: false,
     };
     (args, agent)
-}
-
-fn mode(path: &Path) -> u32 {
-    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
 #[test]

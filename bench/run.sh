@@ -42,7 +42,7 @@ log "building the static agent"
 agent=$("$root/packaging/build-agent.sh")
 log "building lab-agent-bench and labctl"
 cargo build --manifest-path "$root/Cargo.toml" --release --locked \
-  -p lab-agent-bench -p lab-agent-client --bin lab-agent-bench --bin labctl >&2
+  -p lab-agent-bench -p labctl --bin lab-agent-bench --bin labctl >&2
 bin=${CARGO_TARGET_DIR:-$root/target}/release
 
 cd "$root"

@@ -1,4 +1,4 @@
-//! Async client for lab-agent, and the `labctl` command line.
+//! Async client for lab-agent: what a backend links.
 //!
 //! A backend holds one [`Client`] per lab VM: it waits for the VM to be
 //! ready ([`Client::wait_ready`], or [`wait_all`] for a multi-VM lab), runs
@@ -32,12 +32,12 @@
 //! - [`wait`]: `wait_ready`, [`wait_all`], [`Progress`].
 //! - [`grade`]: `grade`, [`GradeReport`].
 //! - [`error`]: the [`Error`] enum.
-//! - [`cli`]: `labctl`, one module per verb.
 //!
 //! The wire types are `lab-agent-proto`'s, re-exported as [`proto`]; this
-//! crate defines none of its own.
+//! crate defines none of its own. The `labctl` command line is a package
+//! of its own, so nothing here pulls in a CLI, the payload generator or
+//! process control.
 
-pub mod cli;
 pub mod client;
 pub mod error;
 pub mod grade;

@@ -5,7 +5,7 @@
 //!
 //! Binaries: `$LAB_AGENT_BIN` / `$LABCTL_BIN` when set; otherwise the ones
 //! in this test binary's target dir, brought up to date first with
-//! `cargo build -p lab-agent -p lab-agent-client --bins` (through `$CARGO`,
+//! `cargo build -p lab-agent -p labctl --bins` (through `$CARGO`,
 //! which cargo sets for the tests it runs) so a test never runs a stale one.
 
 use std::io::Write;
@@ -36,7 +36,7 @@ fn bin(env: &str, name: &str) -> PathBuf {
     let p = dir.join(name);
     assert!(
         p.is_file(),
-        "`{}` does not exist; build it with `cargo build -p lab-agent -p lab-agent-client --bins` \
+        "`{}` does not exist; build it with `cargo build -p lab-agent -p labctl --bins` \
          or set {env}",
         p.display()
     );
@@ -56,14 +56,7 @@ fn built_bins() -> &'static Path {
         }
         if let Some(cargo) = std::env::var_os("CARGO") {
             let mut cmd = Command::new(cargo);
-            cmd.args([
-                "build",
-                "-p",
-                "lab-agent",
-                "-p",
-                "lab-agent-client",
-                "--bins",
-            ]);
+            cmd.args(["build", "-p", "lab-agent", "-p", "labctl", "--bins"]);
             if dir.file_name().is_some_and(|n| n == "release") {
                 cmd.arg("--release");
             }

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use super::VmError;
-use lab_agent_client::cli::qemu::{self, Guest, tail_lines};
+use labctl::qemu::{self, Guest, tail_lines};
 
 /// Paths of a built guest image. Never written to: each VM boots from its own
 /// qcow2 overlay on `rootfs`.

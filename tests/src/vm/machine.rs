@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lab_agent_client::cli::qemu::accel::{self, Hooks};
-use lab_agent_client::cli::qemu::machine::make_run_dir;
-use lab_agent_client::cli::qemu::{AccelMode, Machine, MachineSpec, PowerOff, sanitize, seed};
+use labctl::qemu::accel::{self, Hooks};
+use labctl::qemu::machine::make_run_dir;
+use labctl::qemu::{AccelMode, Machine, MachineSpec, PowerOff, sanitize, seed};
 
 use super::http::{self, HttpAnswer};
 use super::lock::VmLock;

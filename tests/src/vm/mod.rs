@@ -3,7 +3,7 @@
 //!
 //! The machine itself (overlay, NoCloud seed, qemu arguments, accelerator
 //! probe, free port, console log, QMP power-off) is `labctl try --vm`'s:
-//! [`lab_agent_client::cli::qemu`]. This layer adds what tests need on top.
+//! [`labctl::qemu`]. This layer adds what tests need on top.
 //!
 //! # Layout
 //! - [`image`]: [`VmImage::ensure`] runs `tests/vm/build-image.sh`, which
@@ -35,10 +35,10 @@ pub mod machine;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use lab_agent_client::cli::qemu::AccelMode;
+use labctl::qemu::AccelMode;
 
 pub use image::VmImage;
-pub use lab_agent_client::cli::qemu::{self as core, Accel, ConsoleMark, PowerOff, QemuError};
+pub use labctl::qemu::{self as core, Accel, ConsoleMark, PowerOff, QemuError};
 pub use lock::VmLock;
 pub use machine::{BootOptions, Vm};
 

@@ -2,10 +2,8 @@
 //! modes, what stdout carries (data only), and its exit statuses.
 
 use crate::support::{TempDir, deliver, fixture_lab, mode};
-use lab_agent_client::cli::agent_bin::fake_elf;
-use lab_agent_client::cli::secret::{
-    ManifestFormat, Report, SecretArgs, SecretError, execute, render_error,
-};
+use labctl::agent_bin::fake_elf;
+use labctl::secret::{ManifestFormat, Report, SecretArgs, SecretError, execute, render_error};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 

@@ -1,10 +1,10 @@
 //! Fixtures, temp dirs, and the external tools (with install hints).
 
-use lab_agent_client::cli::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::{
     Format, PayloadSpec, SecretMeta, SetupScript, UserData, render_secret, render_user_data,
 };
 use lab_agent_proto::lab::Lab;
+use labctl::agent_bin::{self, Linkage};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

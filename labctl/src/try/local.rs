@@ -13,9 +13,9 @@
 //! ```
 
 use super::Config;
-use crate::cli::agent_bin::{self, Linkage};
-use crate::cli::exit::{Exit, Failure};
-use crate::{Client, ClientBuilder};
+use crate::agent_bin::{self, Linkage};
+use crate::exit::{Exit, Failure};
+use lab_agent_client::{Client, ClientBuilder};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use std::fs;
@@ -363,7 +363,7 @@ fn new_token() -> Result<String, Failure> {
 /// [`agent_bin`]'s places (next to `labctl`, the static build); else, when
 /// `labctl` runs from a cargo build dir of this workspace, the agent built
 /// there, building it if need be (`cargo build -p lab-agent`, so that
-/// `cargo run -p lab-agent-client --bin labctl -- try LAB` works from a
+/// `cargo run -p labctl -- try LAB` works from a
 /// fresh clone); else this source tree's `target/`, else `PATH`. Local mode
 /// runs the agent here, so any build will do.
 pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {

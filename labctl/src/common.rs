@@ -2,7 +2,7 @@
 //! token file, and the async runtime.
 
 use super::exit::{Exit, Failure};
-use crate::Client;
+use lab_agent_client::Client;
 use std::path::{Path, PathBuf};
 
 /// `--url URL --token-file F`: one agent.

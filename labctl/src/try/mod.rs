@@ -18,7 +18,7 @@ use super::common;
 use super::exit::{Exit, Failure};
 use super::grade::{exit_for, grade_and_print};
 use super::wait::{print_setup_log, wait_with_display_hooked};
-use crate::{Client, Progress};
+use lab_agent_client::{Client, Progress};
 use lab_agent_proto::lab::Lab;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

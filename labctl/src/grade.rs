@@ -3,7 +3,7 @@
 use super::common::{self, AgentArgs};
 use super::exit::{Exit, Failure};
 use super::report::{self, Style};
-use crate::{Client, GradeReport};
+use lab_agent_client::{Client, GradeReport};
 use lab_agent_proto::lab::Lab;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;

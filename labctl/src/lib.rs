@@ -11,7 +11,8 @@
 //! - [`exit`]: exit codes and how errors print; [`common`], [`progress`],
 //!   [`report`]: shared by the verbs.
 //! - [`qemu`]: booting a guest with a NoCloud seed, for `try --vm` (and the
-//!   project's VM tests); the library itself knows nothing of qemu.
+//!   project's VM tests). It lives here, not in `lab-agent-client`: the
+//!   library a backend links knows nothing of qemu.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -91,7 +92,7 @@ pub fn run(command: &Command) -> Result<Exit, Failure> {
     }
 }
 
-/// Logs (`RUST_LOG=lab_agent_client=debug`) go to stderr; quiet by default.
+/// Logs (`RUST_LOG=labctl=debug,lab_agent_client=debug`) go to stderr; quiet by default.
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));

@@ -3,7 +3,7 @@
 
 use super::common::{self, AgentArgs};
 use super::exit::{Exit, Failure};
-use crate::Client;
+use lab_agent_client::Client;
 use lab_agent_proto::ExecRequest;
 use std::io::{Read, Write};
 

@@ -3,7 +3,7 @@
 use super::common::{self, human_duration};
 use super::exit::{Exit, Failure};
 use super::progress::{TICK, WaitDisplay};
-use crate::{Client, Error, WaitOutcome};
+use lab_agent_client::{Client, Error, WaitOutcome};
 use lab_agent_proto::ReadyState;
 use serde_json::json;
 use std::path::PathBuf;
@@ -92,14 +92,14 @@ pub async fn wait_with_display(clients: &[Client], deadline: Instant) -> Vec<Wai
 pub async fn wait_with_display_hooked(
     clients: &[Client],
     deadline: Instant,
-    hook: &mut dyn FnMut(usize, &crate::Progress) -> Option<String>,
+    hook: &mut dyn FnMut(usize, &lab_agent_client::Progress) -> Option<String>,
 ) -> Vec<WaitOutcome> {
     let urls = clients.iter().map(|c| c.url().to_owned()).collect();
     let mut display = WaitDisplay::new(urls);
     let start = Instant::now();
     let display_cell = std::cell::RefCell::new(&mut display);
     let outcomes = {
-        let wait = crate::wait_all(clients, deadline, |i, p| {
+        let wait = lab_agent_client::wait_all(clients, deadline, |i, p| {
             let not_up = hook(i, p);
             display_cell.borrow_mut().update_with(i, p, not_up);
         });

@@ -1,7 +1,7 @@
 //! A grade report for people: one line per check, and for a failed one its
 //! `fail_message`, exit status and the last lines of its output.
 
-use crate::{CheckResult, GradeReport};
+use lab_agent_client::{CheckResult, GradeReport};
 use std::fmt::Write as _;
 
 /// Lines of a failed check's stdout/stderr shown (the JSON has all of it).

@@ -39,13 +39,13 @@ impl Exit {
     }
 
     /// The exit status for a client error.
-    pub fn for_client_error(e: &crate::Error) -> Exit {
-        use crate::Error;
+    pub fn for_client_error(e: &lab_agent_client::Error) -> Exit {
+        use lab_agent_client::Error;
         match e {
             Error::SetupFailed { .. } => Exit::SetupFailed,
             Error::InvalidUrl { .. } => Exit::Usage,
             e if e.is_unauthorized() => Exit::Usage,
-            e if e.status() == Some(hyper::StatusCode::BAD_REQUEST) => Exit::Usage,
+            e if e.status().map(|s| s.as_u16()) == Some(400) => Exit::Usage,
             _ => Exit::Unreachable,
         }
     }
@@ -98,7 +98,7 @@ impl Failure {
     }
 
     /// A client error as it stands: its message, causes, hint and status.
-    pub fn client(e: crate::Error) -> Self {
+    pub fn client(e: lab_agent_client::Error) -> Self {
         let exit = Exit::for_client_error(&e);
         let hints = e.hint().into_iter().collect();
         Failure {

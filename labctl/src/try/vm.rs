@@ -26,15 +26,15 @@
 //! ```
 
 use super::{Config, Target, interruptible_for, labctl_name};
-use crate::cli::agent_bin::{self, Linkage};
-use crate::cli::exit::{Exit, Failure};
-use crate::cli::qemu::accel::{self, Hooks};
-use crate::cli::qemu::machine::make_run_dir;
-use crate::cli::qemu::{
+use crate::agent_bin::{self, Linkage};
+use crate::exit::{Exit, Failure};
+use crate::qemu::accel::{self, Hooks};
+use crate::qemu::machine::make_run_dir;
+use crate::qemu::{
     self, Accel, AccelMode, Guest, Machine, MachineSpec, PowerOff, QemuError, console, seed,
 };
-use crate::cli::secret::{self, ManifestFormat, SecretArgs};
-use crate::{Client, ClientBuilder, Progress};
+use crate::secret::{self, ManifestFormat, SecretArgs};
+use lab_agent_client::{Client, ClientBuilder, Progress};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -700,7 +700,7 @@ fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::{Cli, Command};
     use clap::Parser;
 
     fn parse(args: &[&str]) -> Result<VmArgs, String> {

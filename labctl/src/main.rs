@@ -2,5 +2,5 @@
 //! Parses arguments and hands over to `cli::run`; nothing else lives here.
 
 fn main() -> std::process::ExitCode {
-    lab_agent_client::cli::main()
+    labctl::main()
 }

@@ -3,7 +3,7 @@
 //! plain line each time a VM's state or reason changes. Always on stderr.
 
 use super::common::human_duration;
-use crate::Progress;
+use lab_agent_client::Progress;
 use lab_agent_proto::ReadyState;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};

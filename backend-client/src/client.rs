@@ -1,10 +1,15 @@
-//! [`Client`]: one agent, its base URL and token, and a small pool of
-//! kept-alive HTTP/1.1 connections.
+//! [`Client`]: one agent, its base URL and token, over hyper-util's pooled
+//! HTTP/1.1 client.
 //!
-//! Connections are ours rather than a generic pooled client's because the
-//! client must tell "not up yet" (refused, reset, closed before a response)
-//! from real errors, and because exec latency is benchmarked against ssh: a
-//! grading run reuses one connection, with `TCP_NODELAY`, for every check.
+//! The pool is hyper-util's (`client::legacy`): it retries a request that
+//! provably never reached the agent (a kept-alive connection the agent
+//! closed just before), and drops connections idle longer than
+//! [`POOL_IDLE_TIMEOUT`], below the agent's 10 s idle close, so a request
+//! is not written into a connection the agent is closing. What is ours on
+//! top: every response body is read up to a limit (a student controls the
+//! agent in their VM), `TCP_NODELAY` (exec latency is benchmarked against
+//! ssh), and errors that tell "not up yet" (refused, reset, closed before a
+//! response) from real ones.
 //!
 //! Checked calls ([`Client::ready`], [`Client::exec`], [`Client::info`])
 //! turn an unexpected status into [`Error::Status`];
@@ -13,15 +18,18 @@
 use crate::error::{Error, Request};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderValue, RETRY_AFTER};
-use hyper::{Method, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{Method, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use lab_agent_proto::{ErrorBody, ExecRequest, ExecResult, InfoResponse, ReadyResponse, paths};
 use serde::de::DeserializeOwned;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpStream;
 
@@ -50,8 +58,13 @@ pub fn exec_response_limit(max_output_bytes: u64) -> usize {
 }
 /// Idle connections kept per client.
 const MAX_IDLE: usize = 8;
+/// How long a kept-alive connection may sit idle in the pool. The agent
+/// closes a connection that sends no request head for 10 s
+/// (`HEADER_READ_TIMEOUT` in `agent/src/server.rs`); reusing one near that
+/// age races its close, and a POST lost in that race cannot be retried.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
-type Sender = SendRequest<Full<Bytes>>;
+type Pool = hyper_util::client::legacy::Client<Counted, Full<Bytes>>;
 
 /// A lab-agent at one URL. Cheap to clone: clones share the connection pool.
 #[derive(Clone)]
@@ -62,21 +75,16 @@ pub struct Client {
 struct Inner {
     /// `http://host:port` plus an optional path prefix, without trailing `/`.
     base: String,
-    /// Path prefix of the base URL (`""` or e.g. `/vm-1`), put before every path.
-    prefix: String,
     /// `host:port` for the `Host` header.
     authority: String,
-    /// Host (brackets stripped) and port to connect to.
-    host: String,
-    port: u16,
     /// `Bearer <token>`, marked sensitive so it never shows in debug output.
     auth: HeaderValue,
     connect_timeout: Duration,
     request_timeout: Duration,
     pub(crate) long_poll: Duration,
-    idle: Mutex<Vec<Sender>>,
+    pool: Pool,
     /// Connections opened so far (a diagnostic: grading should open one).
-    opened: AtomicU64,
+    opened: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for Client {
@@ -154,17 +162,12 @@ impl ClientBuilder {
         if uri.query().is_some() {
             return Err(invalid("it has a query string: give only the base URL"));
         }
-        let port = uri.port_u16().unwrap_or(80);
         let authority = match uri.port_u16() {
             Some(p) => format!("{host}:{p}"),
             None => host.to_owned(),
         };
         let prefix = uri.path().trim_end_matches('/').to_owned();
         let base = format!("http://{authority}{prefix}");
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
 
         let token = token.trim_end();
         if token.is_empty() {
@@ -175,19 +178,30 @@ impl ClientBuilder {
         })?;
         auth.set_sensitive(true);
 
+        let opened = Arc::new(AtomicU64::new(0));
+        let mut http = HttpConnector::new();
+        // Small request/response pairs: don't let Nagle hold them back.
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(self.connect_timeout));
+        let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(MAX_IDLE)
+            .pool_timer(TokioTimer::new())
+            .build(Counted {
+                http,
+                opened: opened.clone(),
+            });
+
         Ok(Client {
             inner: Arc::new(Inner {
                 base,
-                prefix,
                 authority,
-                host,
-                port,
                 auth,
                 connect_timeout: self.connect_timeout,
                 request_timeout: self.request_timeout,
                 long_poll: self.long_poll,
-                idle: Mutex::new(Vec::new()),
-                opened: AtomicU64::new(0),
+                pool,
+                opened,
             }),
         })
     }
@@ -363,7 +377,7 @@ impl Client {
     ) -> hyper::Request<Full<Bytes>> {
         let mut b = hyper::Request::builder()
             .method(method.clone())
-            .uri(format!("{}{path}", self.inner.prefix))
+            .uri(format!("{}{path}", self.inner.base))
             .header(HOST, &self.inner.authority)
             .header(AUTHORIZATION, self.inner.auth.clone());
         if body.is_some() {
@@ -381,120 +395,110 @@ impl Client {
         request: &Request,
         limit: usize,
     ) -> Result<RawResponse, Error> {
-        // A pooled connection may have been closed by the agent while idle.
-        // If it fails before our request was written, or the request is a
-        // GET, try again on a fresh connection; a POST that may have reached
-        // the agent is never sent twice.
-        loop {
-            let (mut sender, reused) = self.checkout(request).await?;
+        // The pool retries what it knows never reached the agent. A GET
+        // that broke after it was sent is harmless to send once more; a
+        // POST that may have reached the agent is never sent twice.
+        let mut retried = false;
+        let resp = loop {
             let req = self.build_request(&method, path, &body);
-            let result = match sender.try_send_request(req).await {
-                Ok(resp) => Ok(resp),
-                Err(mut e) => {
-                    let unsent = e.take_message().is_some();
-                    let err = e.into_error();
-                    if reused && (unsent || method == Method::GET) {
-                        tracing::debug!(url = %request.url, error = %err, "stale connection, retrying");
-                        continue;
-                    }
-                    Err(transport(request, err))
+            match self.inner.pool.request(req).await {
+                Ok(resp) => break resp,
+                Err(e) if e.is_connect() => return Err(self.connect_error(request, &e)),
+                Err(e) if method == Method::GET && !retried => {
+                    tracing::debug!(url = %request.url, error = %e, "connection lost, retrying");
+                    retried = true;
                 }
-            };
-            let resp = result?;
-            let (parts, mut incoming) = resp.into_parts();
-            let mut body = Vec::new();
-            while let Some(frame) = incoming.frame().await {
-                let frame = frame.map_err(|e| transport(request, e))?;
-                if let Ok(data) = frame.into_data() {
-                    if body.len() + data.len() > limit {
-                        // The connection is dropped, not reused.
-                        return Err(Error::TooLarge {
-                            request: request.clone(),
-                            limit,
-                        });
-                    }
-                    body.extend_from_slice(&data);
-                }
-            }
-            let body = Bytes::from(body);
-            self.checkin(sender);
-            return Ok(RawResponse {
-                status: parts.status,
-                headers: parts.headers,
-                body,
-            });
-        }
-    }
-
-    /// An idle connection that is still open, or a new one.
-    async fn checkout(&self, request: &Request) -> Result<(Sender, bool), Error> {
-        loop {
-            let idle = self.inner.idle.lock().expect("pool lock").pop();
-            let Some(mut sender) = idle else { break };
-            if sender.is_closed() {
-                continue;
-            }
-            // `ready` resolves once the connection task has finished the
-            // previous exchange, or fails if the connection is gone.
-            match tokio::time::timeout(self.inner.connect_timeout, sender.ready()).await {
-                Ok(Ok(())) => return Ok((sender, true)),
-                _ => continue,
-            }
-        }
-        Ok((self.connect(request).await?, false))
-    }
-
-    fn checkin(&self, sender: Sender) {
-        if sender.is_closed() {
-            return;
-        }
-        let mut idle = self.inner.idle.lock().expect("pool lock");
-        if idle.len() < MAX_IDLE {
-            idle.push(sender);
-        }
-    }
-
-    async fn connect(&self, request: &Request) -> Result<Sender, Error> {
-        let addr = (self.inner.host.as_str(), self.inner.port);
-        let stream = match tokio::time::timeout(
-            self.inner.connect_timeout,
-            TcpStream::connect(addr),
-        )
-        .await
-        {
-            Ok(Ok(s)) => s,
-            Ok(Err(source)) => {
-                return Err(Error::Connect {
-                    request: request.clone(),
-                    source,
-                });
-            }
-            Err(_) => {
-                return Err(Error::ConnectTimeout {
-                    request: request.clone(),
-                    after: self.inner.connect_timeout,
-                });
+                Err(e) => return Err(transport(request, e)),
             }
         };
-        // Small request/response pairs: don't let Nagle hold them back.
-        let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| transport(request, e))?;
-        self.inner.opened.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
-            // Ends when the agent closes the connection or every sender is
-            // dropped; either way there is nothing to report.
-            let _ = conn.await;
-        });
-        Ok(sender)
+        let (parts, mut incoming) = resp.into_parts();
+        let mut body = Vec::new();
+        while let Some(frame) = incoming.frame().await {
+            let frame = frame.map_err(|e| transport(request, e))?;
+            if let Ok(data) = frame.into_data() {
+                if body.len() + data.len() > limit {
+                    // Dropping the body closes the connection: it is not
+                    // pooled with the rest of the answer still coming.
+                    return Err(Error::TooLarge {
+                        request: request.clone(),
+                        limit,
+                    });
+                }
+                body.extend_from_slice(&data);
+            }
+        }
+        Ok(RawResponse {
+            status: parts.status,
+            headers: parts.headers,
+            body: Bytes::from(body),
+        })
+    }
+
+    /// A failed connect as [`Error::Connect`] with the `io::Error` the
+    /// connector saw (refused, reset, no route), or [`Error::ConnectTimeout`].
+    fn connect_error(&self, request: &Request, e: &hyper_util::client::legacy::Error) -> Error {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        let io = std::iter::from_fn(|| {
+            let c = cause?;
+            cause = c.source();
+            Some(c)
+        })
+        .find_map(|c| c.downcast_ref::<std::io::Error>());
+        match io {
+            Some(io) if io.kind() == std::io::ErrorKind::TimedOut => Error::ConnectTimeout {
+                request: request.clone(),
+                after: self.inner.connect_timeout,
+            },
+            Some(io) => Error::Connect {
+                request: request.clone(),
+                source: std::io::Error::new(io.kind(), io.to_string()),
+            },
+            None => Error::Connect {
+                request: request.clone(),
+                source: std::io::Error::other(e.to_string()),
+            },
+        }
     }
 }
 
-fn transport(request: &Request, source: hyper::Error) -> Error {
+/// hyper-util's connector, counting the connections it makes.
+#[derive(Clone)]
+struct Counted {
+    http: HttpConnector,
+    opened: Arc<AtomicU64>,
+}
+
+type Connecting = Pin<
+    Box<
+        dyn Future<Output = Result<TokioIo<TcpStream>, Box<dyn std::error::Error + Send + Sync>>>
+            + Send,
+    >,
+>;
+
+impl tower_service::Service<Uri> for Counted {
+    type Response = TokioIo<TcpStream>;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future = Connecting;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Connecting {
+        let connecting = self.http.call(uri);
+        let opened = self.opened.clone();
+        Box::pin(async move {
+            let io = connecting.await?;
+            opened.fetch_add(1, Ordering::Relaxed);
+            Ok(io)
+        })
+    }
+}
+
+fn transport(request: &Request, source: impl Into<crate::error::BoxError>) -> Error {
     Error::Transport {
         request: request.clone(),
-        source,
+        source: source.into(),
     }
 }
 
@@ -610,20 +614,26 @@ mod tests {
     fn urls() {
         let c = Client::new("http://10.0.0.5:8899", "t").unwrap();
         assert_eq!(c.url(), "http://10.0.0.5:8899");
-        assert_eq!((c.inner.host.as_str(), c.inner.port), ("10.0.0.5", 8899));
+        let req = c.build_request(&Method::GET, "/v1/info", &None);
+        assert_eq!(
+            (req.uri().host(), req.uri().port_u16()),
+            (Some("10.0.0.5"), Some(8899))
+        );
         let c = Client::new("http://[::1]:8899/", "t").unwrap();
         assert_eq!(c.url(), "http://[::1]:8899");
-        assert_eq!(c.inner.host, "::1");
+        let req = c.build_request(&Method::GET, "/v1/info", &None);
+        assert_eq!(req.uri().host(), Some("[::1]"));
         let c = Client::new("http://proxy/vm-1/", "t").unwrap();
         assert_eq!(c.url(), "http://proxy/vm-1");
-        assert_eq!(c.inner.port, 80);
         let req = c.build_request(&Method::GET, "/v1/ready?wait=5", &None);
-        assert_eq!(req.uri(), "/vm-1/v1/ready?wait=5");
+        // The pool sends the origin form (`/vm-1/v1/ready?wait=5`) to port 80.
+        assert_eq!(req.uri(), "http://proxy/vm-1/v1/ready?wait=5");
+        assert_eq!(req.uri().port_u16(), None);
         assert_eq!(req.headers()[HOST], "proxy");
         let c = Client::new("http://vm:1", "t").unwrap();
         assert_eq!(
             c.build_request(&Method::GET, "/v1/info", &None).uri(),
-            "/v1/info"
+            "http://vm:1/v1/info"
         );
 
         for (url, want) in [

@@ -4,13 +4,16 @@
 //!
 //! Every message names the request and the URL ("status 503 when getting
 //! http://10.0.0.5:8899/v1/ready: …"); [`Error::hint`] adds the likely cause.
-//! Causes (`io::Error`, `hyper::Error`) are kept as `source()`, not pasted
+//! Causes (`io::Error`, hyper's errors) are kept as `source()`, not pasted
 //! into the message, so a caller printing the chain sees each once.
 
 use hyper::StatusCode;
 use lab_agent_proto::{ErrorCode, ReadyResponse, ReadyState};
 use std::fmt;
 use std::time::Duration;
+
+/// The cause of a [`Error::Transport`]: hyper's or its pool's error.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Anything that can go wrong talking to a lab-agent.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +42,7 @@ pub enum Error {
     Transport {
         request: Request,
         #[source]
-        source: hyper::Error,
+        source: BoxError,
     },
 
     /// The agent did not answer within the request timeout.

@@ -148,13 +148,61 @@ pub fn write_token(path: &Path, token: &str) {
     f.write_all(token.as_bytes()).unwrap();
 }
 
-/// A loopback port nothing listens on (right now).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A loopback port held for as long as this lives, with nothing listening
+/// on it: connecting is refused, and no other socket is given the port (a
+/// port found by bind-and-drop can be taken by a parallel test's agent
+/// before it is used).
+///
+/// The socket is bound with `SO_REUSEADDR` but never listens, so an agent
+/// started on the port later (std and tokio bind with `SO_REUSEADDR` too)
+/// can bind it and listen while the reservation is still held: there is no
+/// moment at which the port is free.
+#[derive(Debug)]
+pub struct ReservedPort {
+    _socket: std::os::fd::OwnedFd,
+    pub port: u16,
+}
+
+impl ReservedPort {
+    pub fn new() -> ReservedPort {
+        use nix::sys::socket::{
+            AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, setsockopt, socket,
+            sockopt,
+        };
+        use std::os::fd::AsRawFd;
+        let socket = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        setsockopt(&socket, sockopt::ReuseAddr, &true).expect("SO_REUSEADDR");
+        bind(socket.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).expect("bind 127.0.0.1:0");
+        let port = getsockname::<SockaddrIn>(socket.as_raw_fd())
+            .expect("getsockname")
+            .port();
+        ReservedPort {
+            _socket: socket,
+            port,
+        }
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+}
+
+impl Default for ReservedPort {
+    fn default() -> Self {
+        ReservedPort::new()
+    }
 }
 
 /// How to start an agent: `lab-agent serve --no-cloud-init` on loopback.

@@ -3,7 +3,7 @@
 use lab_agent_client::{Client, Error, Progress, wait_all};
 use lab_agent_proto::lab::Lab;
 use lab_agent_proto::{ExecRequest, ReadyState};
-use lab_agent_tests::local::{Agent, AgentOptions, TempDir, free_port, is_root, new_token};
+use lab_agent_tests::local::{Agent, AgentOptions, ReservedPort, TempDir, is_root, new_token};
 use std::time::{Duration, Instant};
 
 fn client(agent: &Agent) -> Client {
@@ -16,20 +16,31 @@ fn in_secs(s: u64) -> Instant {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_rides_out_an_agent_that_starts_late() {
-    let port = free_port();
+    let port = ReservedPort::new();
     let token = new_token();
-    let c = Client::new(&format!("http://127.0.0.1:{port}"), &token).unwrap();
+    let c = Client::new(&port.url(), &token).unwrap();
+    // The agent starts once the waiter has reported the closed port.
+    let (refused_tx, refused_rx) = tokio::sync::oneshot::channel();
     let waiter = tokio::spawn(async move {
+        let mut refused_tx = Some(refused_tx);
         let mut seen: Vec<Progress> = Vec::new();
         let r = c
-            .wait_ready_with(in_secs(120), |p| seen.push(p.clone()))
+            .wait_ready_with(in_secs(120), |p| {
+                if p.state.is_none() {
+                    if let Some(tx) = refused_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                seen.push(p.clone());
+            })
             .await;
         (r, seen)
     });
-    // Nothing listens yet: the waiter sees a closed port for a while.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    refused_rx
+        .await
+        .expect("the waiter reported the closed port");
     let opts = AgentOptions::default()
-        .listen(format!("127.0.0.1:{port}"))
+        .listen(port.addr())
         .token(token)
         // Longer than the client's largest backoff, so it sees `setting_up`.
         .setup("echo preparing; sleep 4; echo prepared");
@@ -232,11 +243,56 @@ timeout_secs = 1
     assert!(!report.all_passed());
 }
 
+/// The agent closes a kept-alive connection that sends no request head for
+/// 10 s (`HEADER_READ_TIMEOUT`). A grading run after such a pause goes
+/// over a fresh connection: the pool drops connections idle longer than
+/// `POOL_IDLE_TIMEOUT`, so no check is written into one the agent is
+/// closing (a POST lost that way cannot be retried and used to stop the
+/// whole run with `Error::Transport`).
+#[tokio::test]
+async fn grading_again_after_the_agents_idle_close() {
+    let lab_dir = TempDir::new("idlelab");
+    let toml = r#"
+name = "idle-test"
+[[checks]]
+name = "one"
+run = "true"
+[[checks]]
+name = "two"
+run = "echo two"
+"#;
+    lab_dir.write("lab.toml", toml, 0o644);
+    let lab = Lab::load(&lab_dir.path).unwrap();
+    let agent = Agent::start(AgentOptions::default());
+    let c = client(&agent);
+    c.wait_ready(in_secs(60)).await.unwrap();
+    let staged = lab_dir.path.to_str().unwrap().to_owned();
+    let report = c.grade(&lab, &staged).await.unwrap();
+    assert!(report.all_passed(), "{report:?}");
+    assert_eq!(c.connections_opened(), 1);
+
+    // Idle past the agent's close (the pause is what is tested).
+    assert!(lab_agent_client::client::POOL_IDLE_TIMEOUT < Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+
+    let report = c
+        .grade(&lab, &staged)
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", agent.log()));
+    assert!(report.all_passed(), "{report:?}");
+    assert_eq!(
+        c.connections_opened(),
+        2,
+        "one fresh connection after the pause"
+    );
+}
+
 #[tokio::test]
 async fn waiting_on_several_vms_reports_each_one() {
     let good = Agent::start(AgentOptions::default().setup("sleep 1; echo ok"));
     let bad = Agent::start(AgentOptions::default().setup("echo 'cannot fetch image' >&2; exit 5"));
-    let unreachable = format!("http://127.0.0.1:{}", free_port());
+    let nothing_listens = ReservedPort::new();
+    let unreachable = nothing_listens.url();
     let clients = vec![
         client(&good),
         client(&bad),

@@ -2,13 +2,13 @@
 //! statuses, what it prints where, and `labctl try examples/hello-lab`.
 
 use lab_agent_tests::local::{
-    Agent, AgentOptions, HELLO_LAB_BEFORE_THE_STEP, TempDir, agent_bin, check_outcomes, describe,
-    free_port, is_root, labctl, labctl_bin, new_token, write_token,
+    Agent, AgentOptions, HELLO_LAB_BEFORE_THE_STEP, ReservedPort, TempDir, agent_bin,
+    check_outcomes, describe, is_root, labctl, labctl_bin, new_token, write_token,
 };
 use serde_json::Value;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -43,15 +43,9 @@ mod wait {
         let token = new_token();
         let token_file = dir.join("token");
         write_token(&token_file, &token);
-        let port = free_port();
-        let child = Command::new(labctl_bin())
-            .args([
-                "wait",
-                "--url",
-                &format!("http://127.0.0.1:{port}"),
-                "--timeout",
-                "120",
-            ])
+        let port = ReservedPort::new();
+        let mut child = Command::new(labctl_bin())
+            .args(["wait", "--url", &port.url(), "--timeout", "120"])
             .arg("--token-file")
             .arg(&token_file)
             .env("NO_COLOR", "1")
@@ -60,18 +54,31 @@ mod wait {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
+        // Not a terminal: plain progress lines, one per change. The agent
+        // starts once labctl has reported the closed port.
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut err = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            err.push_str(&line);
+            err.push('\n');
+            if line.contains("unreachable: connection refused") {
+                break;
+            }
+        }
+        assert!(err.contains("unreachable: connection refused"), "{err}");
         let _agent = Agent::start(
             AgentOptions::default()
-                .listen(format!("127.0.0.1:{port}"))
+                .listen(port.addr())
                 .token(token)
                 .setup("sleep 1"),
         );
+        for line in lines {
+            err.push_str(&line.unwrap());
+            err.push('\n');
+        }
         let out = child.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-        let err = stderr(&out);
-        // Not a terminal: plain progress lines, one per change.
-        assert!(err.contains("unreachable: connection refused"), "{err}");
+        assert_eq!(out.status.code(), Some(0), "{}\n{err}", describe(&out));
         assert!(err.contains("ready after"), "{err}");
         assert_eq!(stdout(&out), "", "data only on stdout, and there is none");
     }
@@ -136,7 +143,8 @@ mod wait {
         let dir = TempDir::new("labctl-unreach");
         let tf = dir.join("token");
         write_token(&tf, &new_token());
-        let url = format!("http://127.0.0.1:{}", free_port());
+        let nothing_listens = ReservedPort::new();
+        let url = nothing_listens.url();
         let out = labctl([
             "wait",
             "--url",

@@ -19,7 +19,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Grace between SIGTERM and SIGKILL when the setup times out.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
@@ -58,10 +58,12 @@ pub enum SetupError {
 /// with a `failed` record.
 pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupError> {
     prepare_state_dir(&cfg.state_dir)?;
-    let started = SystemTime::now();
+    // The wall clock is for the record; the duration is measured on the
+    // monotonic clock (a first boot's NTP step would corrupt it).
+    let started = Instant::now();
     let mut record = SetupRecord {
         state: SetupState::Running,
-        started_at: crate::timefmt::rfc3339(started),
+        started_at: crate::timefmt::rfc3339(SystemTime::now()),
         finished_at: None,
         exit_code: None,
         signal: None,
@@ -84,12 +86,7 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
         });
     }
     record.finished_at = Some(crate::timefmt::rfc3339(SystemTime::now()));
-    record.duration_ms = Some(
-        SystemTime::now()
-            .duration_since(started)
-            .unwrap_or_default()
-            .as_millis() as u64,
-    );
+    record.duration_ms = Some(started.elapsed().as_millis() as u64);
     record.state = if exit_status == 0 {
         SetupState::Succeeded
     } else {

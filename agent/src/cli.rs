@@ -8,7 +8,7 @@
 
 use crate::serve::ServeConfig;
 use crate::setup::SetupConfig;
-use lab_agent_proto::GUEST_LAB_DIR;
+use lab_agent_proto::{GUEST_LAB_DIR, guest};
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -116,18 +116,18 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Usage
 fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
     const USAGE: &str = "lab-agent serve --help";
     let mut c = ServeConfig {
-        listen: SocketAddr::from(([0, 0, 0, 0], lab_agent_proto::DEFAULT_PORT)),
+        listen: SocketAddr::from(([0, 0, 0, 0], guest::PORT)),
         addr_file: None,
-        token_file: "/etc/lab-agent/token".into(),
-        state_dir: "/var/lib/lab-agent".into(),
-        cloud_init_dir: Some("/run/cloud-init".into()),
+        token_file: guest::TOKEN_PATH.into(),
+        state_dir: guest::STATE_DIR.into(),
+        cloud_init_dir: Some(guest::CLOUD_INIT_DIR.into()),
         run_setup: None,
-        setup_timeout: Duration::from_secs(600),
+        setup_timeout: Duration::from_secs(guest::DEFAULT_SETUP_TIMEOUT_SECS),
         lab_dir: GUEST_LAB_DIR.into(),
         max_execs: 8,
         shutdown_grace: Duration::from_secs(10),
     };
-    let mut cloud_init_dir: PathBuf = "/run/cloud-init".into();
+    let mut cloud_init_dir: PathBuf = guest::CLOUD_INIT_DIR.into();
     let mut no_cloud_init = false;
     while let Some(flag) = args.next_flag(USAGE)? {
         match flag.as_str() {
@@ -154,8 +154,8 @@ fn parse_setup(mut args: Args) -> Result<Command, UsageError> {
     const USAGE: &str = "lab-agent setup --help";
     let mut c = SetupConfig {
         script: None,
-        state_dir: "/var/lib/lab-agent".into(),
-        timeout: Duration::from_secs(600),
+        state_dir: guest::STATE_DIR.into(),
+        timeout: Duration::from_secs(guest::DEFAULT_SETUP_TIMEOUT_SECS),
         user: "root".into(),
         lab_dir: GUEST_LAB_DIR.into(),
         echo: true,

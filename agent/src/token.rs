@@ -6,13 +6,14 @@
 //! owner, the token must be long enough not to be guessed, and a comparison
 //! must not leak how many leading bytes of a guess were right.
 
+use lab_agent_proto::guest::{TokenProblem, check_token};
 use std::fmt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use subtle::ConstantTimeEq;
 
-/// Shortest token the agent accepts. `labctl secret` generates 43 characters.
-pub const MIN_TOKEN_CHARS: usize = 32;
+/// Shortest token the agent accepts (the guest contract's rule).
+pub use lab_agent_proto::guest::MIN_TOKEN_LEN as MIN_TOKEN_CHARS;
 
 /// A loaded token. `Debug` never prints it.
 #[derive(Clone)]
@@ -74,16 +75,20 @@ impl Token {
             .rposition(|b| !b.is_ascii_whitespace())
             .map_or(0, |i| i + 1);
         let token = &bytes[..end];
-        if token.iter().any(|b| !(0x21..=0x7e).contains(b)) {
-            return Err(TokenError::BadCharacter {
-                path: path.to_path_buf(),
-            });
-        }
-        if token.len() < MIN_TOKEN_CHARS {
-            return Err(TokenError::TooShort {
-                path: path.to_path_buf(),
-                len: token.len(),
-            });
+        // Not UTF-8 is not visible ASCII either.
+        match std::str::from_utf8(token).map(check_token) {
+            Ok(Ok(())) => {}
+            Ok(Err(TokenProblem::TooShort { len })) => {
+                return Err(TokenError::TooShort {
+                    path: path.to_path_buf(),
+                    len,
+                });
+            }
+            Ok(Err(TokenProblem::BadCharacter(_))) | Err(_) => {
+                return Err(TokenError::BadCharacter {
+                    path: path.to_path_buf(),
+                });
+            }
         }
         Ok(Token(token.into()))
     }

@@ -21,26 +21,12 @@ use lab_agent_proto::lab::{LabFile, MAX_TIMEOUT_SECS};
 use std::collections::BTreeSet;
 use std::fmt;
 
-/// Where the agent binary goes.
-pub const AGENT_PATH: &str = "/usr/local/bin/lab-agent";
-/// The agent's private directory: token and setup script (mode 0700).
-pub const CONFIG_DIR: &str = "/etc/lab-agent";
-/// The per-VM token; `lab-agent serve`'s default `--token-file`.
-pub const TOKEN_PATH: &str = "/etc/lab-agent/token";
-/// The lab's setup script, run by `lab-agent setup --script`.
-pub const SETUP_SCRIPT_PATH: &str = "/etc/lab-agent/setup.sh";
-/// `lab-agent`'s default `--state-dir` (setup.json, setup.log), mode 0700.
-pub const STATE_DIR: &str = "/var/lib/lab-agent";
-/// Where the installer records why it failed; `lab-agent setup` reports it
-/// as a failed setup (`STATE_DIR` + [`lab_agent_proto::INSTALL_ERROR_FILE`]).
-pub const INSTALL_ERROR_PATH: &str = "/var/lib/lab-agent/install-error";
-/// The systemd unit.
-pub const UNIT_PATH: &str = "/etc/systemd/system/lab-agent.service";
-/// The drop-in that turns the serial console's login prompt into a root shell.
-pub const AUTOLOGIN_DROPIN_PATH: &str =
-    "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf";
-/// The shortest token the agent accepts.
-pub const MIN_TOKEN_LEN: usize = 32;
+// The guest contract is `lab-agent-proto`'s; re-exported here because the
+// payload is where each of these paths is written.
+pub use lab_agent_proto::guest::{
+    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, CONFIG_DIR, INSTALL_ERROR_PATH, MIN_TOKEN_LEN,
+    SETUP_SCRIPT_PATH, STATE_DIR, TOKEN_PATH, UNIT_PATH,
+};
 
 /// The systemd unit, one copy for the whole project: `packaging/` owns it.
 pub const UNIT: &str = include_str!("../../packaging/lab-agent.service");
@@ -217,21 +203,9 @@ pub fn render_user_data(spec: &PayloadSpec) -> Result<UserData, Error> {
 }
 
 fn check_token(token: &str) -> Result<(), Error> {
-    let problem = if token.len() < MIN_TOKEN_LEN {
-        format!(
-            "it is {} characters long; the agent refuses tokens shorter than {MIN_TOKEN_LEN} \
-             (a generated token is 43)",
-            token.len()
-        )
-    } else if let Some(bad) = token.chars().find(|c| !c.is_ascii_graphic()) {
-        format!(
-            "it contains {bad:?}; a token travels in an HTTP header, so use only visible \
-             ASCII characters (a generated token is base64url)"
-        )
-    } else {
-        return Ok(());
-    };
-    Err(Error::Token { problem })
+    lab_agent_proto::guest::check_token(token).map_err(|p| Error::Token {
+        problem: p.to_string(),
+    })
 }
 
 fn check_lab_name(name: &str) -> Result<(), Error> {

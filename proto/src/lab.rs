@@ -14,13 +14,13 @@ use std::path::{Component, Path, PathBuf};
 
 /// The file name of a lab's description inside its folder.
 pub const LAB_TOML: &str = "lab.toml";
-pub use crate::{GUEST_LAB_DIR, LAB_DIR_ENV};
 /// Default `[setup].timeout_secs`.
-pub const DEFAULT_SETUP_TIMEOUT_SECS: u64 = 600;
+pub use crate::guest::DEFAULT_SETUP_TIMEOUT_SECS;
+pub use crate::{GUEST_LAB_DIR, LAB_DIR_ENV};
 /// Default `timeout_secs` of a check.
 pub const DEFAULT_CHECK_TIMEOUT_SECS: u64 = 60;
 /// Longest timeout a lab may ask for, for setup or a check (one hour).
-pub const MAX_TIMEOUT_SECS: u64 = 3600;
+pub use crate::exec::MAX_TIMEOUT_SECS;
 
 /// A parsed and validated lab.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 //! - [`exec`]: `POST /v1/exec` — the request and its result.
 //! - [`info`]: `GET /v1/info`.
 //! - [`error`]: the error body every non-2xx response carries.
+//! - [`guest`]: the guest contract: paths, port, token rule, defaults.
 //! - [`lab`] (feature `lab`): the `lab.toml` model shared by the client and
 //!   the payload generator. The agent never reads `lab.toml`.
 //!
@@ -20,6 +21,7 @@
 
 pub mod error;
 pub mod exec;
+pub mod guest;
 pub mod info;
 #[cfg(feature = "lab")]
 pub mod lab;
@@ -30,8 +32,8 @@ pub use exec::{ExecRequest, ExecResult};
 pub use info::InfoResponse;
 pub use ready::{CloudInitStatus, ReadyResponse, ReadyState, SetupState, SetupStatus};
 
-/// Port the agent listens on in a lab VM.
-pub const DEFAULT_PORT: u16 = 8899;
+/// Port the agent listens on in a lab VM ([`guest::PORT`]).
+pub const DEFAULT_PORT: u16 = guest::PORT;
 
 /// Largest request body the agent accepts (413 above it).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -40,11 +42,8 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 pub const MAX_READY_WAIT_SECS: u64 = 60;
 
 /// Where a lab's files live in the guest, and the default `LAB_DIR`.
-pub const GUEST_LAB_DIR: &str = "/opt/lab";
-/// The file in the agent's state dir where the payload's installer records
-/// why it failed; `lab-agent setup` then reports a failed setup with that
-/// reason instead of running the script.
-pub const INSTALL_ERROR_FILE: &str = "install-error";
+pub const GUEST_LAB_DIR: &str = guest::LAB_DIR;
+pub use guest::INSTALL_ERROR_FILE;
 /// Environment variable through which setup and checks find the lab's files.
 pub const LAB_DIR_ENV: &str = "LAB_DIR";
 

@@ -49,7 +49,7 @@ pub use machine::{Machine, PowerOff};
 pub const QEMU: &str = "qemu-system-x86_64";
 
 /// The guest port the agent listens on; forwarded from a loopback port.
-pub const GUEST_PORT: u16 = 8899;
+pub const GUEST_PORT: u16 = lab_agent_proto::guest::PORT;
 
 /// Everything that can go wrong with a machine. Each message says what
 /// failed and carries enough context (log tails) to see why without

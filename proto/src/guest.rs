@@ -1,0 +1,116 @@
+//! The guest contract: where things live in a lab VM, the agent's port, the
+//! token rule and the defaults. The agent's defaults (`agent/src/cli.rs`),
+//! the payload the generator writes (`cloud-init/src/payload.rs`) and the
+//! qemu driver's port forward (`labctl`) all come from here, so a path or
+//! a rule changes in one place.
+
+use std::fmt;
+
+/// Port the agent listens on in a lab VM.
+pub const PORT: u16 = 8899;
+/// Where the agent binary goes.
+pub const AGENT_PATH: &str = "/usr/local/bin/lab-agent";
+/// The agent's private directory: token and setup script (mode 0700).
+pub const CONFIG_DIR: &str = "/etc/lab-agent";
+/// The per-VM token; `lab-agent serve`'s default `--token-file`.
+pub const TOKEN_PATH: &str = "/etc/lab-agent/token";
+/// The lab's setup script, run by `lab-agent setup --script`.
+pub const SETUP_SCRIPT_PATH: &str = "/etc/lab-agent/setup.sh";
+/// `lab-agent`'s default `--state-dir` (setup.json, setup.log), mode 0700.
+pub const STATE_DIR: &str = "/var/lib/lab-agent";
+/// The file in the agent's state dir where the payload's installer records
+/// why it failed; `lab-agent setup` then reports a failed setup with that
+/// reason instead of running the script.
+pub const INSTALL_ERROR_FILE: &str = "install-error";
+/// [`STATE_DIR`]/[`INSTALL_ERROR_FILE`].
+pub const INSTALL_ERROR_PATH: &str = "/var/lib/lab-agent/install-error";
+/// Where cloud-init's `result.json` appears at the end of its final stage
+/// (tmpfs: never a leftover of an earlier boot); `--cloud-init-dir`.
+pub const CLOUD_INIT_DIR: &str = "/run/cloud-init";
+/// The systemd unit.
+pub const UNIT_PATH: &str = "/etc/systemd/system/lab-agent.service";
+/// The drop-in that turns the serial console's login prompt into a root shell.
+pub const AUTOLOGIN_DROPIN_PATH: &str =
+    "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf";
+/// Where a lab's files live in the guest, and the default `LAB_DIR`.
+pub const LAB_DIR: &str = "/opt/lab";
+/// Default timeout of the lab's setup script (`[setup].timeout_secs`,
+/// `lab-agent setup --timeout`).
+pub const DEFAULT_SETUP_TIMEOUT_SECS: u64 = 600;
+
+/// The shortest token the agent accepts. A generated token is 43
+/// characters (32 random bytes, base64url).
+pub const MIN_TOKEN_LEN: usize = 32;
+
+/// Why a token is refused; see [`check_token`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenProblem {
+    /// Shorter than [`MIN_TOKEN_LEN`].
+    TooShort { len: usize },
+    /// A character that cannot travel in an HTTP header (only visible
+    /// ASCII can).
+    BadCharacter(char),
+}
+
+impl fmt::Display for TokenProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenProblem::TooShort { len } => write!(
+                f,
+                "it is {len} characters long; the agent refuses tokens shorter than \
+                 {MIN_TOKEN_LEN} (a generated token is 43)"
+            ),
+            TokenProblem::BadCharacter(c) => write!(
+                f,
+                "it contains {c:?}; a token travels in an HTTP header, so use only visible \
+                 ASCII characters (a generated token is base64url)"
+            ),
+        }
+    }
+}
+
+/// The token rule, for a token already trimmed of trailing whitespace: at
+/// least [`MIN_TOKEN_LEN`] characters, all visible ASCII.
+pub fn check_token(token: &str) -> Result<(), TokenProblem> {
+    if token.len() < MIN_TOKEN_LEN {
+        return Err(TokenProblem::TooShort { len: token.len() });
+    }
+    if let Some(bad) = token.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(TokenProblem::BadCharacter(bad));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_agree() {
+        assert_eq!(
+            INSTALL_ERROR_PATH,
+            format!("{STATE_DIR}/{INSTALL_ERROR_FILE}")
+        );
+        assert_eq!(TOKEN_PATH, format!("{CONFIG_DIR}/token"));
+        assert_eq!(SETUP_SCRIPT_PATH, format!("{CONFIG_DIR}/setup.sh"));
+    }
+
+    #[test]
+    fn the_token_rule() {
+        let good = "a".repeat(MIN_TOKEN_LEN);
+        assert_eq!(check_token(&good), Ok(()));
+        assert_eq!(
+            check_token(&good[1..]),
+            Err(TokenProblem::TooShort {
+                len: MIN_TOKEN_LEN - 1
+            })
+        );
+        let spaced = format!("{good} x");
+        assert_eq!(check_token(&spaced), Err(TokenProblem::BadCharacter(' ')));
+        assert!(
+            TokenProblem::TooShort { len: 3 }
+                .to_string()
+                .contains("shorter than 32")
+        );
+    }
+}

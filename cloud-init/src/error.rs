@@ -42,6 +42,19 @@ impl Error {
     pub fn is_too_large(&self) -> bool {
         matches!(self, Error::TooLarge(_))
     }
+
+    /// What to try, for a person reading the error (printed as `hint: …`
+    /// after it; not part of the message).
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            Error::TooLarge(_) => Some(
+                "lab files are sent compressed when that is smaller; move large ones out of \
+                 the lab (download them in the setup script), and build the agent with \
+                 `packaging/build-agent.sh` (static, stripped, size-optimized)",
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// Over the limit: by how much, and the largest parts, so the operator knows
@@ -74,11 +87,6 @@ impl fmt::Display for TooLarge {
             let sep = if i == 0 { " " } else { ", " };
             write!(f, "{sep}`{}` {}", part.name, Kib(part.bytes))?;
         }
-        write!(
-            f,
-            "\nhint: lab files are sent compressed when that is smaller; move large ones \
-             out of the lab (download them in the setup script), and build the agent with \
-             `packaging/build-agent.sh` (static, stripped, size-optimized)"
-        )
+        Ok(())
     }
 }

@@ -97,31 +97,39 @@ impl Failure {
         self
     }
 
-    /// A client error as it stands: its message, causes, hint and status.
-    pub fn client(e: lab_agent_client::Error) -> Self {
-        let exit = Exit::for_client_error(&e);
-        let hints = e.hint().into_iter().collect();
+    /// Adds each of `hints` (none, for `None`).
+    pub fn hints(mut self, hints: impl IntoIterator<Item = String>) -> Self {
+        self.hints.extend(hints);
+        self
+    }
+
+    /// An error as it stands: its message, then its causes, then `hints`.
+    pub fn from_error(
+        exit: Exit,
+        e: impl std::error::Error + Send + Sync + 'static,
+        hints: impl IntoIterator<Item = String>,
+    ) -> Self {
         Failure {
             exit,
             message: e.to_string(),
             source: Some(Box::new(e)),
             source_is_message: true,
-            hints,
+            hints: hints.into_iter().collect(),
         }
     }
 
-    /// A lab that failed to load (exit 2); the message names file and field.
+    /// A client error as it stands: its message, causes, hint and status.
+    pub fn client(e: lab_agent_client::Error) -> Self {
+        let exit = Exit::for_client_error(&e);
+        let hints = e.hint();
+        Failure::from_error(exit, e, hints)
+    }
+
+    /// A lab that failed to load (exit 2); the message names file and field
+    /// (and already ends with its cause).
     pub fn lab(e: lab_agent_proto::lab::LabError) -> Self {
-        // LabError's own text may carry a `hint:` line; keep it as one.
-        let text = e.to_string();
-        let mut lines = text.lines();
-        let mut f = Failure::usage(lines.next().unwrap_or_default());
-        for line in lines {
-            match line.strip_prefix("hint: ") {
-                Some(h) => f.hints.push(h.to_owned()),
-                None => f.message.push_str(&format!("\n{line}")),
-            }
-        }
+        let mut f = Failure::usage(e.to_string());
+        f.hints.extend(e.hint().map(str::to_owned));
         f
     }
 

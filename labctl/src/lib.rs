@@ -7,7 +7,8 @@
 //! stderr everything else.
 //!
 //! - [`wait`], [`exec`], [`grade`], [`r#try`]: talk to agents.
-//! - [`secret`]: renders a lab's payload (owned by the payload work).
+//! - [`secret`]: renders a lab's payload ([`secret::render`], which
+//!   `try --vm` uses too); [`token`] makes per-VM tokens.
 //! - [`exit`]: exit codes and how errors print; [`common`], [`progress`],
 //!   [`report`]: shared by the verbs.
 //! - [`qemu`]: booting a guest with a NoCloud seed, for `try --vm` (and the
@@ -26,6 +27,7 @@ pub mod progress;
 pub mod qemu;
 pub mod report;
 pub mod secret;
+pub mod token;
 pub mod r#try;
 pub mod wait;
 
@@ -62,9 +64,6 @@ pub enum Command {
 pub fn main() -> ExitCode {
     init_tracing();
     let cli = Cli::parse();
-    if let Command::Secret(args) = &cli.command {
-        return secret::run(args);
-    }
     match run(&cli.command) {
         Ok(exit) => exit.into(),
         Err(failure) => {
@@ -81,14 +80,7 @@ pub fn run(command: &Command) -> Result<Exit, Failure> {
         Command::Exec(args) => exec::run(args),
         Command::Grade(args) => grade::run(args),
         Command::Try(args) => r#try::run(args),
-        Command::Secret(args) => Ok(Exit::Command(
-            // `secret` reports its own errors; only its status comes back.
-            if secret::run(args) == ExitCode::SUCCESS {
-                0
-            } else {
-                2
-            },
-        )),
+        Command::Secret(args) => secret::run(args),
     }
 }
 

@@ -1,23 +1,22 @@
 //! `labctl secret LAB_DIR --name NAME …`: the edge of the payload generator.
 //! It reads the lab, the agent and the token (or makes one), hands them to
-//! the pure renderer in `lab-agent-cloudinit`, and writes the results.
+//! [`render`] (which `labctl try --vm` calls too), and writes the results.
 //!
 //! stdout carries data only (the Secret, or the `--json` object); progress,
-//! the budget line and errors go to stderr. Exit status: 0 done; 2 a usage
-//! or input problem (flags, lab, token, Kubernetes names, over 1 MiB); 1
-//! anything else (no usable agent, a file that cannot be written).
+//! the budget line and errors go to stderr. Exit status: 0 done; 2 anything
+//! that stopped it (flags, the lab, the agent binary, the token, Kubernetes
+//! names, over 1 MiB, a file that cannot be written).
 
-use super::agent_bin::{self, AgentBinError, Linkage};
-use base64::Engine as _;
+use crate::agent_bin::{self, AgentBinError, AgentBinary, Linkage};
+use crate::exit::{Exit, Failure};
 use lab_agent_cloudinit::{
-    Budget, Format, PayloadSpec, SECRET_LIMIT, SecretMeta, SetupScript, render_secret,
+    Budget, Format, PayloadSpec, SECRET_LIMIT, SecretMeta, SetupScript, UserData, render_secret,
     render_user_data,
 };
 use lab_agent_proto::lab::{Lab, LabError};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SecretArgs {
@@ -93,22 +92,26 @@ pub enum SecretError {
 }
 
 impl SecretError {
-    /// 2 for what the caller can fix in the input, 1 otherwise.
-    pub fn exit_code(&self) -> u8 {
+    /// What to try, printed as `hint: …` after the error.
+    pub fn hint(&self) -> Option<String> {
         match self {
-            SecretError::Usage(_)
-            | SecretError::Lab(_)
-            | SecretError::Read { .. }
-            | SecretError::Render(_) => 2,
-            SecretError::Agent(_) | SecretError::Random(_) | SecretError::Write { .. } => 1,
+            SecretError::Agent(e) => e.hint(),
+            SecretError::Lab(e) => e.hint().map(str::to_owned),
+            SecretError::Render(e) => e.hint().map(str::to_owned),
+            _ => None,
         }
     }
+}
 
-    /// Lines to print as `hint: …` after the error.
-    pub fn hints(&self) -> Vec<String> {
-        match self {
-            SecretError::Agent(e) => e.hint().into_iter().collect(),
-            _ => Vec::new(),
+/// Every way `labctl secret` fails stops it before a usable payload: exit 2.
+impl From<SecretError> for Failure {
+    fn from(e: SecretError) -> Failure {
+        match e {
+            SecretError::Lab(e) => Failure::lab(e),
+            e => {
+                let hint = e.hint();
+                Failure::from_error(Exit::Usage, e, hint)
+            }
         }
     }
 }
@@ -163,68 +166,93 @@ impl From<&Budget> for BudgetReport {
     }
 }
 
-pub fn run(args: &SecretArgs) -> ExitCode {
+/// Where the token comes from.
+#[derive(Debug, Clone)]
+enum TokenSource {
+    File(PathBuf),
+    Generate,
+}
+
+/// `labctl secret`'s arguments, checked, with the lab loaded.
+#[derive(Debug)]
+pub struct Config {
+    lab: Lab,
+    meta: SecretMeta,
+    format: Format,
+    token: TokenSource,
+    agent: Option<PathBuf>,
+    output: Option<PathBuf>,
+    user_data_out: Option<PathBuf>,
+    token_out: Option<PathBuf>,
+    serial_autologin: bool,
+    json: bool,
+}
+
+impl Config {
+    pub fn from_args(args: &SecretArgs) -> Result<Config, SecretError> {
+        let meta = secret_meta(args)?;
+        if args.token_file.is_none() && args.token_out.is_none() && !args.json {
+            return Err(SecretError::Usage(
+                "a generated token would only be inside the Secret: pass `--token-out FILE` or \
+                 `--json` to get it back, or `--token-file FILE` to use your own"
+                    .into(),
+            ));
+        }
+        Ok(Config {
+            lab: Lab::load(&args.lab_dir)?,
+            meta,
+            format: match args.format {
+                ManifestFormat::Yaml => Format::Yaml,
+                ManifestFormat::Json => Format::Json,
+            },
+            token: match &args.token_file {
+                Some(path) => TokenSource::File(path.clone()),
+                None => TokenSource::Generate,
+            },
+            agent: args.agent.clone(),
+            output: args.output.clone(),
+            user_data_out: args.user_data_out.clone(),
+            token_out: args.token_out.clone(),
+            serial_autologin: !args.no_autologin,
+            json: args.json,
+        })
+    }
+}
+
+pub fn run(args: &SecretArgs) -> Result<Exit, Failure> {
+    let config = Config::from_args(args)?;
     let mut stdout = std::io::stdout().lock();
-    let mut stderr = std::io::stderr();
-    match execute(args, &mut stdout, &mut stderr) {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            let _ = write!(stderr, "{}", render_error(&e));
-            ExitCode::from(e.exit_code())
-        }
-    }
+    execute(&config, &mut stdout, &mut std::io::stderr())?;
+    Ok(Exit::Success)
 }
 
-/// `error: …`, each cause, each hint (`hint:` lines inside a message too).
-pub fn render_error(e: &SecretError) -> String {
-    let mut out = String::new();
-    let text = e.to_string();
-    let mut hints: Vec<String> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if let Some(h) = line.strip_prefix("hint: ") {
-            hints.push(h.to_owned());
-        } else if i == 0 {
-            out.push_str(&format!("error: {line}\n"));
-        } else {
-            out.push_str(&format!("{line}\n"));
-        }
-    }
-    // A lab error's message already ends with its cause.
-    let mut cause = match e {
-        SecretError::Lab(_) => None,
-        e => std::error::Error::source(e),
-    };
-    while let Some(c) = cause {
-        out.push_str(&format!("  caused by: {c}\n"));
-        cause = c.source();
-    }
-    hints.extend(e.hints());
-    for h in hints {
-        out.push_str(&format!("hint: {h}\n"));
-    }
-    out
+/// How to render a payload, beyond the lab, the agent and the token.
+#[derive(Debug, Clone)]
+pub struct RenderOptions {
+    /// The Secret's name, namespace and labels.
+    pub meta: SecretMeta,
+    pub format: Format,
+    /// Log root in on the serial console.
+    pub serial_autologin: bool,
 }
 
-/// The whole verb, with stdout and stderr passed in (tests capture them).
-pub fn execute(
-    args: &SecretArgs,
-    out: &mut dyn Write,
-    log: &mut dyn Write,
-) -> Result<Report, SecretError> {
-    let meta = secret_meta(args)?;
-    let format = match args.format {
-        ManifestFormat::Yaml => Format::Yaml,
-        ManifestFormat::Json => Format::Json,
-    };
-    if args.token_file.is_none() && args.token_out.is_none() && !args.json {
-        return Err(SecretError::Usage(
-            "a generated token would only be inside the Secret: pass `--token-out FILE` or \
-             `--json` to get it back, or `--token-file FILE` to use your own"
-                .into(),
-        ));
-    }
+/// A lab's payload: the user-data and the Secret that carries it.
+#[derive(Debug)]
+pub struct Rendered {
+    pub user_data: UserData,
+    /// The Secret manifest, in the format asked for.
+    pub manifest: String,
+}
 
-    let lab = Lab::load(&args.lab_dir)?;
+/// Renders `lab`'s payload for `agent` with `token`: reads the lab's files
+/// and setup script, then the generator's pure functions. `labctl secret`
+/// and `labctl try --vm` both call this, so a VM boots what a Secret holds.
+pub fn render(
+    lab: &Lab,
+    agent: &AgentBinary,
+    token: &str,
+    opts: &RenderOptions,
+) -> Result<Rendered, SecretError> {
     let files = lab.collect_files()?;
     let setup = match lab.setup_script_path() {
         None => None,
@@ -237,68 +265,116 @@ pub fn execute(
             timeout_secs: lab.setup_timeout_secs(),
         }),
     };
-    let (token, token_generated) = match &args.token_file {
-        Some(path) => (read_token_file(path, log)?, false),
-        None => (generate_token().map_err(SecretError::Random)?, true),
+    let spec = PayloadSpec {
+        lab_name: lab.name.clone(),
+        agent: agent.bytes.clone(),
+        token: token.to_owned(),
+        files,
+        setup,
+        serial_autologin: opts.serial_autologin,
     };
-    let agent = agent_bin::load(args.agent.as_deref(), Linkage::Static)?;
+    let user_data = render_user_data(&spec)?;
+    let manifest = render_secret(&user_data, &opts.meta, opts.format)?;
+    Ok(Rendered {
+        user_data,
+        manifest,
+    })
+}
+
+/// [`render`] with what a person wants to see on the way: which agent, and
+/// the budget line (also when the payload is over the limit, before the
+/// error).
+pub fn render_logged(
+    lab: &Lab,
+    agent: &AgentBinary,
+    token: &str,
+    opts: &RenderOptions,
+    log: &mut dyn Write,
+) -> Result<Rendered, SecretError> {
     let _ = writeln!(
         log,
         "agent: `{}` ({} bytes)",
         agent.path.display(),
         agent.bytes.len()
     );
-
-    let spec = PayloadSpec {
-        lab_name: lab.name.clone(),
-        agent: agent.bytes,
-        token: token.clone(),
-        files,
-        setup,
-        serial_autologin: !args.no_autologin,
+    let rendered = render(lab, agent, token, opts);
+    let budget = match &rendered {
+        Ok(r) => Some(r.user_data.budget()),
+        Err(SecretError::Render(lab_agent_cloudinit::Error::TooLarge(t))) => Some(&t.budget),
+        Err(_) => None,
     };
-    let user_data = render_user_data(&spec)?;
-    // The budget line comes before the size check, so an oversize run shows it too.
-    let _ = writeln!(log, "{}", user_data.budget());
-    let manifest = render_secret(&user_data, &meta, format)?;
+    if let Some(budget) = budget {
+        let _ = writeln!(log, "{budget}");
+    }
+    rendered
+}
+
+/// The whole verb, with stdout and stderr passed in (tests capture them).
+pub fn execute(
+    config: &Config,
+    out: &mut dyn Write,
+    log: &mut dyn Write,
+) -> Result<Report, SecretError> {
+    let (token, token_generated) = match &config.token {
+        TokenSource::File(path) => (read_token_file(path, log)?, false),
+        TokenSource::Generate => (crate::token::generate().map_err(SecretError::Random)?, true),
+    };
+    let agent = agent_bin::load(config.agent.as_deref(), Linkage::Static)?;
+    let opts = RenderOptions {
+        meta: config.meta.clone(),
+        format: config.format,
+        serial_autologin: config.serial_autologin,
+    };
+    let Rendered {
+        user_data,
+        manifest,
+    } = render_logged(&config.lab, &agent, &token, &opts, log)?;
 
     // The token first: if a later write fails, the caller still has it.
-    if let Some(path) = &args.token_out {
+    if let Some(path) = &config.token_out {
         write_private(path, format!("{token}\n").as_bytes(), "the token")?;
         let _ = writeln!(log, "wrote the token to `{}`", path.display());
     }
-    if let Some(path) = &args.user_data_out {
+    if let Some(path) = &config.user_data_out {
         write_private(path, user_data.as_bytes(), "the user-data")?;
         let _ = writeln!(log, "wrote the user-data to `{}`", path.display());
     }
     let mut secret_inline = None;
-    match &args.output {
+    match &config.output {
         Some(path) => {
             write_private(path, manifest.as_bytes(), "the Secret")?;
-            let _ = writeln!(log, "wrote Secret `{}` to `{}`", meta.name, path.display());
+            let _ = writeln!(
+                log,
+                "wrote Secret `{}` to `{}`",
+                config.meta.name,
+                path.display()
+            );
         }
-        None if args.json => secret_inline = Some(manifest),
+        None if config.json => secret_inline = Some(manifest),
         None => write_stdout(out, manifest.as_bytes())?,
     }
 
     let report = Report {
-        lab: lab.name,
-        name: meta.name,
-        namespace: meta.namespace,
+        lab: config.lab.name.clone(),
+        name: config.meta.name.clone(),
+        namespace: config.meta.namespace.clone(),
         token,
         token_generated,
         agent: agent.path,
-        format: match format {
+        format: match config.format {
             Format::Yaml => "yaml",
             Format::Json => "json",
         },
-        secret_file: args.output.clone(),
-        user_data_file: args.user_data_out.clone(),
-        token_file: args.token_out.clone().or_else(|| args.token_file.clone()),
+        secret_file: config.output.clone(),
+        user_data_file: config.user_data_out.clone(),
+        token_file: match &config.token {
+            TokenSource::File(path) => config.token_out.clone().or_else(|| Some(path.clone())),
+            TokenSource::Generate => config.token_out.clone(),
+        },
         budget: user_data.budget().into(),
         secret: secret_inline,
     };
-    if args.json {
+    if config.json {
         let mut text = serde_json::to_string_pretty(&report).expect("serialize report");
         text.push('\n');
         write_stdout(out, text.as_bytes())?;
@@ -330,14 +406,6 @@ fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, SecretError> {
     Ok(meta)
 }
 
-/// A new per-VM token: 32 bytes from the OS's random source, base64url
-/// without padding (43 characters).
-pub fn generate_token() -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)?;
-    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
-}
-
 /// The token is the file's content without trailing whitespace; the
 /// renderer checks its length and characters.
 fn read_token_file(path: &Path, log: &mut dyn Write) -> Result<String, SecretError> {
@@ -367,7 +435,11 @@ fn read_token_file(path: &Path, log: &mut dyn Write) -> Result<String, SecretErr
 /// A target that exists and is not a regular file (`/dev/null`, a FIFO, a
 /// terminal) is written in place: renaming over it would replace a device
 /// node with a file.
-fn write_private(path: &Path, bytes: &[u8], what: &'static str) -> Result<(), SecretError> {
+pub(crate) fn write_private(
+    path: &Path,
+    bytes: &[u8],
+    what: &'static str,
+) -> Result<(), SecretError> {
     use std::os::unix::fs::OpenOptionsExt;
     let err = |source| SecretError::Write {
         what,
@@ -463,22 +535,5 @@ mod tests {
         let mode = std::fs::metadata(&file).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn generated_tokens_are_43_chars_of_base64url() {
-        let a = generate_token().unwrap();
-        let b = generate_token().unwrap();
-        assert_eq!(a.len(), 43);
-        assert!(
-            a.bytes()
-                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
-            "{a}"
-        );
-        assert_ne!(a, b);
-        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(&a)
-            .unwrap();
-        assert_eq!(raw.len(), 32);
     }
 }

@@ -80,7 +80,7 @@ impl fmt::Debug for LabFile {
 /// Why a lab could not be loaded. Every message names the file and the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
-    #[error("failed to read `{path}`: {source}\nhint: a lab is a folder with a `lab.toml` in it")]
+    #[error("failed to read `{path}`: {source}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -102,6 +102,17 @@ pub enum LabError {
     },
     #[error("`{path}`: {problem}")]
     BadFile { path: PathBuf, problem: String },
+}
+
+impl LabError {
+    /// What to try, for a person reading the error (printed as `hint: …`
+    /// after it; not part of the message).
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            LabError::Read { .. } => Some("a lab is a folder with a `lab.toml` in it"),
+            _ => None,
+        }
+    }
 }
 
 // The file format, exactly as written; converted into `Lab` after validation.

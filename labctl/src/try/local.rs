@@ -348,15 +348,11 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), Failure> {
     })
 }
 
-/// 32 random bytes from the OS, base64url without padding (43 characters).
 fn new_token() -> Result<String, Failure> {
-    use base64::Engine as _;
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| {
+    crate::token::generate().map_err(|e| {
         Failure::new(Exit::Usage, "failed to get random bytes for a token")
             .with_source(e.to_string())
-    })?;
-    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+    })
 }
 
 /// The agent to run. `--agent` or `$LAB_AGENT_BIN` when given; else
@@ -463,17 +459,6 @@ fn build_agent(ws: &Path, exe_dir: &Path) -> Result<Option<PathBuf>, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_are_long_and_url_safe() {
-        let t = new_token().unwrap();
-        assert_eq!(t.len(), 43);
-        assert!(
-            t.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        );
-        assert_ne!(t, new_token().unwrap());
-    }
 
     #[test]
     fn an_explicit_agent_must_exist() {

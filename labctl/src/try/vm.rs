@@ -33,8 +33,9 @@ use crate::qemu::machine::make_run_dir;
 use crate::qemu::{
     self, Accel, AccelMode, Guest, Machine, MachineSpec, PowerOff, QemuError, console, seed,
 };
-use crate::secret::{self, ManifestFormat, SecretArgs};
+use crate::secret::{self, RenderOptions, SecretError, write_private};
 use lab_agent_client::{Client, ClientBuilder, Progress};
+use lab_agent_cloudinit::{Format, SecretMeta};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -349,46 +350,12 @@ impl VmTarget {
         };
 
         // The payload exactly as `labctl secret` renders it for a Secret.
-        let user_data_path = target.dir.join("user-data");
-        let args = SecretArgs {
-            lab_dir: lab.dir.clone(),
-            name: "labctl-try".into(),
-            namespace: None,
-            labels: Vec::new(),
-            token_file: None,
-            agent: Some(config.agent.clone()),
-            format: ManifestFormat::Yaml,
-            output: Some(target.dir.join("secret.yaml")),
-            user_data_out: Some(user_data_path.clone()),
-            token_out: Some(target.token_file.clone()),
-            no_autologin: false,
-            json: false,
-        };
-        // Its log names the agent and the budget; the files it wrote are ours.
-        let mut log = Vec::new();
-        let rendered = secret::execute(&args, &mut std::io::sink(), &mut log);
-        for line in String::from_utf8_lossy(&log).lines() {
-            if !line.starts_with("wrote ") {
-                eprintln!("{line}");
-            }
-        }
-        rendered.map_err(|e| {
-            let hints = e.hints();
-            let mut f = Failure::usage("failed to render the lab's payload").with_source(e);
-            for h in hints {
-                f = f.hint(h);
-            }
-            f
+        let user_data = target.render(config).map_err(|e| {
+            let hint = e.hint();
+            Failure::usage("failed to render the lab's payload")
+                .with_source(e)
+                .hints(hint)
         })?;
-        let read = |path: &Path| {
-            fs::read(path).map_err(|e| {
-                Failure::usage(format!("failed to read `{}`", path.display())).with_source(e)
-            })
-        };
-        let user_data = read(&user_data_path)?;
-        target.token = String::from_utf8_lossy(&read(&target.token_file)?)
-            .trim_end()
-            .to_owned();
 
         let mut spec = MachineSpec::new(lab.name.clone(), vm.guest.clone());
         spec.memory_mib = vm.memory_mib;
@@ -432,6 +399,42 @@ impl VmTarget {
         );
         target.machine = Some(machine);
         Ok(target)
+    }
+
+    /// Renders the lab's payload with a fresh token and writes it to the
+    /// run dir as `labctl secret` would (token, user-data, secret.yaml, all
+    /// 0600); returns the user-data for the seed.
+    fn render(&mut self, config: &Config) -> Result<Vec<u8>, SecretError> {
+        let agent = agent_bin::load(Some(&config.agent), Linkage::Static)?;
+        let token = crate::token::generate().map_err(SecretError::Random)?;
+        let opts = RenderOptions {
+            meta: SecretMeta {
+                name: "labctl-try".into(),
+                namespace: None,
+                labels: Default::default(),
+            },
+            format: Format::Yaml,
+            serial_autologin: true,
+        };
+        let rendered =
+            secret::render_logged(&config.lab, &agent, &token, &opts, &mut std::io::stderr())?;
+        write_private(
+            &self.token_file,
+            format!("{token}\n").as_bytes(),
+            "the token",
+        )?;
+        write_private(
+            &self.dir.join("user-data"),
+            rendered.user_data.as_bytes(),
+            "the user-data",
+        )?;
+        write_private(
+            &self.dir.join("secret.yaml"),
+            rendered.manifest.as_bytes(),
+            "the Secret",
+        )?;
+        self.token = token;
+        Ok(rendered.user_data.as_bytes().to_vec())
     }
 
     fn machine(&self) -> &Machine {

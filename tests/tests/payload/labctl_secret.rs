@@ -2,21 +2,25 @@
 //! modes, what stdout carries (data only), and its exit statuses.
 
 use crate::support::{TempDir, deliver, fixture_lab, mode};
+use labctl::Failure;
 use labctl::agent_bin::fake_elf;
-use labctl::secret::{ManifestFormat, Report, SecretArgs, SecretError, execute, render_error};
+use labctl::secret::{Config, ManifestFormat, Report, SecretArgs, execute};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// A run's result and what it printed.
 struct Run {
-    result: Result<Report, SecretError>,
+    /// A failure as `labctl secret` prints it and exits with it.
+    result: Result<Report, Failure>,
     stdout: String,
     stderr: String,
 }
 
 fn run(args: &SecretArgs) -> Run {
     let (mut out, mut log) = (Vec::new(), Vec::new());
-    let result = execute(args, &mut out, &mut log);
+    let result = Config::from_args(args)
+        .and_then(|config| execute(&config, &mut out, &mut log))
+        .map_err(Failure::from);
     Run {
         result,
         stdout: String::from_utf8(out).unwrap(),
@@ -28,7 +32,7 @@ impl Run {
     fn report(&self) -> &Report {
         match &self.result {
             Ok(r) => r,
-            Err(e) => panic!("labctl secret failed:\n{}{}", self.stderr, render_error(e)),
+            Err(e) => panic!("labctl secret failed:\n{}{}", self.stderr, e.render(false)),
         }
     }
 
@@ -38,7 +42,7 @@ impl Run {
             .result
             .as_ref()
             .expect_err("labctl secret should have failed");
-        (e.exit_code(), format!("{}{}", self.stderr, render_error(e)))
+        (e.exit.code(), format!("{}{}", self.stderr, e.render(false)))
     }
 }
 
@@ -187,6 +191,8 @@ fn a_generated_token_must_be_handed_back() {
     assert_eq!(r.stdout, "");
 }
 
+/// No usable agent is an input problem like the others: 2 (1 means "a check
+/// failed" everywhere else).
 #[test]
 fn a_dynamic_agent_is_refused_with_a_hint() {
     let dir = TempDir::new("labctl-dyn");
@@ -194,7 +200,7 @@ fn a_dynamic_agent_is_refused_with_a_hint() {
     a.json = true;
     a.agent = Some(dir.write("dyn-agent", fake_elf(true, b"")));
     let (code, err) = run(&a).failure();
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(err.contains("dynamically linked"), "{err}");
     assert!(
         err.contains("hint: run `packaging/build-agent.sh`"),

@@ -701,8 +701,10 @@ struct WorkDir(PathBuf);
 
 impl WorkDir {
     fn create() -> io::Result<WorkDir> {
-        let dir = std::env::temp_dir().join(format!("lab-agent-bench.{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
+        // A fresh, unpredictable name made exclusively: the bench runs as
+        // root in a world-writable /tmp. Removed by this type's Drop and by
+        // the signal/time-limit path, so tempfile's own removal is off.
+        let dir = labctl::tempdir::create("lab-agent-bench", 0o755)?.keep();
         // The bench user's helpers (qemu-ga) need to reach their subdir.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
         children::set_work_dir(dir.clone());
@@ -717,10 +719,7 @@ impl Drop for WorkDir {
 }
 
 fn make_token(path: &Path) -> io::Result<String> {
-    let mut bytes = [0u8; 24];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| io::Read::read_exact(&mut f, &mut bytes))?;
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let token = labctl::token::generate().map_err(io::Error::other)?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

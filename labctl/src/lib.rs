@@ -8,7 +8,8 @@
 //!
 //! - [`wait`], [`exec`], [`grade`], [`r#try`]: talk to agents.
 //! - [`secret`]: renders a lab's payload ([`secret::render`], which
-//!   `try --vm` uses too); [`token`] makes per-VM tokens.
+//!   `try --vm` uses too); [`token`] makes per-VM tokens, [`tempdir`]
+//!   temp dirs.
 //! - [`exit`]: exit codes and how errors print; [`common`], [`progress`],
 //!   [`report`]: shared by the verbs.
 //! - [`qemu`]: booting a guest with a NoCloud seed, for `try --vm` (and the
@@ -27,6 +28,7 @@ pub mod progress;
 pub mod qemu;
 pub mod report;
 pub mod secret;
+pub mod tempdir;
 pub mod token;
 pub mod r#try;
 pub mod wait;

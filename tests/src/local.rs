@@ -13,7 +13,6 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The `lab-agent` binary to test.
@@ -68,25 +67,24 @@ fn built_bins() -> &'static Path {
     })
 }
 
-/// A temp dir, removed on drop (kept, and named, when the test panicked).
+/// A temp dir (labctl's one helper), removed on drop; kept, and named,
+/// when the test panicked.
 #[derive(Debug)]
 pub struct TempDir {
+    dir: Option<tempfile::TempDir>,
     pub path: PathBuf,
 }
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "lab-agent-test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        // Passable by others: checks may run as another user.
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o711)).unwrap();
-        TempDir { path }
+        let dir = labctl::tempdir::create(&format!("lab-agent-test-{tag}"), 0o711)
+            .expect("create temp dir");
+        // Passable by others, whatever the umask: checks may run as another user.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        TempDir {
+            path: dir.path().to_owned(),
+            dir: Some(dir),
+        }
     }
 
     pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
@@ -108,32 +106,16 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("(kept {} for inspection)", self.path.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.path);
+            if let Some(dir) = self.dir.take() {
+                eprintln!("(kept {} for inspection)", dir.keep().display());
+            }
         }
     }
 }
 
-/// A token of 43 characters, different in every call.
+/// A fresh token, as `labctl secret` makes them.
 pub fn new_token() -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let seed = format!(
-        "{:?}{}{}",
-        Instant::now(),
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    );
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut out = String::new();
-    while out.len() < 43 {
-        for b in seed.bytes().chain(out.clone().bytes()) {
-            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-        out.push_str(&format!("{h:016x}"));
-    }
-    out.truncate(43);
-    out
+    labctl::token::generate().expect("random bytes for a token")
 }
 
 /// Writes `token` to `path` with mode 0600, as the agent demands.

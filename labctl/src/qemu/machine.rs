@@ -367,23 +367,12 @@ pub fn free_loopback_port() -> Result<u16, QemuError> {
         .map_err(|e| QemuError::io("find a free loopback port", e))
 }
 
-/// A fresh run dir `PREFIX-NAME-PID-NANOS` under the temp dir, mode 0700
-/// (the seed in it holds the token).
+/// A fresh run dir `PREFIX-NAME-XXXXXX` under the temp dir, mode 0700 (the
+/// seed in it holds the token), created exclusively. The caller owns it
+/// from then on (a failed or `--keep` run leaves it for inspection).
 pub fn make_run_dir(prefix: &str, name: &str) -> Result<PathBuf, QemuError> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!(
-        "{prefix}-{}-{}-{nanos:08x}",
-        super::sanitize(name),
-        std::process::id()
-    ));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| QemuError::io(format!("create `{}`", dir.display()), e))?;
-    Ok(dir)
+    let prefix = format!("{prefix}-{}", super::sanitize(name));
+    crate::tempdir::create(&prefix, 0o700)
+        .map(tempfile::TempDir::keep)
+        .map_err(|e| QemuError::io(format!("create a run dir `{prefix}-…`"), e))
 }

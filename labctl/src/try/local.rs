@@ -252,37 +252,24 @@ impl Drop for LocalAgent {
 /// The temp dir; removed on drop.
 #[derive(Debug)]
 struct TempDir {
+    /// Removes the dir (if `remove` has not) when dropped.
+    _dir: tempfile::TempDir,
     path: PathBuf,
     staged: String,
 }
 
 impl TempDir {
     fn new() -> Result<TempDir, Failure> {
-        let mut suffix = [0u8; 6];
-        getrandom::fill(&mut suffix).map_err(|e| {
-            Failure::new(Exit::Usage, "failed to get random bytes").with_source(e.to_string())
-        })?;
-        let name = format!(
-            "labctl-try-{}",
-            suffix
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        );
-        let path = std::env::temp_dir().join(name);
-        fs::create_dir(&path).map_err(|e| {
-            Failure::new(
-                Exit::Usage,
-                format!("failed to create `{}`", path.display()),
-            )
-            .with_source(e)
-        })?;
-        let dir = TempDir {
+        let dir = crate::tempdir::create("labctl-try", 0o711)
+            .map_err(|e| Failure::new(Exit::Usage, "failed to create a temp dir").with_source(e))?;
+        let path = dir.path().to_owned();
+        // Passable by others (checks may run as another user), whatever the umask.
+        set_mode(&path, 0o711)?;
+        Ok(TempDir {
             staged: path.join("lab").to_string_lossy().into_owned(),
             path,
-        };
-        set_mode(&dir.path, 0o711)?;
-        Ok(dir)
+            _dir: dir,
+        })
     }
 
     fn remove(&self) {
@@ -291,12 +278,6 @@ impl TempDir {
                 eprintln!("warning: failed to remove `{}`: {e}", self.path.display());
             }
         }
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
     }
 }
 

@@ -8,7 +8,6 @@ use labctl::agent_bin::{self, Linkage};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A fixed token for renders that are compared.
 pub const TOKEN: &str = "round-trip-token-0123456789abcdefghijklmnop";
@@ -68,36 +67,22 @@ pub fn user_data(spec: &PayloadSpec) -> UserData {
     render_user_data(spec).unwrap()
 }
 
-/// A directory removed on drop.
-pub struct TempDir(PathBuf);
+/// A directory removed on drop (labctl's one temp-dir helper).
+pub struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "lab-payload-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
+        TempDir(labctl::tempdir::create(&format!("lab-payload-{tag}"), 0o755).unwrap())
     }
 
     pub fn path(&self) -> &Path {
-        &self.0
+        self.0.path()
     }
 
     pub fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
-        let path = self.0.join(name);
+        let path = self.path().join(name);
         std::fs::write(&path, contents).unwrap();
         path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -1,0 +1,93 @@
+//! The architecture's absences, as the crate graph enforces them: a backend
+//! that links `lab-agent-client` pulls in no CLI, generator, process
+//! control or randomness, and the agent that ships in every VM none of the
+//! client's, the CLI's or the generator's crates. `cargo tree` reads the
+//! lockfile; nothing is built or fetched.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+/// The crates in `package`'s normal (non-dev, non-build) dependency tree.
+fn normal_deps(package: &str) -> BTreeSet<String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .args(["--manifest-path", manifest, "-p", package])
+        .output()
+        .expect("run `cargo tree`");
+    assert!(
+        out.status.success(),
+        "`cargo tree -p {package}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn check(package: &str, forbidden: &[&str], most: usize) {
+    let deps = normal_deps(package);
+    assert!(deps.contains(package), "`cargo tree` listed {deps:?}");
+    let found: Vec<&&str> = forbidden.iter().filter(|f| deps.contains(**f)).collect();
+    assert!(
+        found.is_empty(),
+        "`{package}` depends on {found:?}: they belong to another package \
+         (see ARCHITECTURE.md's invariants); `cargo tree -p {package} -e normal -i CRATE` \
+         shows the path"
+    );
+    assert!(
+        deps.len() <= most,
+        "`{package}` pulls in {} crates, more than {most}: {deps:?}",
+        deps.len()
+    );
+}
+
+#[test]
+fn the_client_library_pulls_in_no_cli_generator_or_process_control() {
+    check(
+        "lab-agent-client",
+        &[
+            "clap",
+            "tracing-subscriber",
+            "nix",
+            "flate2",
+            "base64",
+            "getrandom",
+            "tempfile",
+            "lab-agent-cloudinit",
+            "labctl",
+        ],
+        50,
+    );
+}
+
+#[test]
+fn the_agent_pulls_in_nothing_of_the_client_cli_or_generator() {
+    check(
+        "lab-agent",
+        &[
+            "clap",
+            "tracing-subscriber",
+            "toml",
+            "flate2",
+            "base64",
+            "tempfile",
+            "lab-agent-client",
+            "lab-agent-cloudinit",
+            "labctl",
+        ],
+        60,
+    );
+}

@@ -14,6 +14,17 @@ fn in_secs(s: u64) -> Instant {
     Instant::now() + Duration::from_secs(s)
 }
 
+/// `toml` as the `lab.toml` in `lab_dir`, loaded, and a ready agent (with
+/// a client) to grade it on.
+async fn lab_on_a_ready_agent(lab_dir: &TempDir, toml: &str) -> (Lab, Agent, Client) {
+    lab_dir.write("lab.toml", toml, 0o644);
+    let lab = Lab::load(&lab_dir.path).unwrap();
+    let agent = Agent::start(AgentOptions::default());
+    let c = client(&agent);
+    c.wait_ready(in_secs(60)).await.unwrap();
+    (lab, agent, c)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_rides_out_an_agent_that_starts_late() {
     let port = ReservedPort::new();
@@ -181,11 +192,7 @@ name = "too slow"
 run = "sleep 30"
 timeout_secs = 1
 "#;
-    lab_dir.write("lab.toml", toml, 0o644);
-    let lab = Lab::load(&lab_dir.path).unwrap();
-    let agent = Agent::start(AgentOptions::default());
-    let c = client(&agent);
-    c.wait_ready(in_secs(60)).await.unwrap();
+    let (lab, _agent, c) = lab_on_a_ready_agent(&lab_dir, toml).await;
     let staged = lab_dir.join("files");
     let mut order = Vec::new();
     let report = c
@@ -261,11 +268,7 @@ run = "true"
 name = "two"
 run = "echo two"
 "#;
-    lab_dir.write("lab.toml", toml, 0o644);
-    let lab = Lab::load(&lab_dir.path).unwrap();
-    let agent = Agent::start(AgentOptions::default());
-    let c = client(&agent);
-    c.wait_ready(in_secs(60)).await.unwrap();
+    let (lab, agent, c) = lab_on_a_ready_agent(&lab_dir, toml).await;
     let staged = lab_dir.path.to_str().unwrap().to_owned();
     let report = c.grade(&lab, &staged).await.unwrap();
     assert!(report.all_passed(), "{report:?}");

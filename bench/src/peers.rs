@@ -2,6 +2,7 @@
 //! (temp host and client keys, key auth only) and qemu-guest-agent.
 
 use crate::children::{Proc, User, prepare};
+use lab_agent_tests::local::bound_addr;
 use std::ffi::OsString;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -67,23 +68,9 @@ pub fn start_agent(bin: &Path, work: &Path, token: &Path, o: AgentOpts<'_>) -> i
         .stderr(std::fs::File::create(&log)?);
     prepare(&mut cmd, None);
     let mut proc = Proc::spawn(cmd, &format!("lab-agent ({})", o.name))?;
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = std::fs::read_to_string(&addr_file)
-            && let Ok(addr) = s.trim().parse::<SocketAddr>()
-        {
-            return Ok(Agent { proc, addr });
-        }
-        proc.check_alive()
-            .map_err(|e| io::Error::other(format!("{e}; its log: {}", tail(&log))))?;
-        if Instant::now() > until {
-            return Err(io::Error::other(format!(
-                "lab-agent ({}) did not bind within 10 s",
-                o.name
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let addr = bound_addr(&addr_file, &mut proc.child, Duration::from_secs(10))
+        .map_err(|e| io::Error::other(format!("{e} ({}); its log: {}", o.name, tail(&log))))?;
+    Ok(Agent { proc, addr })
 }
 
 /// An sshd on a free loopback port that lets one user in with one key.

@@ -9,6 +9,7 @@
 //! which cargo sets for the tests it runs) so a test never runs a stale one.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -268,23 +269,9 @@ impl Agent {
             token,
             token_file,
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(a) = std::fs::read_to_string(&addr_file) {
-                if !a.trim().is_empty() {
-                    agent.addr = a.trim().to_owned();
-                    break;
-                }
-            }
-            if let Ok(Some(status)) = agent.child.try_wait() {
-                panic!("lab-agent exited at start ({status}):\n{}", agent.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "lab-agent wrote no address:\n{}",
-                agent.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
+        match bound_addr(&addr_file, &mut agent.child, Duration::from_secs(20)) {
+            Ok(addr) => agent.addr = addr.to_string(),
+            Err(e) => panic!("{e}:\n{}", agent.log()),
         }
         agent
     }
@@ -311,6 +298,36 @@ impl Drop for Agent {
         if std::thread::panicking() {
             eprintln!("--- lab-agent log ---\n{}--- end ---", self.log());
         }
+    }
+}
+
+/// The address `lab-agent serve --addr-file FILE` (on port 0) bound, as
+/// soon as it has written it there; an error when `child` exits first or
+/// nothing comes `within`. The tests' and the bench's agents start this way.
+pub fn bound_addr(
+    addr_file: &Path,
+    child: &mut Child,
+    within: Duration,
+) -> Result<SocketAddr, String> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(addr_file)
+            && let Ok(addr) = text.trim().parse::<SocketAddr>()
+        {
+            return Ok(addr);
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => return Err(format!("lab-agent exited at start ({status})")),
+            Err(e) => return Err(format!("failed to watch lab-agent: {e}")),
+            Ok(None) => {}
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "lab-agent wrote no address to `{}` within {within:?}",
+                addr_file.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

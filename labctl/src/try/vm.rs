@@ -16,7 +16,7 @@
 //! stays when something failed; everything stays with `--keep`):
 //!
 //! ```text
-//! /tmp/labctl-try-vm-LAB-PID-N/  0700
+//! /tmp/labctl-try-vm-LAB-XXXXXX/ 0700
 //!   token, user-data, secret.yaml   the payload, as `labctl secret` writes it (0600)
 //!   overlay.qcow2                   the guest's disk, on the (untouched) image
 //!   seed.iso, seed/                 the NoCloud seed (user-data, meta-data)

@@ -3,6 +3,7 @@
 use crate::process::Jobs;
 use crate::readiness::Readiness;
 use crate::token::Token;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{Semaphore, watch};
@@ -18,6 +19,9 @@ pub struct App {
     /// Process groups of running commands (and the setup), for shutdown.
     pub jobs: Jobs,
     pub started: Instant,
+    /// `--lab-dir`, reported in `/v1/info` so a grader gives the checks the
+    /// `LAB_DIR` this agent was started with.
+    pub lab_dir: PathBuf,
     /// Flips to `true` once shutdown begins: long-polls answer at once and
     /// new execs are refused.
     pub shutdown: watch::Receiver<bool>,

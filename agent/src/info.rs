@@ -22,6 +22,7 @@ pub fn handle(app: &App) -> Response {
             .and_then(|s| s.split_whitespace().next()?.parse().ok()),
         boot_id: current_boot_id(),
         agent_uptime_secs: app.started.elapsed().as_secs_f64(),
+        lab_dir: Some(app.lab_dir.display().to_string()),
     };
     json_response(StatusCode::OK, &info)
 }

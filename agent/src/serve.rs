@@ -90,6 +90,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         max_execs: cfg.max_execs,
         jobs: jobs.clone(),
         started: Instant::now(),
+        lab_dir: cfg.lab_dir.clone(),
         shutdown: shutdown_rx,
     });
     tracing::info!(

@@ -18,4 +18,9 @@ pub struct InfoResponse {
     pub boot_id: Option<String>,
     /// Seconds since this agent process started.
     pub agent_uptime_secs: f64,
+    /// Where the lab's files are in this guest (`--lab-dir`, default
+    /// `/opt/lab`): the `LAB_DIR` a grader gives the checks. Absent from
+    /// older agents, hence optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lab_dir: Option<String>,
 }

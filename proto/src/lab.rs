@@ -8,7 +8,7 @@
 //! person reading it is a lab author with `lab.toml` open in an editor.
 
 use serde::Deserialize;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
@@ -21,6 +21,13 @@ pub use crate::{GUEST_LAB_DIR, LAB_DIR_ENV};
 pub const DEFAULT_CHECK_TIMEOUT_SECS: u64 = 60;
 /// Longest timeout a lab may ask for, for setup or a check (one hour).
 pub use crate::exec::MAX_TIMEOUT_SECS;
+/// Default and largest `max_output_bytes` of a check (per stream).
+pub use crate::exec::{DEFAULT_MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES_CAP};
+/// Default `points` of a check.
+pub const DEFAULT_POINTS: u32 = 1;
+/// Most `points` one check may be worth: a typo like `points = 10000000`
+/// is caught rather than swamping the score.
+pub const MAX_POINTS: u32 = 10_000;
 
 /// A parsed and validated lab.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +62,18 @@ pub struct Check {
     pub user: Option<String>,
     pub timeout_secs: u64,
     pub fail_message: Option<String>,
+    /// What passing is worth in the score (default 1; 0 for a check that
+    /// only informs).
+    pub points: u32,
+    /// Added to the check's clean environment (besides `LAB_DIR`, which the
+    /// grader sets).
+    pub env: BTreeMap<String, String>,
+    /// Absolute working directory in the guest; `None` is the user's home.
+    pub cwd: Option<String>,
+    /// Fed to the command's standard input; `None` is `/dev/null`.
+    pub stdin: Option<String>,
+    /// Output kept per stream; the rest is dropped and reported as cut.
+    pub max_output_bytes: u64,
 }
 
 /// One file of `[files].source`, ready to be shipped to the guest.
@@ -154,166 +173,239 @@ struct RawCheck {
     timeout_secs: Option<i64>,
     #[serde(default)]
     fail_message: Option<String>,
+    #[serde(default)]
+    points: Option<i64>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    stdin: Option<String>,
+    #[serde(default)]
+    max_output_bytes: Option<i64>,
 }
 
 impl Lab {
     /// Reads and validates `DIR/lab.toml`, and checks that the setup script
-    /// and the files folder it names exist.
+    /// and the files folder it names exist. The first problem is the error;
+    /// [`Lab::load_all`] has them all.
     pub fn load(dir: impl AsRef<Path>) -> Result<Lab, LabError> {
+        Lab::load_all(dir).map_err(first)
+    }
+
+    /// [`Lab::load`], with every problem found (at least one on `Err`), for
+    /// `labctl lint`: an author fixes them in one go.
+    pub fn load_all(dir: impl AsRef<Path>) -> Result<Lab, Vec<LabError>> {
         let dir = dir.as_ref();
         let path = dir.join(LAB_TOML);
-        let text = std::fs::read_to_string(&path).map_err(|source| LabError::Read {
-            path: path.clone(),
-            source,
+        let text = std::fs::read_to_string(&path).map_err(|source| {
+            vec![LabError::Read {
+                path: path.clone(),
+                source,
+            }]
         })?;
-        let lab = Lab::parse(&text, dir)?;
-        if let Some(script) = lab.setup.as_ref().and_then(|s| s.script.as_ref()) {
-            let full = dir.join(script);
-            if !full.is_file() {
-                return Err(invalid(
-                    &path,
-                    "setup.script",
-                    format!(
-                        "names `{}`, which is not a file in `{}`: create it or remove `script` from [setup]",
-                        script.display(),
-                        dir.display()
-                    ),
-                ));
+        let (lab, mut problems) = match Lab::parse_all(&text, dir) {
+            Ok(lab) => (Some(lab), Vec::new()),
+            Err(problems) => (None, problems),
+        };
+        // The named paths are checked even when other keys are wrong, as
+        // long as the file parsed at all.
+        if let Ok(raw) = toml::from_str::<RawLab>(&text) {
+            let script = raw.setup.and_then(|s| s.script);
+            if let Some(script) = script.filter(|s| relative_path(&path, "", s).is_ok()) {
+                if !dir.join(&script).is_file() {
+                    problems.push(invalid(
+                        &path,
+                        "setup.script",
+                        format!(
+                            "names `{script}`, which is not a file in `{}`: create it or remove `script` from [setup]",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+            if let Some(source) = raw
+                .files
+                .map(|f| f.source)
+                .filter(|s| relative_path(&path, "", s).is_ok())
+            {
+                if !dir.join(&source).is_dir() {
+                    problems.push(invalid(
+                        &path,
+                        "files.source",
+                        format!(
+                            "names `{source}`, which is not a folder in `{}`: create it or remove [files]",
+                            dir.display()
+                        ),
+                    ));
+                }
             }
         }
-        if let Some(files) = &lab.files {
-            let full = dir.join(&files.source);
-            if !full.is_dir() {
-                return Err(invalid(
-                    &path,
-                    "files.source",
-                    format!(
-                        "names `{}`, which is not a folder in `{}`: create it or remove [files]",
-                        files.source.display(),
-                        dir.display()
-                    ),
-                ));
-            }
+        match lab {
+            Some(lab) if problems.is_empty() => Ok(lab),
+            _ => Err(problems),
         }
-        Ok(lab)
     }
 
     /// Parses and validates lab.toml text. `dir` is only recorded and used in
-    /// messages; nothing is read.
+    /// messages; nothing is read. The first problem is the error.
     pub fn parse(text: &str, dir: impl AsRef<Path>) -> Result<Lab, LabError> {
+        Lab::parse_all(text, dir).map_err(first)
+    }
+
+    /// [`Lab::parse`], with every problem found (at least one on `Err`).
+    pub fn parse_all(text: &str, dir: impl AsRef<Path>) -> Result<Lab, Vec<LabError>> {
         let dir = dir.as_ref().to_path_buf();
         let path = dir.join(LAB_TOML);
-        let raw: RawLab = toml::from_str(text).map_err(|e| LabError::Syntax {
-            path: path.clone(),
-            message: e.to_string().trim_end().to_owned(),
+        let raw: RawLab = toml::from_str(text).map_err(|e| {
+            vec![LabError::Syntax {
+                path: path.clone(),
+                message: plain_type_names(e.to_string().trim_end()),
+            }]
         })?;
-
-        let name = raw.name.trim().to_owned();
-        if name.is_empty() {
-            return Err(invalid(&path, "name", "is empty: give the lab a name"));
-        }
-        if let Some(bad) = name
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-        {
-            return Err(invalid(
-                &path,
-                "name",
-                format!(
-                    "`{name}` contains {bad:?}: use letters, digits, `-`, `_` and `.` (it ends up in labels and file names)"
-                ),
-            ));
-        }
-        if name.len() > 63 {
-            return Err(invalid(
-                &path,
-                "name",
-                format!("is {} characters long: keep it to 63", name.len()),
-            ));
-        }
-
-        let setup = match raw.setup {
-            None => None,
-            Some(s) => {
-                let script = match s.script {
-                    None => None,
-                    Some(script) => Some(relative_path(&path, "setup.script", &script)?),
-                };
-                let timeout_secs = timeout(
-                    &path,
-                    "setup.timeout_secs",
-                    s.timeout_secs,
-                    DEFAULT_SETUP_TIMEOUT_SECS,
-                )?;
-                Some(Setup {
-                    script,
-                    timeout_secs,
-                })
+        let mut problems = Vec::new();
+        let mut check = |r: Result<(), LabError>| {
+            if let Err(e) = r {
+                problems.push(e);
             }
         };
 
-        let files = match raw.files {
-            None => None,
-            Some(f) => Some(Files {
-                source: relative_path(&path, "files.source", &f.source)?,
-            }),
-        };
+        let name = raw.name.trim().to_owned();
+        check(lab_name(&path, &name));
+
+        let setup = raw.setup.map(|s| {
+            let script = s.script.and_then(|script| {
+                relative_path(&path, "setup.script", &script)
+                    .map_err(|e| check(Err(e)))
+                    .ok()
+            });
+            let timeout_secs = timeout(
+                &path,
+                "setup.timeout_secs",
+                s.timeout_secs,
+                DEFAULT_SETUP_TIMEOUT_SECS,
+            )
+            .unwrap_or_else(|e| {
+                check(Err(e));
+                DEFAULT_SETUP_TIMEOUT_SECS
+            });
+            Setup {
+                script,
+                timeout_secs,
+            }
+        });
+
+        let files = raw.files.and_then(|f| {
+            relative_path(&path, "files.source", &f.source)
+                .map(|source| Files { source })
+                .map_err(|e| check(Err(e)))
+                .ok()
+        });
 
         let mut seen = HashSet::new();
         let mut checks = Vec::with_capacity(raw.checks.len());
         for (i, c) in raw.checks.into_iter().enumerate() {
-            let field = |name: &str| format!("checks[{i}].{name}");
             let check_name = c.name.trim().to_owned();
+            // Errors name the check as the author knows it, by its name;
+            // only a check without one is named by its position.
+            let field = |key: &str| {
+                if check_name.is_empty() {
+                    format!("check #{} {key}", i + 1)
+                } else {
+                    format!("check `{check_name}`: {key}")
+                }
+            };
+            let mut bad =
+                |key: &str, problem: String| check(Err(invalid(&path, &field(key), problem)));
             if check_name.is_empty() {
-                return Err(invalid(
-                    &path,
-                    &field("name"),
-                    "is empty: every check needs a name the student will see",
-                ));
-            }
-            if !seen.insert(check_name.clone()) {
-                return Err(invalid(
-                    &path,
-                    &field("name"),
-                    format!(
-                        "`{check_name}` is used by an earlier check: check names must be unique"
-                    ),
-                ));
+                bad(
+                    "name",
+                    "is empty: every check needs a name the student will see".into(),
+                );
+            } else if !seen.insert(check_name.clone()) {
+                bad(
+                    "name",
+                    "is used by an earlier check: check names must be unique".into(),
+                );
             }
             if c.run.trim().is_empty() {
-                return Err(invalid(
-                    &path,
-                    &field("run"),
-                    format!("of check `{check_name}` is empty: give the command that verifies it"),
-                ));
+                bad("run", "is empty: give the command that verifies it".into());
             }
-            let user = match c.user {
-                Some(u) if u.trim().is_empty() => {
-                    return Err(invalid(
-                        &path,
-                        &field("user"),
-                        format!(
-                            "of check `{check_name}` is empty: name a user or remove the key (default root)"
-                        ),
-                    ));
-                }
-                other => other,
-            };
+            if c.user.as_deref().is_some_and(|u| u.trim().is_empty()) {
+                bad(
+                    "user",
+                    "is empty: name a user or remove the key (default root)".into(),
+                );
+            }
             let timeout_secs = timeout(
                 &path,
                 &field("timeout_secs"),
                 c.timeout_secs,
                 DEFAULT_CHECK_TIMEOUT_SECS,
-            )?;
+            )
+            .unwrap_or_else(|e| {
+                check(Err(e));
+                DEFAULT_CHECK_TIMEOUT_SECS
+            });
+            let points = match c.points {
+                None => DEFAULT_POINTS,
+                Some(p) if (0..=i64::from(MAX_POINTS)).contains(&p) => p as u32,
+                Some(p) => {
+                    check(Err(invalid(
+                        &path,
+                        &field("points"),
+                        format!("is {p}: use a whole number from 0 to {MAX_POINTS}"),
+                    )));
+                    DEFAULT_POINTS
+                }
+            };
+            let max_output_bytes = match c.max_output_bytes {
+                None => DEFAULT_MAX_OUTPUT_BYTES,
+                Some(b) if b >= 0 && b as u64 <= MAX_OUTPUT_BYTES_CAP => b as u64,
+                Some(b) => {
+                    check(Err(invalid(
+                        &path,
+                        &field("max_output_bytes"),
+                        format!(
+                            "is {b}: use a number of bytes from 0 to {MAX_OUTPUT_BYTES_CAP} (16 MiB)"
+                        ),
+                    )));
+                    DEFAULT_MAX_OUTPUT_BYTES
+                }
+            };
+            if let Some(cwd) = &c.cwd {
+                if !cwd.starts_with('/') {
+                    check(Err(invalid(
+                        &path,
+                        &field("cwd"),
+                        format!(
+                            "`{cwd}` is not absolute: give a path in the guest starting with `/` (`$LAB_DIR` is not expanded here)"
+                        ),
+                    )));
+                }
+            }
+            for key in c.env.keys() {
+                if let Err(problem) = env_name(key) {
+                    check(Err(invalid(&path, &field(&format!("env.{key}")), problem)));
+                }
+            }
             checks.push(Check {
                 name: check_name,
                 run: c.run,
-                user,
+                user: c.user,
                 timeout_secs,
                 fail_message: c.fail_message,
+                points,
+                env: c.env,
+                cwd: c.cwd,
+                stdin: c.stdin,
+                max_output_bytes,
             });
         }
 
+        if !problems.is_empty() {
+            return Err(problems);
+        }
         Ok(Lab {
             dir,
             name,
@@ -321,6 +413,11 @@ impl Lab {
             files,
             checks,
         })
+    }
+
+    /// The sum of every check's points: the best score.
+    pub fn max_score(&self) -> u64 {
+        self.checks.iter().map(|c| u64::from(c.points)).sum()
     }
 
     /// The setup script's path on this machine, if the lab has one.
@@ -398,6 +495,74 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<LabFile>) -> Result<(), LabError
         }
     }
     Ok(())
+}
+
+fn first(mut problems: Vec<LabError>) -> LabError {
+    problems.remove(0)
+}
+
+fn lab_name(path: &Path, name: &str) -> Result<(), LabError> {
+    if name.is_empty() {
+        return Err(invalid(path, "name", "is empty: give the lab a name"));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(invalid(
+            path,
+            "name",
+            format!(
+                "`{name}` contains {bad:?}: use letters, digits, `-`, `_` and `.` (it ends up in labels and file names)"
+            ),
+        ));
+    }
+    if name.len() > 63 {
+        return Err(invalid(
+            path,
+            "name",
+            format!("is {} characters long: keep it to 63", name.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// An environment variable a check may set: a shell name, and not
+/// `LAB_DIR`, which the grader sets to where the lab is.
+fn env_name(key: &str) -> Result<(), String> {
+    let shell_name = key
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !shell_name {
+        return Err(
+            "is not a variable name: use letters, digits and `_`, not starting with a digit".into(),
+        );
+    }
+    if key == LAB_DIR_ENV {
+        return Err(
+            "is set by the grader to where the lab's files are: remove it from `env`".into(),
+        );
+    }
+    Ok(())
+}
+
+/// serde names Rust types in its type errors (`expected i64`); an author
+/// wrote TOML, so say it in TOML's words.
+fn plain_type_names(message: &str) -> String {
+    [
+        ("expected i64", "expected a whole number"),
+        ("expected u64", "expected a whole number"),
+        ("expected u32", "expected a whole number"),
+        ("expected a sequence", "expected an array"),
+        ("expected a map", "expected a table"),
+        ("expected a string", "expected a string in quotes"),
+        ("invalid type: map", "invalid type: table"),
+        ("invalid type: sequence", "invalid type: array"),
+    ]
+    .iter()
+    .fold(message.to_owned(), |m, (from, to)| m.replace(from, to))
 }
 
 fn invalid(path: &Path, field: &str, problem: impl Into<String>) -> LabError {
@@ -526,27 +691,55 @@ run = "true"
             ),
             (
                 "name = \"x\"\n[setup]\ntimeout_secs = \"5\"",
-                "invalid type",
+                "invalid type: string \"5\", expected a whole number",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\npoints = -1",
+                "check `a`: points is -1: use a whole number from 0 to 10000",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\npoints = 1.5",
+                "expected a whole number",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nmax_output_bytes = 99999999",
+                "check `a`: max_output_bytes is 99999999",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\ncwd = \"work\"",
+                "check `a`: cwd `work` is not absolute",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nenv = { LAB_DIR = \"/x\" }",
+                "check `a`: env.LAB_DIR is set by the grader",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nenv = { \"1X\" = \"y\" }",
+                "check `a`: env.1X is not a variable name",
+            ),
+            (
+                "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nenv = { X = 1 }",
+                "expected a string",
             ),
             (
                 "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"  \"",
-                "checks[0].run of check `a` is empty",
+                "check `a`: run is empty",
             ),
             (
                 "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n[[checks]]\nname = \"a\"\nrun = \"true\"",
-                "checks[1].name `a` is used by an earlier check",
+                "check `a`: name is used by an earlier check",
             ),
             (
                 "name = \"x\"\n[[checks]]\nname = \"\"\nrun = \"true\"",
-                "checks[0].name is empty",
+                "check #1 name is empty",
             ),
             (
                 "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\ntimeout_secs = -1",
-                "checks[0].timeout_secs is -1",
+                "check `a`: timeout_secs is -1",
             ),
             (
                 "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nuser = \"\"",
-                "checks[0].user of check `a` is empty",
+                "check `a`: user is empty",
             ),
             (
                 "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nfail = \"x\"",
@@ -570,6 +763,57 @@ run = "true"
                 "{err} does not name the file"
             );
         }
+    }
+
+    #[test]
+    fn check_keys_and_their_defaults() {
+        let lab = Lab::parse(
+            "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"cat\"\npoints = 3\n\
+             env = { GREETING = \"hi\" }\ncwd = \"/tmp\"\nstdin = \"in\"\nmax_output_bytes = 10\n\
+             [[checks]]\nname = \"b\"\nrun = \"true\"\npoints = 0\n\
+             [[checks]]\nname = \"c\"\nrun = \"true\"\n",
+            "/l",
+        )
+        .unwrap();
+        let a = &lab.checks[0];
+        assert_eq!(a.points, 3);
+        assert_eq!(a.env.get("GREETING").map(String::as_str), Some("hi"));
+        assert_eq!(
+            (a.cwd.as_deref(), a.stdin.as_deref(), a.max_output_bytes),
+            (Some("/tmp"), Some("in"), 10)
+        );
+        let c = &lab.checks[2];
+        assert_eq!(
+            (c.points, c.max_output_bytes),
+            (1, DEFAULT_MAX_OUTPUT_BYTES)
+        );
+        assert!(c.env.is_empty() && c.cwd.is_none() && c.stdin.is_none());
+        assert_eq!(lab.max_score(), 4);
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let text = "name = \"a b\"\n[setup]\ntimeout_secs = 0\n\
+                    [[checks]]\nname = \"one\"\nrun = \" \"\npoints = -2\n\
+                    [[checks]]\nname = \"one\"\nrun = \"true\"\n";
+        let all: Vec<String> = Lab::parse_all(text, "/l")
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let wants = [
+            "name `a b` contains",
+            "setup.timeout_secs is 0",
+            "check `one`: run is empty",
+            "check `one`: points is -2",
+            "check `one`: name is used by an earlier check",
+        ];
+        assert_eq!(all.len(), wants.len(), "{all:#?}");
+        for (got, want) in all.iter().zip(wants) {
+            assert!(got.contains(want), "{got} lacks {want}");
+        }
+        // `parse` keeps the first.
+        assert_eq!(Lab::parse(text, "/l").unwrap_err().to_string(), all[0]);
     }
 
     #[test]

@@ -71,6 +71,14 @@ Flags:
   -h, --help             Print this help
 ";
 
+const VERSION_HELP: &str = "\
+Print the agent's version and build information
+
+Usage: lab-agent version
+";
+/// Where `lab-agent version` with a wrong flag points.
+const VERSION_USAGE: &str = "lab-agent version --help";
+
 const SETUP_HELP: &str = "\
 Run the lab's setup script through a login shell and record its outcome
 (STATE_DIR/setup.json, STATE_DIR/setup.log); exit with the script's status
@@ -101,10 +109,11 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Usage
     match cmd.as_str() {
         "serve" => parse_serve(args),
         "setup" => parse_setup(args),
-        "version" | "-V" | "--version" => {
-            args.finish("lab-agent version --help")?;
-            Ok(Command::Version)
-        }
+        "version" | "-V" | "--version" => match args.next_flag(VERSION_USAGE)? {
+            None => Ok(Command::Version),
+            Some(f) if f == "--help" || f == "-h" => Ok(Command::Help(VERSION_HELP)),
+            Some(f) => Err(args.unknown(&f, VERSION_USAGE)),
+        },
         "help" | "-h" | "--help" => Ok(Command::Help(MAIN_HELP)),
         other => Err(UsageError {
             message: format!("unknown command `{other}`: use serve, setup or version"),
@@ -303,13 +312,6 @@ impl Args {
             usage,
         }
     }
-
-    fn finish(&mut self, usage: &'static str) -> Result<(), UsageError> {
-        match self.next_flag(usage)? {
-            None => Ok(()),
-            Some(f) => Err(self.unknown(&f, usage)),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -450,6 +452,8 @@ mod tests {
             &["help"],
             &["serve", "--help"],
             &["setup", "-h"],
+            &["version", "--help"],
+            &["version", "-h"],
         ] {
             assert!(matches!(run(args), Ok(Command::Help(_))), "{args:?}");
         }

@@ -292,6 +292,12 @@ pub fn decide(cfg: &ReadinessConfig, obs: Observation) -> ReadyResponse {
 }
 
 fn failure_reason(r: &SetupRecord) -> String {
+    if let (true, Some(err)) = (r.timed_out, &r.error) {
+        // `lab-agent setup` wrote what happened, with the configured
+        // timeout; the measured duration (which includes the grace to stop
+        // it) beside it would read as a contradiction.
+        return err.clone();
+    }
     let mut s = if r.timed_out {
         format!(
             "the setup script timed out after {} s and was killed",
@@ -406,6 +412,20 @@ mod tests {
             alive: Some(true),
             same_boot: Some(true),
         }
+    }
+
+    /// A timeout is told once, with the timeout the setup had; the time it
+    /// ran (the timeout plus the grace to stop it) would contradict it.
+    #[test]
+    fn a_setup_timeout_is_told_once() {
+        let mut r = rec(SetupState::Failed);
+        r.timed_out = true;
+        r.duration_ms = Some(2_900);
+        r.error = Some("setup timed out after 2 s; its process group was killed".into());
+        assert_eq!(
+            failure_reason(&r),
+            "setup timed out after 2 s; its process group was killed"
+        );
     }
 
     /// One row per situation: cloud-init done?, setup seen, expected state,

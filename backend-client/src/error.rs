@@ -217,7 +217,9 @@ impl Error {
                  or something other than lab-agent listens there"
                 .to_owned(),
             Error::Timeout { .. } => {
-                "the agent or the VM is overloaded or paused; a longer timeout may help".to_owned()
+                "the agent or the VM is overloaded or paused: allow more time for the answer \
+                 (`labctl grade --timeout SECS`; `ClientBuilder::request_timeout` in a backend)"
+                    .to_owned()
             }
             Error::Status { status, code, .. } => match (status.as_u16(), code) {
                 (401, _) => "the token does not match the agent's: use the token the VM's \

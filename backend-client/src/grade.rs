@@ -1,11 +1,17 @@
 //! Grading: a lab's checks, run in order over `/v1/exec`, into a
 //! [`GradeReport`] whose JSON is the one SPEC §6 fixes:
-//! `{"lab","passed","total","checks":[{"name","passed","exit_code","stdout",
-//! "stderr","duration_ms","fail_message"}]}`.
+//! `{"lab","passed","failed","errors","total","score","max_score","checks":[{"name",
+//! "status","passed","points","exit_code","signal","timed_out","stdout","stderr",
+//! "stdout_truncated","stderr_truncated","duration_ms","fail_message","error"}]}`.
+//!
+//! A check *passed* (exit 0), *failed* (ran: non-zero exit, signal or
+//! timeout) or is an *error* (could not run: the agent refused it, or the
+//! request never got an answer). Only a failure is the student's; an error
+//! is the lab's or the platform's, and a backend tells them apart by
+//! `status` alone.
 
 use crate::client::Client;
 use crate::error::Error;
-use hyper::StatusCode;
 use lab_agent_proto::ExecRequest;
 use lab_agent_proto::exec::DEFAULT_USER;
 use lab_agent_proto::lab::{Check, LAB_DIR_ENV, Lab};
@@ -18,42 +24,92 @@ pub struct GradeReport {
     pub lab: String,
     /// Checks that passed.
     pub passed: usize,
-    /// Checks run (all of the lab's).
+    /// Checks that ran and did not pass.
+    pub failed: usize,
+    /// Checks that could not run.
+    pub errors: usize,
+    /// Checks graded (all of `lab.checks`).
     pub total: usize,
+    /// The points of the checks that passed.
+    pub score: u64,
+    /// The points of every check graded, errors included.
+    pub max_score: u64,
     /// One entry per check, in the lab's order.
     pub checks: Vec<CheckResult>,
 }
 
 impl GradeReport {
-    /// Every check passed (and there was at least one, or none to run).
+    /// Every check passed (or there were none).
     pub fn all_passed(&self) -> bool {
         self.passed == self.total
     }
+
+    /// Some check could not run: the lab or the platform is at fault.
+    pub fn has_errors(&self) -> bool {
+        self.errors > 0
+    }
+
+    fn new(lab: String, checks: Vec<CheckResult>) -> GradeReport {
+        let count = |s: CheckStatus| checks.iter().filter(|c| c.status == s).count();
+        GradeReport {
+            lab,
+            passed: count(CheckStatus::Passed),
+            failed: count(CheckStatus::Failed),
+            errors: count(CheckStatus::Error),
+            total: checks.len(),
+            score: checks
+                .iter()
+                .filter(|c| c.passed)
+                .map(|c| u64::from(c.points))
+                .sum(),
+            max_score: checks.iter().map(|c| u64::from(c.points)).sum(),
+            checks,
+        }
+    }
 }
 
-/// One check's outcome. A check passes when its command exits 0.
+/// How one check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// It ran and exited 0.
+    Passed,
+    /// It ran and exited non-zero, was killed by a signal or timed out:
+    /// the student's work is not done.
+    Failed,
+    /// It could not run (unknown user, missing cwd, refused by the agent,
+    /// no answer): not the student's doing.
+    Error,
+}
+
+/// One check's outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckResult {
     pub name: String,
+    pub status: CheckStatus,
+    /// `status == passed`, for readers that only want a yes or no.
     pub passed: bool,
-    /// `null` when the command was killed (timeout, signal) or could not
-    /// be started.
+    /// What the check is worth (`points` in `lab.toml`).
+    pub points: u32,
+    /// `null` when the command was killed (timeout, signal) or did not run.
     pub exit_code: Option<i32>,
+    /// The signal that killed the shell, if one did.
+    pub signal: Option<i32>,
+    /// The check ran past its `timeout_secs` and was killed.
+    pub timed_out: bool,
     pub stdout: String,
     pub stderr: String,
+    /// `stdout` was cut at the check's `max_output_bytes`: it is not the end.
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
     pub duration_ms: u64,
     /// The lab's message for this check, present only when it failed.
     pub fail_message: Option<String>,
-    /// The signal that killed the command, if one did. Not in the JSON.
+    /// Why the check could not run, present only for `status: error`.
+    pub error: Option<String>,
+    /// For an error: what may help, for people (not in the JSON).
     #[serde(skip)]
-    pub signal: Option<i32>,
-    /// The check ran past its `timeout_secs` and was killed. Not in the JSON.
-    #[serde(skip)]
-    pub timed_out: bool,
-    /// Why the agent refused to start the command (unknown user, bad cwd),
-    /// also appended to `stderr`. Not in the JSON.
-    #[serde(skip)]
-    pub not_started: Option<String>,
+    pub hint: Option<String>,
 }
 
 impl Client {
@@ -61,9 +117,8 @@ impl Client {
     /// `timeout_secs` and `LAB_DIR=guest_lab_dir` in its environment
     /// (`/opt/lab` in a VM, the staged copy in `labctl try`).
     ///
-    /// A check the agent refuses to start (400: unknown user, …) fails with
-    /// the agent's message in `stderr`; any other error (unreachable, 401)
-    /// ends grading, since no later check could run either.
+    /// A check that cannot run is an `error` in the report and grading goes
+    /// on; only a 401 ends it, since no later check could run either.
     pub async fn grade(&self, lab: &Lab, guest_lab_dir: &str) -> Result<GradeReport, Error> {
         self.grade_with(lab, guest_lab_dir, |_| {}).await
     }
@@ -81,64 +136,102 @@ impl Client {
             on_check(&result);
             checks.push(result);
         }
-        Ok(GradeReport {
-            lab: lab.name.clone(),
-            passed: checks.iter().filter(|c| c.passed).count(),
-            total: checks.len(),
-            checks,
-        })
+        Ok(GradeReport::new(lab.name.clone(), checks))
     }
 
     async fn run_check(&self, check: &Check, guest_lab_dir: &str) -> Result<CheckResult, Error> {
         let req = check_request(check, guest_lab_dir);
         let started = std::time::Instant::now();
-        match self.exec(&req).await {
-            Ok(r) => {
-                let passed = r.success();
-                Ok(CheckResult {
+        let r = match self.exec(&req).await {
+            Ok(r) => r,
+            Err(e) if e.is_unauthorized() => return Err(e),
+            Err(e) => {
+                return Ok(CheckResult {
                     name: check.name.clone(),
-                    passed,
-                    exit_code: r.exit_code,
-                    stdout: r.stdout,
-                    stderr: r.stderr,
-                    duration_ms: r.duration_ms,
-                    fail_message: if passed {
-                        None
-                    } else {
-                        check.fail_message.clone()
-                    },
-                    signal: r.signal,
-                    timed_out: r.timed_out,
-                    not_started: None,
-                })
+                    status: CheckStatus::Error,
+                    passed: false,
+                    points: check.points,
+                    exit_code: None,
+                    signal: None,
+                    timed_out: false,
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    stdout_truncated: false,
+                    stderr_truncated: false,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    fail_message: None,
+                    error: Some(error_text(&e)),
+                    hint: e.hint(),
+                });
             }
-            Err(Error::Status {
-                status: StatusCode::BAD_REQUEST,
-                message,
-                ..
-            }) => Ok(CheckResult {
-                name: check.name.clone(),
-                passed: false,
-                exit_code: None,
-                stdout: String::new(),
-                stderr: format!("the agent could not start the check: {message}\n"),
-                duration_ms: started.elapsed().as_millis() as u64,
-                fail_message: check.fail_message.clone(),
-                signal: None,
-                timed_out: false,
-                not_started: Some(message),
-            }),
-            Err(e) => Err(e),
+        };
+        let passed = r.success();
+        Ok(CheckResult {
+            name: check.name.clone(),
+            status: if passed {
+                CheckStatus::Passed
+            } else {
+                CheckStatus::Failed
+            },
+            passed,
+            points: check.points,
+            exit_code: r.exit_code,
+            signal: r.signal,
+            timed_out: r.timed_out,
+            stdout: r.stdout,
+            stderr: r.stderr,
+            stdout_truncated: r.stdout_truncated,
+            stderr_truncated: r.stderr_truncated,
+            duration_ms: r.duration_ms,
+            fail_message: if passed {
+                None
+            } else {
+                check.fail_message.clone()
+            },
+            error: None,
+            hint: None,
+        })
+    }
+}
+
+/// An error as one line for the report: the agent's own message for a
+/// refusal (it names the user or the folder), else the error and its causes.
+fn error_text(e: &Error) -> String {
+    if let Error::Status {
+        status, message, ..
+    } = e
+    {
+        if status.is_client_error() {
+            return format!("the agent refused the check ({status}): {message}");
         }
     }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
 }
 
 /// The exec request for one check.
 pub fn check_request(check: &Check, guest_lab_dir: &str) -> ExecRequest {
-    ExecRequest::new(check.run.clone())
+    let mut req = ExecRequest::new(check.run.clone())
         .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
         .timeout_secs(check.timeout_secs)
-        .env(LAB_DIR_ENV, guest_lab_dir)
+        .max_output_bytes(check.max_output_bytes);
+    for (key, value) in &check.env {
+        req = req.env(key, value);
+    }
+    // Last, so no `env` of the lab's can move it (the model refuses one).
+    req = req.env(LAB_DIR_ENV, guest_lab_dir);
+    if let Some(cwd) = &check.cwd {
+        req = req.cwd(cwd);
+    }
+    if let Some(stdin) = &check.stdin {
+        req = req.stdin(stdin);
+    }
+    req
 }
 
 #[cfg(test)]
@@ -158,6 +251,10 @@ name = "b"
 run = "id"
 user = "student"
 timeout_secs = 5
+env = { GREETING = "hi" }
+cwd = "/srv"
+stdin = "yes\n"
+max_output_bytes = 100
 "#,
             "/labs/l",
         )
@@ -167,62 +264,86 @@ timeout_secs = 5
         assert_eq!(a.user, "root");
         assert_eq!(a.timeout_secs, 60);
         assert_eq!(a.env.get("LAB_DIR").map(String::as_str), Some("/opt/lab"));
+        assert_eq!(
+            a.max_output_bytes,
+            lab_agent_proto::lab::DEFAULT_MAX_OUTPUT_BYTES
+        );
+        assert_eq!((a.cwd.as_deref(), a.stdin.as_deref()), (None, None));
         let b = check_request(&lab.checks[1], "/tmp/staged");
         assert_eq!((b.user.as_str(), b.timeout_secs), ("student", 5));
         assert_eq!(
             b.env.get("LAB_DIR").map(String::as_str),
             Some("/tmp/staged")
         );
+        assert_eq!(b.env.get("GREETING").map(String::as_str), Some("hi"));
+        assert_eq!(
+            (b.cwd.as_deref(), b.stdin.as_deref(), b.max_output_bytes),
+            (Some("/srv"), Some("yes\n"), 100)
+        );
+    }
+
+    fn result(name: &str, status: CheckStatus, points: u32) -> CheckResult {
+        CheckResult {
+            name: name.into(),
+            status,
+            passed: status == CheckStatus::Passed,
+            points,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration_ms: 1,
+            fail_message: None,
+            error: None,
+            hint: None,
+        }
     }
 
     #[test]
     fn report_json_has_exactly_the_spec_shape() {
-        let report = GradeReport {
-            lab: "hello-lab".into(),
-            passed: 1,
-            total: 2,
-            checks: vec![
-                CheckResult {
-                    name: "a".into(),
-                    passed: true,
-                    exit_code: Some(0),
-                    stdout: "ok\n".into(),
-                    stderr: String::new(),
-                    duration_ms: 3,
-                    fail_message: None,
-                    signal: None,
-                    timed_out: false,
-                    not_started: None,
-                },
-                CheckResult {
-                    name: "b".into(),
-                    passed: false,
-                    exit_code: None,
-                    stdout: String::new(),
-                    stderr: String::new(),
-                    duration_ms: 30000,
-                    fail_message: Some("do it".into()),
-                    signal: Some(15),
-                    timed_out: true,
-                    not_started: None,
-                },
-            ],
-        };
+        let mut a = result("a", CheckStatus::Passed, 2);
+        a.exit_code = Some(0);
+        a.stdout = "ok\n".into();
+        let mut b = result("b", CheckStatus::Failed, 3);
+        b.signal = Some(15);
+        b.timed_out = true;
+        b.stdout_truncated = true;
+        b.fail_message = Some("do it".into());
+        let mut c = result("c", CheckStatus::Error, 1);
+        c.error = Some("the agent refused the check (400 Bad Request): unknown user".into());
+        c.hint = Some("not in the JSON".into());
+        let report = GradeReport::new("hello-lab".into(), vec![a, b, c]);
         let v = serde_json::to_value(&report).unwrap();
         assert_eq!(
             v,
             serde_json::json!({
-                "lab": "hello-lab", "passed": 1, "total": 2,
+                "lab": "hello-lab", "passed": 1, "failed": 1, "errors": 1, "total": 3,
+                "score": 2, "max_score": 6,
                 "checks": [
-                    {"name": "a", "passed": true, "exit_code": 0, "stdout": "ok\n",
-                     "stderr": "", "duration_ms": 3, "fail_message": null},
-                    {"name": "b", "passed": false, "exit_code": null, "stdout": "",
-                     "stderr": "", "duration_ms": 30000, "fail_message": "do it"},
+                    {"name": "a", "status": "passed", "passed": true, "points": 2,
+                     "exit_code": 0, "signal": null, "timed_out": false,
+                     "stdout": "ok\n", "stderr": "",
+                     "stdout_truncated": false, "stderr_truncated": false,
+                     "duration_ms": 1, "fail_message": null, "error": null},
+                    {"name": "b", "status": "failed", "passed": false, "points": 3,
+                     "exit_code": null, "signal": 15, "timed_out": true,
+                     "stdout": "", "stderr": "",
+                     "stdout_truncated": true, "stderr_truncated": false,
+                     "duration_ms": 1, "fail_message": "do it", "error": null},
+                    {"name": "c", "status": "error", "passed": false, "points": 1,
+                     "exit_code": null, "signal": null, "timed_out": false,
+                     "stdout": "", "stderr": "",
+                     "stdout_truncated": false, "stderr_truncated": false,
+                     "duration_ms": 1, "fail_message": null,
+                     "error": "the agent refused the check (400 Bad Request): unknown user"},
                 ]
             })
         );
-        assert!(!report.all_passed());
+        assert!(!report.all_passed() && report.has_errors());
         let back: GradeReport = serde_json::from_value(v).unwrap();
-        assert_eq!(back.checks[0].name, "a");
+        assert_eq!(back.checks[2].status, CheckStatus::Error);
     }
 }

@@ -45,6 +45,6 @@ pub mod wait;
 
 pub use client::{Client, ClientBuilder, RawResponse};
 pub use error::Error;
-pub use grade::{CheckResult, GradeReport};
+pub use grade::{CheckResult, CheckStatus, GradeReport};
 pub use lab_agent_proto as proto;
 pub use wait::{Progress, WaitOutcome, wait_all};

@@ -2,7 +2,6 @@
 //! the error a verb returns, printed uv-style with its cause chain and hints.
 
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 
 /// `labctl`'s exit statuses. Scripts and the backend branch on these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +19,10 @@ pub enum Exit {
     Unreachable,
     /// 4: the lab's setup failed (the agent reports `failed`).
     SetupFailed,
+    /// 5: a check could not run (unknown user, missing cwd, refused by the
+    /// agent, no answer): the lab or the platform is at fault, not the
+    /// student. Wins over 1.
+    CheckError,
     /// `labctl exec`: the command's own status (128 + n if signal n killed it).
     Command(u8),
     /// 130: interrupted by Ctrl-C (143 for SIGTERM), after cleaning up.
@@ -34,6 +37,7 @@ impl Exit {
             Exit::Usage => 2,
             Exit::Unreachable => 3,
             Exit::SetupFailed => 4,
+            Exit::CheckError => 5,
             Exit::Command(c) | Exit::Interrupted(c) => c,
         }
     }
@@ -156,14 +160,30 @@ impl Failure {
         out
     }
 
+    /// Stdout was closed by its reader (`labctl secret | head`): not an
+    /// error worth a word, as with other command-line tools.
+    pub fn is_broken_pipe(&self) -> bool {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> =
+            self.source.as_deref().map(|s| s as _);
+        while let Some(c) = cause {
+            if c.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            {
+                return true;
+            }
+            cause = c.source();
+        }
+        false
+    }
+
     pub fn print(&self) {
         eprint!("{}", self.render(stderr_color()));
     }
 }
 
-/// Whether to color stderr: a terminal, and `NO_COLOR` unset.
+/// Whether to color stderr (see [`crate::color`]).
 pub fn stderr_color() -> bool {
-    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+    crate::color::stderr()
 }
 
 #[cfg(test)]
@@ -178,6 +198,7 @@ mod tests {
             (Exit::Usage, 2),
             (Exit::Unreachable, 3),
             (Exit::SetupFailed, 4),
+            (Exit::CheckError, 5),
             (Exit::Command(137), 137),
             (Exit::Interrupted(130), 130),
         ];

@@ -1,12 +1,19 @@
 //! `labctl grade`: run a lab's checks against a VM and report.
+//!
+//! A VM that is not ready is not graded (exit 3, or 4 when its setup
+//! failed): a check run while setup is still going would read as the
+//! student's failure. `--wait SECS` gives it time first.
 
 use super::common::{self, AgentArgs};
 use super::exit::{Exit, Failure};
 use super::report::{self, Style};
+use super::wait::{print_setup_log, wait_with_display};
 use lab_agent_client::{Client, GradeReport};
+use lab_agent_proto::ReadyState;
 use lab_agent_proto::lab::Lab;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
 pub struct GradeArgs {
@@ -16,34 +23,59 @@ pub struct GradeArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
     /// Where the lab's files are in the guest: the checks' `LAB_DIR`
-    #[arg(long = "lab-dir", value_name = "PATH", default_value = lab_agent_proto::GUEST_LAB_DIR)]
-    pub guest_lab_dir: String,
+    /// (default: what the agent reports in `/v1/info`, else `/opt/lab`)
+    #[arg(long = "lab-dir", value_name = "PATH")]
+    pub guest_lab_dir: Option<String>,
+    /// Run only the check with this name (repeat for several)
+    #[arg(long = "check", value_name = "NAME")]
+    pub checks: Vec<String>,
+    /// Wait up to this many seconds for the VM to be ready before grading
+    /// (default: grade only a VM that is ready now)
+    #[arg(long, value_name = "SECS")]
+    pub wait: Option<u64>,
+    /// Allow the agent this many seconds to answer, beyond each check's own
+    /// `timeout_secs`
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_ANSWER_SECS)]
+    pub timeout: u64,
     /// Print the report as JSON on stdout
     #[arg(long)]
     pub json: bool,
 }
 
+/// `--timeout`'s default: the client's request timeout.
+const DEFAULT_ANSWER_SECS: u64 = lab_agent_client::client::DEFAULT_REQUEST_TIMEOUT.as_secs();
+
 #[derive(Debug)]
 pub struct Config {
     lab: Lab,
     client: Client,
-    guest_lab_dir: String,
+    guest_lab_dir: Option<String>,
+    wait: Option<Duration>,
     json: bool,
 }
 
 impl Config {
     pub fn from_args(args: &GradeArgs) -> Result<Config, Failure> {
-        let lab = Lab::load(&args.lab).map_err(Failure::lab)?;
-        if !args.guest_lab_dir.starts_with('/') {
+        let mut lab = Lab::load(&args.lab).map_err(Failure::lab)?;
+        select_checks(&mut lab, &args.checks)?;
+        if let Some(dir) = args.guest_lab_dir.as_ref().filter(|d| !d.starts_with('/')) {
             return Err(Failure::usage(format!(
-                "`--lab-dir {}` is not an absolute path in the guest",
-                args.guest_lab_dir
+                "`--lab-dir {dir}` is not an absolute path in the guest"
             )));
         }
+        if args.timeout == 0 {
+            return Err(Failure::usage("`--timeout` must be at least 1 second"));
+        }
+        let token = common::read_token(&args.agent.token_file)?;
+        let client = Client::builder()
+            .request_timeout(Duration::from_secs(args.timeout))
+            .build(&args.agent.url, &token)
+            .map_err(Failure::client)?;
         Ok(Config {
             lab,
-            client: args.agent.client()?,
+            client,
             guest_lab_dir: args.guest_lab_dir.clone(),
+            wait: args.wait.map(Duration::from_secs),
             json: args.json,
         })
     }
@@ -52,18 +84,102 @@ impl Config {
 pub fn run(args: &GradeArgs) -> Result<Exit, Failure> {
     let config = Config::from_args(args)?;
     let rt = common::runtime()?;
-    let report = rt.block_on(grade_and_print(
-        &config.client,
-        &config.lab,
-        &config.guest_lab_dir,
-        config.json,
-    ))?;
-    Ok(exit_for(&report))
+    rt.block_on(async {
+        ensure_ready(&config.client, config.wait).await?;
+        let guest_lab_dir = match &config.guest_lab_dir {
+            Some(dir) => dir.clone(),
+            None => reported_lab_dir(&config.client).await,
+        };
+        let report =
+            grade_and_print(&config.client, &config.lab, &guest_lab_dir, config.json).await?;
+        Ok(exit_for(&report))
+    })
 }
 
-/// 0 when every check passed, 1 otherwise.
+/// Keeps only the checks named in `names` (all of them when it is empty),
+/// in the lab's order. An unknown name is a usage error listing the names.
+pub fn select_checks(lab: &mut Lab, names: &[String]) -> Result<(), Failure> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    if let Some(unknown) = names
+        .iter()
+        .find(|n| !lab.checks.iter().any(|c| &c.name == *n))
+    {
+        let known: Vec<String> = lab.checks.iter().map(|c| format!("`{}`", c.name)).collect();
+        let known = if known.is_empty() {
+            "it has none".to_owned()
+        } else {
+            format!("its checks are {}", known.join(", "))
+        };
+        return Err(Failure::usage(format!(
+            "lab `{}` has no check named `{unknown}`: {known}",
+            lab.name
+        )));
+    }
+    lab.checks.retain(|c| names.contains(&c.name));
+    Ok(())
+}
+
+/// Returns when the agent is ready; else the failure to report: not ready
+/// now (exit 3), setup failed (4), unreachable (3). With `wait`, waits
+/// first, with progress.
+async fn ensure_ready(client: &Client, wait: Option<Duration>) -> Result<(), Failure> {
+    if let Some(wait) = wait {
+        let outcome = wait_with_display(std::slice::from_ref(client), Instant::now() + wait)
+            .await
+            .pop()
+            .expect("one outcome per client");
+        return outcome.result.map(drop).map_err(|e| {
+            print_setup_log(&e);
+            Failure::client(e)
+        });
+    }
+    let ready = client.ready().await.map_err(Failure::client)?;
+    let exit = match ready.state {
+        ReadyState::Ready => return Ok(()),
+        ReadyState::Failed => Exit::SetupFailed,
+        _ => Exit::Unreachable,
+    };
+    let reason = ready
+        .reason
+        .as_deref()
+        .map_or(String::new(), |r| format!(": {r}"));
+    Err(Failure::new(
+        exit,
+        format!(
+            "the VM at {} is not ready, so it was not graded: its state is `{}`{reason}",
+            client.url(),
+            ready.state.as_str()
+        ),
+    )
+    .hint(match ready.state {
+        ReadyState::Failed => {
+            "its setup failed: `labctl wait` shows the setup log; fix the lab and try it with `labctl try`"
+        }
+        _ => "grade once it is ready: `labctl grade --wait SECS` waits for it first",
+    }))
+}
+
+/// The guest's `LAB_DIR` as the agent reports it, else `/opt/lab` (an
+/// older agent, or an answer that did not come).
+async fn reported_lab_dir(client: &Client) -> String {
+    match client.info().await {
+        Ok(info) => info.lab_dir,
+        Err(e) => {
+            tracing::debug!(error = %e, "no /v1/info; assuming the default lab dir");
+            None
+        }
+    }
+    .unwrap_or_else(|| lab_agent_proto::GUEST_LAB_DIR.to_owned())
+}
+
+/// 0 when every check passed; 5 when any could not run (an error is the
+/// lab's, and must not read as a failing student); 1 otherwise.
 pub fn exit_for(report: &GradeReport) -> Exit {
-    if report.all_passed() {
+    if report.has_errors() {
+        Exit::CheckError
+    } else if report.all_passed() {
         Exit::Success
     } else {
         Exit::CheckFailed
@@ -79,10 +195,10 @@ pub async fn grade_and_print(
     json: bool,
 ) -> Result<GradeReport, Failure> {
     let style = Style {
-        color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        color: crate::color::stdout(),
     };
     eprintln!(
-        "grading `{}` ({} check{}) at {}",
+        "grading `{}` ({} check{}) at {} with LAB_DIR={guest_lab_dir}",
         lab.name,
         lab.checks.len(),
         if lab.checks.len() == 1 { "" } else { "s" },

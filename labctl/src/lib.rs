@@ -7,11 +7,12 @@
 //! stderr everything else.
 //!
 //! - [`wait`], [`exec`], [`grade`], [`r#try`]: talk to agents.
+//! - [`lint`]: checks a lab without running it (`try` runs it first).
 //! - [`secret`]: renders a lab's payload ([`secret::render`], which
 //!   `try --vm` uses too); [`token`] makes per-VM tokens, [`tempdir`]
 //!   temp dirs.
 //! - [`exit`]: exit codes and how errors print; [`common`], [`progress`],
-//!   [`report`]: shared by the verbs.
+//!   [`report`], [`color`]: shared by the verbs.
 //! - [`qemu`]: booting a guest with a NoCloud seed, for `try --vm` (and the
 //!   project's VM tests). It lives here, not in `lab-agent-client`: the
 //!   library a backend links knows nothing of qemu.
@@ -20,10 +21,12 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 pub mod agent_bin;
+pub mod color;
 pub mod common;
 pub mod exec;
 pub mod exit;
 pub mod grade;
+pub mod lint;
 pub mod progress;
 pub mod qemu;
 pub mod report;
@@ -41,7 +44,8 @@ pub use exit::{Exit, Failure};
     version,
     about = "Build, test and grade lab-agent labs",
     after_help = "Exit status: 0 success, 1 a check failed, 2 usage or lab.toml error, \
-                  3 agent unreachable or timed out, 4 setup failed; `exec` exits with the \
+                  3 agent unreachable, timed out or not ready, 4 setup failed, 5 a check could \
+                  not run (the lab's fault, not the student's); `exec` exits with the \
                   command's own status."
 )]
 pub struct Cli {
@@ -57,6 +61,8 @@ pub enum Command {
     Exec(exec::ExecArgs),
     /// Run a lab's checks against a VM and report
     Grade(grade::GradeArgs),
+    /// Check a lab without running it: lab.toml, files, shell syntax, payload size
+    Lint(lint::LintArgs),
     /// Try a lab: start an agent here (or in a qemu VM: `--vm`), run setup, grade, clean up
     Try(r#try::TryArgs),
     /// Render the cloud-init user-data and the Kubernetes Secret for a lab
@@ -68,6 +74,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli.command) {
         Ok(exit) => exit.into(),
+        Err(failure) if failure.is_broken_pipe() => ExitCode::SUCCESS,
         Err(failure) => {
             failure.print();
             failure.exit.into()
@@ -81,6 +88,7 @@ pub fn run(command: &Command) -> Result<Exit, Failure> {
         Command::Wait(args) => wait::run(args),
         Command::Exec(args) => exec::run(args),
         Command::Grade(args) => grade::run(args),
+        Command::Lint(args) => lint::run(args),
         Command::Try(args) => r#try::run(args),
         Command::Secret(args) => secret::run(args),
     }

@@ -5,7 +5,7 @@
 use super::common::human_duration;
 use lab_agent_client::Progress;
 use lab_agent_proto::ReadyState;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 const SPINNER: &[char] = &['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
@@ -39,9 +39,7 @@ struct Row {
 impl WaitDisplay {
     /// A display for these VMs; live when stderr is a terminal.
     pub fn new(urls: Vec<String>) -> Self {
-        let live =
-            std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb");
-        Self::with_mode(urls, live)
+        Self::with_mode(urls, crate::color::stderr_live())
     }
 
     pub fn with_mode(urls: Vec<String>, live: bool) -> Self {

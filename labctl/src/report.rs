@@ -1,7 +1,9 @@
-//! A grade report for people: one line per check, and for a failed one its
-//! `fail_message`, exit status and the last lines of its output.
+//! A grade report for people: one line per check with its mark and
+//! points; for a failed check its `fail_message`, how it ended and the last
+//! lines of its output; for an error (a check that could not run) why, and
+//! never the student-facing `fail_message`.
 
-use lab_agent_client::{CheckResult, GradeReport};
+use lab_agent_client::{CheckResult, CheckStatus, GradeReport};
 use std::fmt::Write as _;
 
 /// Lines of a failed check's stdout/stderr shown (the JSON has all of it).
@@ -25,65 +27,108 @@ impl Style {
 /// The line(s) for one check.
 pub fn check(c: &CheckResult, style: Style) -> String {
     let mut out = String::new();
-    let mark = if c.passed {
-        style.paint("32", "✓")
-    } else {
-        style.paint("31", "✗")
+    let mark = match c.status {
+        CheckStatus::Passed => style.paint("32", "✓"),
+        CheckStatus::Failed => style.paint("31", "✗"),
+        CheckStatus::Error => style.paint("1;33", "!"),
     };
-    let _ = writeln!(out, "  {mark} {} ({} ms)", c.name, c.duration_ms);
-    if c.passed {
-        return out;
-    }
+    let points = match c.status {
+        CheckStatus::Passed => format!("{0}/{0} pt", c.points),
+        _ => format!("0/{} pt", c.points),
+    };
+    let _ = writeln!(out, "  {mark} {} ({} ms, {points})", c.name, c.duration_ms);
     let pad = "      ";
+    match c.status {
+        CheckStatus::Passed => return out,
+        CheckStatus::Error => {
+            let why = c.error.as_deref().unwrap_or("it could not run");
+            let _ = writeln!(
+                out,
+                "{pad}{} {why}",
+                style.paint(
+                    "1;33",
+                    "error: the check could not run (a lab or platform problem, not the student's):"
+                )
+            );
+            if let Some(hint) = &c.hint {
+                let _ = writeln!(out, "{pad}hint: {hint}");
+            }
+            return out;
+        }
+        CheckStatus::Failed => {}
+    }
     if let Some(m) = &c.fail_message {
         for line in m.trim_end().lines() {
             let _ = writeln!(out, "{pad}{}", style.paint("1", line));
         }
     }
-    let status = match (&c.not_started, c.timed_out, c.exit_code, c.signal) {
-        (Some(why), ..) => format!("not started: {why}"),
-        (None, true, ..) => "timed out and was killed".to_owned(),
-        (None, false, Some(code), _) => format!("exit code {code}"),
-        (None, false, None, Some(sig)) => format!("killed by signal {sig}"),
-        (None, false, None, None) => "no exit code".to_owned(),
+    let status = match (c.timed_out, c.exit_code, c.signal) {
+        (true, ..) => "timed out and was killed".to_owned(),
+        (false, Some(code), _) => format!("exit code {code}"),
+        (false, None, Some(sig)) => format!("killed by signal {sig}"),
+        (false, None, None) => "no exit code".to_owned(),
     };
     let _ = writeln!(out, "{pad}{}", style.paint("2", &status));
-    if c.not_started.is_none() {
-        for (name, text) in [("stdout", &c.stdout), ("stderr", &c.stderr)] {
-            let text = text.trim_end();
-            if text.is_empty() {
-                continue;
-            }
-            let lines: Vec<&str> = text.lines().collect();
-            let skipped = lines.len().saturating_sub(TAIL_LINES);
-            let _ = writeln!(
-                out,
-                "{pad}{name}{}:",
-                if skipped > 0 {
-                    format!(" (last {TAIL_LINES} lines)")
-                } else {
-                    String::new()
-                }
-            );
-            for l in &lines[skipped..] {
-                let _ = writeln!(out, "{pad}  │ {l}");
-            }
+    for (name, text, cut) in [
+        ("stdout", &c.stdout, c.stdout_truncated),
+        ("stderr", &c.stderr, c.stderr_truncated),
+    ] {
+        let text = text.trim_end();
+        if text.is_empty() {
+            continue;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        // Output past `max_output_bytes` was dropped: what is kept is its
+        // beginning, so show the lines where it was cut, and say so.
+        let (heading, shown) = match (cut, lines.len() > TAIL_LINES) {
+            (true, true) => (
+                format!(
+                    "{name} (cut at the check's `max_output_bytes`; the last {TAIL_LINES} lines kept, not the end):"
+                ),
+                &lines[lines.len() - TAIL_LINES..],
+            ),
+            (true, false) => (
+                format!("{name} (cut at the check's `max_output_bytes`; the rest was dropped):"),
+                &lines[..],
+            ),
+            (false, true) => (
+                format!("{name} (last {TAIL_LINES} lines):"),
+                &lines[lines.len() - TAIL_LINES..],
+            ),
+            (false, false) => (format!("{name}:"), &lines[..]),
+        };
+        let _ = writeln!(out, "{pad}{heading}");
+        for l in shown {
+            let _ = writeln!(out, "{pad}  │ {l}");
         }
     }
     out
 }
 
-/// The closing line: "3 of 4 checks passed".
+/// The closing line(s): "2 of 3 checks passed, score 5/6", and a line for
+/// errors.
 pub fn summary(r: &GradeReport, style: Style) -> String {
-    let text = if r.total == 0 {
-        format!("{}: no checks to run", r.lab)
-    } else if r.all_passed() {
-        format!("{}: all {} checks passed", r.lab, r.total)
-    } else {
-        format!("{}: {} of {} checks passed", r.lab, r.passed, r.total)
+    let score = format!("score {}/{}", r.score, r.max_score);
+    let text = match (r.total, r.passed) {
+        (0, _) => format!("{}: no checks to run", r.lab),
+        (1, 1) => format!("{}: the check passed, {score}", r.lab),
+        (t, p) if p == t => format!("{}: all {t} checks passed, {score}", r.lab),
+        (t, p) => format!(
+            "{}: {p} of {t} check{} passed, {score}",
+            r.lab,
+            if t == 1 { "" } else { "s" }
+        ),
     };
     let code = if r.all_passed() { "1;32" } else { "1;31" };
-    format!("{}\n", style.paint(code, &text))
+    let mut out = format!("{}\n", style.paint(code, &text));
+    if r.errors > 0 {
+        let line = format!(
+            "{} of them could not run: fix the lab (or the VM), then grade again",
+            r.errors
+        );
+        let _ = writeln!(out, "{}", style.paint("1;33", &line));
+    }
+    out
 }
 
 /// The whole report, as `labctl grade` prints it after the fact.
@@ -98,36 +143,53 @@ pub fn render(r: &GradeReport, style: Style) -> String {
 mod tests {
     use super::*;
 
-    fn result(name: &str, passed: bool) -> CheckResult {
+    fn result(name: &str, status: CheckStatus) -> CheckResult {
+        let passed = status == CheckStatus::Passed;
         CheckResult {
             name: name.into(),
+            status,
             passed,
+            points: 1,
             exit_code: Some(if passed { 0 } else { 1 }),
-            stdout: String::new(),
-            stderr: String::new(),
-            duration_ms: 4,
-            fail_message: None,
             signal: None,
             timed_out: false,
-            not_started: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration_ms: 4,
+            fail_message: None,
+            error: None,
+            hint: None,
+        }
+    }
+
+    fn report(checks: Vec<CheckResult>) -> GradeReport {
+        let count = |s| checks.iter().filter(|c| c.status == s).count();
+        GradeReport {
+            lab: "hello-lab".into(),
+            passed: count(CheckStatus::Passed),
+            failed: count(CheckStatus::Failed),
+            errors: count(CheckStatus::Error),
+            total: checks.len(),
+            score: count(CheckStatus::Passed) as u64,
+            max_score: checks.len() as u64,
+            checks,
         }
     }
 
     #[test]
     fn renders_passes_and_failures() {
-        let mut bad = result("hello runs", false);
+        let mut bad = result("hello runs", CheckStatus::Failed);
         bad.exit_code = Some(126);
         bad.fail_message = Some("Make it executable.".into());
         bad.stderr = (1..=12).map(|i| format!("line {i}\n")).collect();
-        let report = GradeReport {
-            lab: "hello-lab".into(),
-            passed: 1,
-            total: 2,
-            checks: vec![result("user exists", true), bad],
-        };
-        let text = render(&report, Style { color: false });
-        let want = "  ✓ user exists (4 ms)
-  ✗ hello runs (4 ms)
+        let text = render(
+            &report(vec![result("user exists", CheckStatus::Passed), bad]),
+            Style { color: false },
+        );
+        let want = "  ✓ user exists (4 ms, 1/1 pt)
+  ✗ hello runs (4 ms, 0/1 pt)
       Make it executable.
       exit code 126
       stderr (last 10 lines):
@@ -142,25 +204,63 @@ mod tests {
         │ line 11
         │ line 12
 
-hello-lab: 1 of 2 checks passed
+hello-lab: 1 of 2 checks passed, score 1/2
 ";
         assert_eq!(text, want);
     }
 
     #[test]
-    fn not_started_and_timed_out() {
-        let mut c = result("x", false);
-        c.exit_code = None;
-        c.not_started = Some("unknown user `nobody2`".into());
-        c.stderr = "the agent could not start the check: unknown user `nobody2`\n".into();
+    fn cut_output_says_so() {
+        let mut c = result("floods", CheckStatus::Failed);
+        c.stdout = "y\n".repeat(20);
+        c.stdout_truncated = true;
         let text = check(&c, Style { color: false });
         assert!(
-            text.contains("not started: unknown user `nobody2`"),
+            text.contains("stdout (cut at the check's `max_output_bytes`; the last 10 lines kept, not the end):"),
             "{text}"
         );
-        assert!(!text.contains("stderr"), "{text}");
-        c.not_started = None;
-        c.timed_out = true;
-        assert!(check(&c, Style { color: false }).contains("timed out"));
+        c.stdout = "y\n".into();
+        let text = check(&c, Style { color: false });
+        assert!(text.contains("the rest was dropped"), "{text}");
+    }
+
+    #[test]
+    fn an_error_is_not_the_students_failure() {
+        let mut c = result("x", CheckStatus::Error);
+        c.exit_code = None;
+        c.fail_message = Some("Create the file first.".into());
+        c.error =
+            Some("the agent refused the check (400 Bad Request): unknown user `nobody2`".into());
+        let text = check(&c, Style { color: false });
+        assert!(text.starts_with("  ! x ("), "{text}");
+        assert!(text.contains("could not run"), "{text}");
+        assert!(text.contains("unknown user `nobody2`"), "{text}");
+        assert!(!text.contains("Create the file first."), "{text}");
+        let mut t = result("t", CheckStatus::Failed);
+        t.timed_out = true;
+        assert!(check(&t, Style { color: false }).contains("timed out"));
+    }
+
+    #[test]
+    fn summaries() {
+        let one = report(vec![result("a", CheckStatus::Passed)]);
+        assert_eq!(
+            summary(&one, Style { color: false }),
+            "hello-lab: the check passed, score 1/1\n"
+        );
+        let two = report(vec![
+            result("a", CheckStatus::Passed),
+            result("b", CheckStatus::Passed),
+        ]);
+        assert_eq!(
+            summary(&two, Style { color: false }),
+            "hello-lab: all 2 checks passed, score 2/2\n"
+        );
+        let err = report(vec![result("a", CheckStatus::Error)]);
+        assert_eq!(
+            summary(&err, Style { color: false }),
+            "hello-lab: 0 of 1 check passed, score 0/1\n\
+             1 of them could not run: fix the lab (or the VM), then grade again\n"
+        );
     }
 }

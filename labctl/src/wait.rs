@@ -6,6 +6,7 @@ use super::progress::{TICK, WaitDisplay};
 use lab_agent_client::{Client, Error, WaitOutcome};
 use lab_agent_proto::ReadyState;
 use serde_json::json;
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -75,7 +76,8 @@ pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
         Instant::now() + config.timeout,
     ));
     if config.json {
-        println!("{}", outcomes_json(&outcomes));
+        // A reader that stops early (`| head`) is not an error.
+        let _ = writeln!(std::io::stdout(), "{}", outcomes_json(&outcomes));
     }
     report(outcomes, config.json)
 }
@@ -98,8 +100,14 @@ pub async fn wait_with_display_hooked(
     let mut display = WaitDisplay::new(urls);
     let start = Instant::now();
     let display_cell = std::cell::RefCell::new(&mut display);
+    // When each VM was first seen ready: one summary time for all would say
+    // "ready after 6.0s" of a VM that was ready at once.
+    let mut ready_at: Vec<Option<Duration>> = vec![None; clients.len()];
     let outcomes = {
         let wait = lab_agent_client::wait_all(clients, deadline, |i, p| {
+            if p.state == Some(ReadyState::Ready) && ready_at[i].is_none() {
+                ready_at[i] = Some(p.elapsed);
+            }
             let not_up = hook(i, p);
             display_cell.borrow_mut().update_with(i, p, not_up);
         });
@@ -115,14 +123,17 @@ pub async fn wait_with_display_hooked(
     let display = display_cell.into_inner();
     display.clear();
     let elapsed = start.elapsed();
-    for o in &outcomes {
+    for (o, at) in outcomes.iter().zip(&ready_at) {
         let prefix = if clients.len() > 1 {
             format!("{}: ", o.url)
         } else {
             String::new()
         };
         if o.result.is_ok() {
-            eprintln!("{prefix}ready after {}", human_duration(elapsed));
+            eprintln!(
+                "{prefix}ready after {}",
+                human_duration(at.unwrap_or(elapsed))
+            );
         }
     }
     outcomes

@@ -8,7 +8,8 @@
 //!   addr                  written by the agent once it listens
 //!   agent.log             the agent's stdout and stderr
 //!   state/                the agent's setup.json and setup.log
-//!   setup/<script>        a copy of the lab's setup script, 0755
+//!   setup/<script>        a copy of the lab's setup script, 0755 (a lab without
+//!                         one: `lab-agent setup` records "succeeded" first)
 //!   lab/                  the staged `[files].source`: setup's and checks' $LAB_DIR
 //! ```
 
@@ -70,30 +71,29 @@ impl LocalAgent {
         let staged = dir.path.join("lab");
         stage_files(lab, &staged)?;
 
-        let setup_dir = dir.path.join("setup");
-        fs::create_dir(&setup_dir).map_err(|e| io("create", &setup_dir, e))?;
-        let script = match lab.setup_script_path() {
-            Some(src) => {
-                let name = src.file_name().expect("a script path has a file name");
-                let dst = setup_dir.join(name);
-                fs::copy(&src, &dst).map_err(|e| io("copy the setup script to", &dst, e))?;
-                dst
-            }
-            None => {
-                // Nothing to set up: a script that says so keeps the agent's
-                // path the same as for every other lab.
-                let dst = setup_dir.join("no-setup.sh");
-                fs::write(&dst, "#!/bin/sh\n# this lab has no setup script\nexit 0\n")
-                    .map_err(|e| io("write", &dst, e))?;
-                dst
-            }
-        };
-        set_mode(&script, 0o755)?;
-
         let addr_file = dir.path.join("addr");
         let log_path = dir.path.join("agent.log");
         let log = fs::File::create(&log_path).map_err(|e| io("create", &log_path, e))?;
         let log2 = log.try_clone().map_err(|e| io("open", &log_path, e))?;
+
+        let script = match lab.setup_script_path() {
+            Some(src) => {
+                let setup_dir = dir.path.join("setup");
+                fs::create_dir(&setup_dir).map_err(|e| io("create", &setup_dir, e))?;
+                let name = src.file_name().expect("a script path has a file name");
+                let dst = setup_dir.join(name);
+                fs::copy(&src, &dst).map_err(|e| io("copy the setup script to", &dst, e))?;
+                set_mode(&dst, 0o755)?;
+                Some(dst)
+            }
+            None => {
+                // Nothing to set up: record that as a lab VM does (`lab-agent
+                // setup` without a script), so the agent is ready at once and
+                // never reports a setup script running that does not exist.
+                record_no_setup(&config.agent, &state, &log)?;
+                None
+            }
+        };
 
         eprintln!(
             "staged `{}` in `{}`; starting `{}`",
@@ -111,12 +111,14 @@ impl LocalAgent {
             .arg(&token_path)
             .arg("--state-dir")
             .arg(&state)
-            .arg("--no-cloud-init")
-            .arg("--run-setup")
-            .arg(&script)
-            .arg("--setup-timeout")
-            .arg(lab.setup_timeout_secs().to_string())
-            .arg("--lab-dir")
+            .arg("--no-cloud-init");
+        if let Some(script) = &script {
+            cmd.arg("--run-setup")
+                .arg(script)
+                .arg("--setup-timeout")
+                .arg(lab.setup_timeout_secs().to_string());
+        }
+        cmd.arg("--lab-dir")
             .arg(&staged)
             .stdin(Stdio::null())
             .stdout(log)
@@ -317,6 +319,35 @@ fn walk_dirs(root: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// `lab-agent setup --state-dir STATE` without a script: records a setup
+/// that succeeded, as cloud-init's `runcmd` does for a lab without one.
+fn record_no_setup(agent: &Path, state: &Path, log: &fs::File) -> Result<(), Failure> {
+    let clone = |f: &fs::File| f.try_clone().map(Stdio::from);
+    let status = std::process::Command::new(agent)
+        .arg("setup")
+        .arg("--state-dir")
+        .arg(state)
+        .stdin(Stdio::null())
+        .stdout(clone(log).unwrap_or_else(|_| Stdio::null()))
+        .stderr(clone(log).unwrap_or_else(|_| Stdio::null()))
+        .status();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "`{} setup` (recording that there is no setup script) failed: {s}",
+                agent.display()
+            ),
+        )),
+        Err(e) => Err(Failure::new(
+            Exit::Usage,
+            format!("failed to start `{}`", agent.display()),
+        )
+        .with_source(e)),
+    }
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), Failure> {

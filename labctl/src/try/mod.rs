@@ -3,6 +3,10 @@
 //! checks, print the report, tear everything down — also on Ctrl-C and on
 //! errors.
 //!
+//! Before anything starts, the lab is linted ([`crate::lint`], as `labctl
+//! lint` does) and, for a local try, the user must be root: setup and checks
+//! run as root (and as other users) on this machine.
+//!
 //! Where the agent runs is a *target*; this module is the flow, the same
 //! for every target ([`Target`]):
 //! - [`local`]: `lab-agent serve --no-cloud-init --run-setup` on loopback,
@@ -16,7 +20,8 @@ pub mod vm;
 
 use super::common;
 use super::exit::{Exit, Failure};
-use super::grade::{exit_for, grade_and_print};
+use super::grade::{exit_for, grade_and_print, select_checks};
+use super::lint;
 use super::wait::{print_setup_log, wait_with_display_hooked};
 use lab_agent_client::{Client, Progress};
 use lab_agent_proto::lab::Lab;
@@ -44,6 +49,9 @@ pub struct TryArgs {
     /// Print the grade report as JSON on stdout
     #[arg(long)]
     pub json: bool,
+    /// Grade only the check with this name (repeat for several)
+    #[arg(long = "check", value_name = "NAME")]
+    pub checks: Vec<String>,
     /// After grading, keep the agent running, to try commands and grade
     /// again with `labctl exec` and `labctl grade`: until Ctrl-C locally; a
     /// VM is left running after `labctl` exits (it prints how to stop it)
@@ -68,10 +76,19 @@ pub struct Config {
 
 impl Config {
     pub fn from_args(args: &TryArgs) -> Result<Config, Failure> {
-        let lab = Lab::load(&args.lab).map_err(Failure::lab)?;
-        // Refuse symlinks and the like now, before anything starts.
-        lab.collect_files().map_err(Failure::lab)?;
         let vm = vm::VmConfig::from_args(&args.vm)?;
+        if vm.is_none() && !nix::unistd::geteuid().is_root() {
+            return Err(Failure::usage(
+                "`labctl try` runs the lab's setup and checks on this machine, as root and as \
+                 the lab's users, and this user is not root",
+            )
+            .hint("run as root, or use `--vm IMAGE` to try the lab in a VM"));
+        }
+        // Everything `labctl lint` finds, before anything starts: a lab
+        // that `labctl secret` would refuse must not pass `try`.
+        let budget_agent = vm.as_ref().and(args.agent.as_deref());
+        let mut lab = lint::report(&args.lab, &lint::lint(&args.lab, budget_agent))?;
+        select_checks(&mut lab, &args.checks)?;
         let timeout = match args.timeout {
             Some(0) => return Err(Failure::usage("`--timeout` must be at least 1 second")),
             Some(s) => Duration::from_secs(s),
@@ -149,15 +166,10 @@ pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
 /// Wait for setup, grade, report: the part every target shares.
 async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
     let client = target.client()?;
-    let script = config
-        .lab
-        .setup
-        .as_ref()
-        .and_then(|s| s.script.as_ref())
-        .map_or("(no setup script)".to_owned(), |s| {
-            format!("`{}`", s.display())
-        });
-    eprintln!("waiting for setup {script} to finish");
+    match config.lab.setup.as_ref().and_then(|s| s.script.as_ref()) {
+        Some(script) => eprintln!("waiting for setup `{}` to finish", script.display()),
+        None => eprintln!("no setup script: waiting for the agent to be ready"),
+    }
     let outcome = wait_with_display_hooked(
         std::slice::from_ref(&client),
         Instant::now() + config.timeout,

@@ -1,0 +1,194 @@
+//! `labctl lint LAB_DIR`: everything about a lab that can be known without
+//! running it, every problem in one run. `labctl try` runs the same lint
+//! first, so a lab that `labctl secret` would reject never passes `try`.
+//!
+//! What is checked: the `lab.toml` model (every key, every check), that the
+//! files and the setup script it names exist and can be shipped, the shell
+//! syntax of the setup script and of each check's `run` (`bash -n`), and
+//! the payload's size against the Secret limit, with the agent it would
+//! ship.
+
+use super::agent_bin::{self, Linkage};
+use super::exit::{Exit, Failure};
+use super::secret::{self, RenderOptions, SecretError};
+use lab_agent_cloudinit::{Format, SecretMeta};
+use lab_agent_proto::lab::Lab;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+#[derive(Debug, clap::Args)]
+pub struct LintArgs {
+    /// The lab's folder (with its `lab.toml`)
+    #[arg(value_name = "LAB_DIR")]
+    pub lab: PathBuf,
+    /// The static `lab-agent` the payload would ship, for its size (default:
+    /// as `labctl secret` finds it)
+    #[arg(long, value_name = "PATH")]
+    pub agent: Option<PathBuf>,
+}
+
+/// What linting a lab found.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// The lab, when its `lab.toml` is valid.
+    pub lab: Option<Lab>,
+    /// What must be fixed, one message each.
+    pub problems: Vec<String>,
+    /// What was learned or could not be checked (the budget line, no bash).
+    pub notes: Vec<String>,
+}
+
+pub fn run(args: &LintArgs) -> Result<Exit, Failure> {
+    let findings = lint(&args.lab, args.agent.as_deref());
+    let lab = report(&args.lab, &findings)?;
+    eprintln!(
+        "lint: `{}` has no problems ({} check{})",
+        lab.name,
+        lab.checks.len(),
+        if lab.checks.len() == 1 { "" } else { "s" }
+    );
+    Ok(Exit::Success)
+}
+
+/// Prints the notes and every problem on stderr; the lab when there were
+/// none, else a failure (exit 2) that counts them.
+pub fn report(dir: &Path, findings: &Findings) -> Result<Lab, Failure> {
+    for note in &findings.notes {
+        eprintln!("{note}");
+    }
+    let color = crate::color::stderr();
+    for problem in &findings.problems {
+        eprint!("{}", Failure::usage(problem.clone()).render(color));
+    }
+    match (&findings.lab, findings.problems.len()) {
+        (Some(lab), 0) => Ok(lab.clone()),
+        (_, n) => Err(Failure::usage(format!(
+            "lab `{}` has {n} problem{}: fix {} and lint again (`labctl lint {}`)",
+            dir.display(),
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "it" } else { "them" },
+            dir.display()
+        ))),
+    }
+}
+
+/// Lints the lab in `dir`; `agent` is the static agent to count in the
+/// payload (default: found as `labctl secret` finds it).
+pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
+    let mut found = Findings::default();
+    let lab = match Lab::load_all(dir) {
+        Ok(lab) => lab,
+        Err(errors) => {
+            found.problems.extend(errors.iter().map(|e| match e.hint() {
+                Some(h) => format!("{e}\nhint: {h}"),
+                None => e.to_string(),
+            }));
+            return found;
+        }
+    };
+    if let Err(e) = lab.collect_files() {
+        found.problems.push(e.to_string());
+    }
+    syntax(&lab, &mut found);
+    if found.problems.is_empty() {
+        budget(&lab, agent, &mut found);
+    }
+    found.lab = Some(lab);
+    found
+}
+
+/// `bash -n` on the setup script and on every check's `run`: a typo in a
+/// check would otherwise read as every student failing it.
+fn syntax(lab: &Lab, found: &mut Findings) {
+    if let Some(script) = lab.setup_script_path() {
+        match bash_n(&[script.as_os_str()]) {
+            Ok(None) => {}
+            Ok(Some(err)) => found.problems.push(format!(
+                "the setup script `{}` is not valid bash:\n{}",
+                script.display(),
+                indent(&err)
+            )),
+            Err(note) => return found.notes.push(note),
+        }
+    }
+    for check in &lab.checks {
+        match bash_n(&["-c".as_ref(), check.run.as_ref()]) {
+            Ok(None) => {}
+            Ok(Some(err)) => found.problems.push(format!(
+                "check `{}`: `run` is not valid bash:\n{}",
+                check.name,
+                indent(&err)
+            )),
+            Err(note) => return found.notes.push(note),
+        }
+    }
+}
+
+/// `Ok(None)` when bash parses it, `Ok(Some(message))` when not, `Err`
+/// when bash cannot be run here.
+fn bash_n(args: &[&std::ffi::OsStr]) -> Result<Option<String>, String> {
+    let out = Command::new("bash")
+        .arg("-n")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("note: shell syntax not checked: failed to run `bash -n`: {e}"))?;
+    if out.status.success() {
+        return Ok(None);
+    }
+    Ok(Some(
+        String::from_utf8_lossy(&out.stderr).trim_end().to_owned(),
+    ))
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("  │ {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The payload's size with the agent it would ship, as `labctl secret`
+/// renders it (with a fresh token: the same length as the real one).
+fn budget(lab: &Lab, agent: Option<&Path>, found: &mut Findings) {
+    let agent = match agent_bin::load(agent, Linkage::Static) {
+        Ok(agent) => agent,
+        Err(e) => {
+            let hint = e.hint().map_or(String::new(), |h| format!("\nhint: {h}"));
+            return found.notes.push(format!(
+                "note: the payload's size was not checked: {e}{hint}"
+            ));
+        }
+    };
+    let token = match super::token::generate() {
+        Ok(token) => token,
+        Err(e) => {
+            return found
+                .notes
+                .push(format!("note: the payload's size was not checked: {e}"));
+        }
+    };
+    let opts = RenderOptions {
+        meta: SecretMeta {
+            name: "lab-lint".into(),
+            namespace: None,
+            labels: Default::default(),
+        },
+        format: Format::Yaml,
+        serial_autologin: true,
+    };
+    match secret::render(lab, &agent, &token, &opts) {
+        Ok(rendered) => found.notes.push(format!(
+            "payload with `{}`: {}",
+            agent.path.display(),
+            rendered.user_data.budget()
+        )),
+        Err(SecretError::Render(lab_agent_cloudinit::Error::TooLarge(t))) => {
+            found.notes.push(t.budget.to_string());
+            let e = SecretError::Render(lab_agent_cloudinit::Error::TooLarge(t));
+            let hint = e.hint().map_or(String::new(), |h| format!("\nhint: {h}"));
+            found.problems.push(format!("{e}{hint}"));
+        }
+        Err(e) => found.problems.push(e.to_string()),
+    }
+}

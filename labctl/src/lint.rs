@@ -86,12 +86,10 @@ pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
             return found;
         }
     };
-    if let Err(e) = lab.collect_files() {
-        found.problems.push(e.to_string());
-    }
     syntax(&lab, &mut found);
-    if found.problems.is_empty() {
-        budget(&lab, agent, &mut found);
+    match lab.collect_files() {
+        Ok(_) => budget(&lab, agent, &mut found),
+        Err(e) => found.problems.push(e.to_string()),
     }
     found.lab = Some(lab);
     found

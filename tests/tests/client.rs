@@ -1,6 +1,6 @@
 //! `lab-agent-client` against the real `lab-agent` binary on loopback.
 
-use lab_agent_client::{Client, Error, Progress, wait_all};
+use lab_agent_client::{CheckStatus, Client, Error, Progress, wait_all};
 use lab_agent_proto::lab::Lab;
 use lab_agent_proto::{ExecRequest, ReadyState};
 use lab_agent_tests::local::{Agent, AgentOptions, ReservedPort, TempDir, is_root, new_token};
@@ -240,14 +240,26 @@ timeout_secs = 1
         assert_eq!(nobody.stdout, "nobody\n");
     }
 
+    // An unknown user is the lab's mistake: an error, not a failure, and
+    // the student-facing message is not attached to it.
     assert!(!no_user.passed && no_user.exit_code.is_none());
-    assert!(no_user.not_started.is_some(), "{no_user:?}");
-    assert!(no_user.stderr.contains("no-such-user-here"), "{no_user:?}");
+    assert_eq!(no_user.status, CheckStatus::Error, "{no_user:?}");
+    assert!(
+        no_user
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("no-such-user-here")),
+        "{no_user:?}"
+    );
+    assert_eq!(no_user.fail_message, None);
 
     assert!(!slow.passed && slow.timed_out, "{slow:?}");
+    assert_eq!(slow.status, CheckStatus::Failed);
 
     assert_eq!(report.passed, if is_root() { 2 } else { 1 });
-    assert!(!report.all_passed());
+    assert_eq!(report.errors, 1);
+    assert_eq!(report.passed + report.failed + report.errors, report.total);
+    assert!(!report.all_passed() && report.has_errors());
 }
 
 /// The agent closes a kept-alive connection that sends no request head for

@@ -334,6 +334,8 @@ fail_message = "Run the last step of the lab."
     fn grade(agent: &Agent, lab: &TempDir, json: bool) -> std::process::Output {
         let mut args = vec!["grade".to_owned(), lab.path.display().to_string()];
         args.extend(conn(agent));
+        // Agents start with a setup still running: grade once ready.
+        args.extend(["--wait".to_owned(), "30".to_owned()]);
         args.extend([
             "--lab-dir".to_owned(),
             lab.join("files").display().to_string(),
@@ -358,7 +360,7 @@ fail_message = "Run the last step of the lab."
         assert_eq!(lines[4], "      exit code 1");
         assert!(text.contains("        │ not yet\n"), "{text}");
         assert!(
-            text.ends_with("\ngrade-test: 2 of 3 checks passed\n"),
+            text.ends_with("\ngrade-test: 2 of 3 checks passed, score 2/3\n"),
             "{text}"
         );
         assert!(
@@ -380,7 +382,19 @@ fail_message = "Run the last step of the lab."
             k.sort();
             k
         };
-        assert_eq!(keys(&v), ["checks", "lab", "passed", "total"]);
+        assert_eq!(
+            keys(&v),
+            [
+                "checks",
+                "errors",
+                "failed",
+                "lab",
+                "max_score",
+                "passed",
+                "score",
+                "total"
+            ]
+        );
         assert_eq!(
             (v["lab"].as_str(), v["passed"].as_u64(), v["total"].as_u64()),
             (Some("grade-test"), Some(2), Some(3))
@@ -391,12 +405,19 @@ fail_message = "Run the last step of the lab."
                 keys(c),
                 [
                     "duration_ms",
+                    "error",
                     "exit_code",
                     "fail_message",
                     "name",
                     "passed",
+                    "points",
+                    "signal",
+                    "status",
                     "stderr",
-                    "stdout"
+                    "stderr_truncated",
+                    "stdout",
+                    "stdout_truncated",
+                    "timed_out"
                 ]
             );
             assert!(c["duration_ms"].is_u64());
@@ -410,6 +431,12 @@ fail_message = "Run the last step of the lab."
         assert_eq!(checks[2]["exit_code"], 1);
         assert_eq!(checks[2]["stderr"], "not yet\n");
         assert_eq!(checks[2]["fail_message"], "Run the last step of the lab.");
+        assert_eq!(checks[2]["status"], "failed");
+        assert_eq!(checks[2]["error"], Value::Null);
+        assert_eq!(
+            (v["failed"].as_u64(), v["errors"].as_u64()),
+            (Some(1), Some(0))
+        );
     }
 
     #[test]
@@ -423,10 +450,12 @@ fail_message = "Run the last step of the lab."
         );
         let mut args = vec!["grade".to_owned(), dir.path.display().to_string()];
         args.extend(conn(&agent));
+        // Agents start with a setup still running: grade once ready.
+        args.extend(["--wait".to_owned(), "30".to_owned()]);
         let out = labctl(args);
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
         assert!(
-            stdout(&out).ends_with("ok: all 1 checks passed\n"),
+            stdout(&out).ends_with("ok: the check passed, score 1/1\n"),
             "{}",
             describe(&out)
         );
@@ -443,11 +472,11 @@ mod lab_toml {
             ("name = \"x\"\nsetpu = 1\n", &["unknown field `setpu`"]),
             (
                 "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \" \"\n",
-                &["checks[0].run", "is empty"],
+                &["check `a`: run is empty"],
             ),
             (
                 "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
-                &["checks[1].name", "used by an earlier check"],
+                &["check `a`: name is used by an earlier check"],
             ),
             (
                 "name = \"x\"\n[setup]\ntimeout_secs = 0\n",
@@ -585,7 +614,7 @@ mod r#try {
         assert!(text.contains("  ✓ student account exists ("), "{text}");
         assert!(text.contains("  ✗ hello.sh runs ("), "{text}");
         assert!(
-            text.ends_with("hello-lab: 3 of 4 checks passed\n"),
+            text.ends_with("hello-lab: 3 of 4 checks passed, score 3/5\n"),
             "{text}"
         );
     }
@@ -645,5 +674,542 @@ mod r#try {
         ]);
         assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
         assert!(stderr(&out).contains("`--agent /nonexistent/lab-agent` is not a file"));
+    }
+}
+
+/// The lab author's side of grading: statuses, selection, readiness,
+/// output limits, points.
+mod grading {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn lab(toml: &str) -> TempDir {
+        let dir = TempDir::new("labctl-author");
+        dir.write("lab.toml", toml, 0o644);
+        dir
+    }
+
+    fn grade(agent: &Agent, lab: &TempDir, extra: &[&str]) -> std::process::Output {
+        let mut args = vec!["grade".to_owned(), lab.path.display().to_string()];
+        args.extend(conn(agent));
+        // Agents start with a setup still running: grade once ready.
+        args.extend(["--wait".to_owned(), "30".to_owned()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        labctl(args)
+    }
+
+    fn json(out: &std::process::Output) -> Value {
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", describe(out)))
+    }
+
+    /// A check with an unknown user is the author's mistake: `error`, exit
+    /// 5 (over the other check's failure), and the student-facing message
+    /// is never shown for it.
+    #[test]
+    fn an_unknown_user_is_an_error_not_a_failure() {
+        let agent = Agent::start(AgentOptions::default());
+        let lab = lab(r#"
+name = "typo"
+[[checks]]
+name = "typo in user"
+run = "true"
+user = "no-such-user-xq"
+fail_message = "Student: do the step."
+[[checks]]
+name = "student not done"
+run = "exit 1"
+fail_message = "Finish the lab."
+"#);
+        let out = grade(&agent, &lab, &["--json"]);
+        assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+        let v = json(&out);
+        let c = &v["checks"][0];
+        assert_eq!(c["status"], "error", "{c}");
+        assert_eq!(c["passed"], false);
+        assert_eq!(c["fail_message"], Value::Null, "{c}");
+        assert!(
+            c["error"].as_str().unwrap().contains("no-such-user-xq"),
+            "{c}"
+        );
+        assert_eq!(v["checks"][1]["status"], "failed");
+        assert_eq!(
+            (v["errors"].as_u64(), v["failed"].as_u64()),
+            (Some(1), Some(1))
+        );
+
+        let out = grade(&agent, &lab, &[]);
+        assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+        let text = stdout(&out);
+        assert!(text.starts_with("  ! typo in user ("), "{text}");
+        assert!(text.contains("could not run"), "{text}");
+        assert!(!text.contains("Student: do the step."), "{text}");
+        assert!(text.contains("Finish the lab."), "{text}");
+        assert!(text.contains("1 of them could not run"), "{text}");
+    }
+
+    /// A setup that runs until the test creates `go`: no stray process
+    /// is left behind when the test ends.
+    fn setup_until(go: &Path) -> String {
+        format!(
+            "for i in $(seq 600); do [ -e '{}' ] && exit 0; sleep 0.1; done; exit 1\n",
+            go.display()
+        )
+    }
+
+    #[test]
+    fn a_vm_still_setting_up_is_not_graded_unless_wait() {
+        let dir = TempDir::new("labctl-notready");
+        let (go, ran) = (dir.join("go"), dir.join("ran"));
+        let agent = Agent::start(AgentOptions::default().setup(&setup_until(&go)));
+        let lab = lab(&format!(
+            "name = \"early\"\n[[checks]]\nname = \"marks\"\nrun = \"touch '{}'\"\n",
+            ran.display()
+        ));
+        let mut args = vec!["grade".to_owned(), lab.path.display().to_string()];
+        args.extend(conn(&agent));
+        let out = labctl(args);
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(err.contains("is not ready, so it was not graded"), "{err}");
+        assert!(err.contains("`setting_up`"), "names the state: {err}");
+        assert!(err.contains("--wait SECS"), "{err}");
+        assert!(!ran.exists(), "no check ran");
+
+        // `--wait` waits it out: the setup ends once labctl reports waiting.
+        let mut args = vec!["grade".to_owned(), lab.path.display().to_string()];
+        args.extend(conn(&agent));
+        args.extend(["--wait".into(), "60".into()]);
+        let mut child = Command::new(labctl_bin())
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut err = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            err.push_str(&line);
+            err.push('\n');
+            if line.contains("setting_up") {
+                break;
+            }
+        }
+        assert!(!ran.exists(), "nothing ran during setup: {err}");
+        std::fs::write(&go, "").unwrap();
+        for line in lines {
+            err.push_str(&line.unwrap());
+            err.push('\n');
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}\n{err}", describe(&out));
+        assert!(ran.exists(), "the check ran once ready: {err}");
+    }
+
+    #[test]
+    fn cut_output_and_timeouts_are_reported() {
+        let agent = Agent::start(AgentOptions::default());
+        let lab = lab(r#"
+name = "floods"
+[[checks]]
+name = "floods"
+run = "yes | head -c 200000; exit 1"
+max_output_bytes = 1000
+[[checks]]
+name = "hangs"
+run = "sleep 30"
+timeout_secs = 1
+"#);
+        let out = grade(&agent, &lab, &["--json"]);
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+        let v = json(&out);
+        let (flood, hang) = (&v["checks"][0], &v["checks"][1]);
+        assert_eq!(flood["stdout_truncated"], true, "{flood}");
+        assert_eq!(flood["stderr_truncated"], false);
+        assert!(flood["stdout"].as_str().unwrap().len() <= 1000);
+        assert_eq!(hang["timed_out"], true, "{hang}");
+        assert_eq!(hang["status"], "failed");
+        assert_eq!(hang["exit_code"], Value::Null);
+
+        let out = grade(&agent, &lab, &["--check", "floods"]);
+        let text = stdout(&out);
+        assert!(
+            text.contains("stdout (cut at the check's `max_output_bytes`"),
+            "{}",
+            describe(&out)
+        );
+        assert!(!text.contains("(last 10 lines)"), "{text}");
+    }
+
+    #[test]
+    fn points_score_and_check_selection() {
+        let agent = Agent::start(AgentOptions::default());
+        let lab = lab(r#"
+name = "scored"
+[[checks]]
+name = "two"
+run = "true"
+points = 2
+[[checks]]
+name = "three"
+run = "false"
+points = 3
+[[checks]]
+name = "free"
+run = "true"
+points = 0
+[[checks]]
+name = "one"
+run = "true"
+"#);
+        let out = grade(&agent, &lab, &["--json"]);
+        let v = json(&out);
+        assert_eq!(
+            (v["score"].as_u64(), v["max_score"].as_u64()),
+            (Some(3), Some(6)),
+            "{v}"
+        );
+        assert_eq!(v["checks"][1]["points"], 3);
+
+        let out = grade(
+            &agent,
+            &lab,
+            &["--json", "--check", "one", "--check", "two"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let v = json(&out);
+        assert_eq!(
+            check_outcomes(&v),
+            [("two", true), ("one", true)],
+            "the lab's order"
+        );
+        assert_eq!(
+            (v["total"].as_u64(), v["score"].as_u64()),
+            (Some(2), Some(3))
+        );
+
+        let out = grade(&agent, &lab, &["--check", "nope"]);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(err.contains("no check named `nope`"), "{err}");
+        assert!(
+            err.contains("`two`, `three`, `free`, `one`"),
+            "lists the names: {err}"
+        );
+    }
+
+    /// Against an agent started with `--lab-dir`, `grade` uses that
+    /// folder without being told: the agent reports it in `/v1/info`.
+    #[test]
+    fn lab_dir_comes_from_the_agent() {
+        let files = TempDir::new("labctl-labdir");
+        files.write("greeting", "hello\n", 0o644);
+        let agent = Agent::start(AgentOptions {
+            lab_dir: Some(files.path.clone()),
+            ..AgentOptions::default()
+        });
+        let lab = lab(
+            "name = \"d\"\n[[checks]]\nname = \"sees it\"\nrun = 'grep -q hello \"$LAB_DIR/greeting\"'\n",
+        );
+        let out = grade(&agent, &lab, &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert!(
+            stderr(&out).contains(&format!("LAB_DIR={}", files.path.display())),
+            "{}",
+            describe(&out)
+        );
+    }
+
+    /// Two VMs, one ready at once: each summary line has its own time.
+    #[test]
+    fn wait_times_are_per_vm() {
+        let dir = TempDir::new("labctl-pervm");
+        let go = dir.join("go");
+        let fast = Agent::start(AgentOptions::default());
+        let slow = Agent::start(AgentOptions::default().setup(&setup_until(&go)));
+        let mut child = Command::new(labctl_bin())
+            .args(["wait", "--url", &fast.url(), "--url", &slow.url()])
+            .arg("--token-file")
+            .arg(&fast.token_file)
+            .arg("--token-file")
+            .arg(&slow.token_file)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let started = Instant::now();
+        let mut err = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            err.push_str(&line);
+            err.push('\n');
+            if line.contains("setting_up") {
+                break;
+            }
+        }
+        // Long enough for the shared clock to be visibly ahead.
+        std::thread::sleep(Duration::from_millis(1500).saturating_sub(started.elapsed()));
+        std::fs::write(&go, "").unwrap();
+        for line in lines {
+            err.push_str(&line.unwrap());
+            err.push('\n');
+        }
+        assert!(child.wait().unwrap().success(), "{err}");
+        let secs = |url: &str| -> f64 {
+            let line = err
+                .lines()
+                .find(|l| l.starts_with(&format!("{url}: ready after ")))
+                .unwrap_or_else(|| panic!("no summary for {url}: {err}"));
+            line.rsplit(' ')
+                .next()
+                .unwrap()
+                .trim_end_matches('s')
+                .parse()
+                .unwrap()
+        };
+        assert!(secs(&fast.url()) < 1.0, "{err}");
+        assert!(secs(&slow.url()) >= 1.0, "{err}");
+    }
+}
+
+mod lint {
+    use super::*;
+
+    fn lint(lab: &TempDir) -> std::process::Output {
+        labctl(["lint", lab.path.to_str().unwrap()])
+    }
+
+    #[test]
+    fn a_clean_lab_passes_with_its_budget() {
+        let lab = TempDir::new("labctl-lint-ok");
+        lab.write(
+            "lab.toml",
+            "name = \"ok\"\n[setup]\nscript = \"setup.sh\"\n[[checks]]\nname = \"a\"\nrun = \"test -d /\"\n",
+            0o644,
+        );
+        lab.write("setup.sh", "echo ok\n", 0o755);
+        let out = lint(&lab);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("lint: `ok` has no problems (1 check)"),
+            "{err}"
+        );
+        assert!(err.contains("budget: agent"), "with the agent: {err}");
+    }
+
+    #[test]
+    fn model_problems_are_listed_together() {
+        let lab = TempDir::new("labctl-lint-model");
+        lab.write(
+            "lab.toml",
+            "name = \"x\"\n[setup]\nscript = \"setup.sh\"\ntimeout_secs = 0\n\
+             [[checks]]\nname = \"a\"\nrun = \"true\"\npoints = -1\n\
+             [[checks]]\nname = \"b\"\nrun = \"true\"\ncwd = \"rel\"\n",
+            0o644,
+        );
+        let out = lint(&lab);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        let err = stderr(&out);
+        for want in [
+            "setup.timeout_secs is 0",
+            "check `a`: points is -1",
+            "check `b`: cwd `rel` is not absolute",
+            "setup.script names `setup.sh`",
+            "has 4 problems",
+        ] {
+            assert!(err.contains(want), "{want:?} missing: {err}");
+        }
+    }
+
+    /// Shell syntax of setup and checks, and a payload over the Secret
+    /// limit: `try` would pass such a lab only to have `secret` refuse it.
+    #[test]
+    fn syntax_and_size_problems_are_listed_together() {
+        let lab = TempDir::new("labctl-lint-syntax");
+        lab.write(
+            "lab.toml",
+            "name = \"x\"\n[setup]\nscript = \"setup.sh\"\n[files]\nsource = \"files\"\n\
+             [[checks]]\nname = \"broken if\"\nrun = \"if true; then echo\"\n\
+             [[checks]]\nname = \"fine\"\nrun = \"true\"\n\
+             [[checks]]\nname = \"broken quote\"\nrun = \"echo 'x\"\n",
+            0o644,
+        );
+        lab.write("setup.sh", "case x in\n", 0o755);
+        // Incompressible: 1.1 MB of it cannot fit a 1 MiB Secret.
+        let mut data = Vec::with_capacity(1_100_000);
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        while data.len() < 1_100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            data.extend_from_slice(&x.to_le_bytes());
+        }
+        std::fs::create_dir_all(lab.join("files")).unwrap();
+        std::fs::write(lab.join("files/data.bin"), &data).unwrap();
+        let out = lint(&lab);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        let err = stderr(&out);
+        for want in [
+            "setup script",
+            "check `broken if`: `run` is not valid bash",
+            "check `broken quote`: `run` is not valid bash",
+            "Secret limit",
+            "has 4 problems",
+        ] {
+            assert!(err.contains(want), "{want:?} missing: {err}");
+        }
+        assert!(!err.contains("check `fine`"), "{err}");
+
+        // `try` runs the same lint first, and starts nothing.
+        let out = labctl([
+            "try",
+            lab.path.to_str().unwrap(),
+            "--agent",
+            agent_bin().to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(err.contains("has 4 problems"), "{err}");
+        assert!(!err.contains("staged"), "nothing started: {err}");
+    }
+}
+
+mod try_as_author {
+    use super::*;
+
+    /// Not root, and no `--vm`: refused before anything starts (the lab
+    /// need not even be readable by that user).
+    #[test]
+    fn a_normal_user_is_told_to_use_root_or_a_vm() {
+        if !is_root() {
+            eprintln!("skipped: needs root to run labctl as another user");
+            return;
+        }
+        let lab = TempDir::new("labctl-try-user");
+        lab.write(
+            "lab.toml",
+            "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
+            0o644,
+        );
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(labctl_bin())
+            .args(["try", lab.path.to_str().unwrap()])
+            .arg("--agent")
+            .arg(agent_bin())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("hint: run as root, or use `--vm IMAGE`"),
+            "{err}"
+        );
+        assert!(!err.contains("staged"), "nothing started: {err}");
+    }
+
+    /// A lab without a setup script never claims one is running; `--check`
+    /// picks the checks.
+    #[test]
+    fn no_setup_script_and_one_check() {
+        if !is_root() {
+            eprintln!("skipped: `labctl try` needs root");
+            return;
+        }
+        let lab = TempDir::new("labctl-try-nosetup");
+        lab.write(
+            "lab.toml",
+            "name = \"bare\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n[[checks]]\nname = \"b\"\nrun = \"false\"\n",
+            0o644,
+        );
+        let out = labctl([
+            "try",
+            lab.path.to_str().unwrap(),
+            "--agent",
+            agent_bin().to_str().unwrap(),
+            "--check",
+            "a",
+            "--json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(check_outcomes(&v), [("a", true)]);
+        let err = stderr(&out);
+        assert!(
+            err.contains("no setup script: waiting for the agent to be ready"),
+            "{err}"
+        );
+        // Ready from the first answer: no state claims a setup under way.
+        assert!(!err.contains("setting_up"), "{err}");
+        assert!(!err.contains("setup script is running"), "{err}");
+    }
+}
+
+/// What `labctl` prints for a terminal, and for a reader that goes away.
+mod output {
+    use super::*;
+
+    /// Runs `labctl lint` on a broken lab under a pseudo-terminal (`script`)
+    /// with `env`; whether its output has colour codes.
+    fn coloured(lab: &TempDir, env: &[(&str, &str)]) -> bool {
+        let cmd = format!("{} lint {}", labctl_bin().display(), lab.path.display());
+        let mut c = Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"])
+            .env_remove("NO_COLOR")
+            .env("TERM", "xterm")
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().expect("run script(1)");
+        let text = stdout(&out);
+        assert!(text.contains("error"), "{}", describe(&out));
+        text.contains("\x1b[")
+    }
+
+    #[test]
+    fn colour_follows_no_color_and_term() {
+        let lab = TempDir::new("labctl-colour");
+        lab.write(
+            "lab.toml",
+            "name = \"x\"\n[setup]\ntimeout_secs = 0\n",
+            0o644,
+        );
+        assert!(coloured(&lab, &[]), "a terminal gets colour");
+        assert!(
+            coloured(&lab, &[("NO_COLOR", "")]),
+            "an empty NO_COLOR does not turn it off"
+        );
+        assert!(!coloured(&lab, &[("NO_COLOR", "1")]));
+        assert!(!coloured(&lab, &[("TERM", "dumb")]));
+    }
+
+    /// `labctl secret … | head`: the reader leaves; labctl ends quietly.
+    #[test]
+    fn a_closed_stdout_is_not_an_error() {
+        let lab = TempDir::new("labctl-pipe");
+        lab.write("lab.toml", "name = \"pipe\"\n", 0o644);
+        let token_out = lab.join("token");
+        let mut child = Command::new(labctl_bin())
+            .args(["secret", lab.path.to_str().unwrap(), "--name", "pipe"])
+            .arg("--token-out")
+            .arg(&token_out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert!(!stderr(&out).contains("error"), "{}", describe(&out));
     }
 }

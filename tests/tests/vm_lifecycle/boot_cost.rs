@@ -372,7 +372,8 @@ fn student_step_and_grade(conn: &Conn, hello: &Path) {
     let graded = conn.labctl("grade", &[hello.to_str().unwrap()]);
     assert_eq!(graded.status.code(), Some(0), "{}", describe(&graded));
     assert!(
-        String::from_utf8_lossy(&graded.stdout).ends_with("hello-lab: all 4 checks passed\n"),
+        String::from_utf8_lossy(&graded.stdout)
+            .ends_with("hello-lab: all 4 checks passed, score 5/5\n"),
         "{}",
         describe(&graded)
     );

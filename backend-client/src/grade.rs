@@ -112,6 +112,29 @@ pub struct CheckResult {
     pub hint: Option<String>,
 }
 
+impl CheckResult {
+    /// A check that could not run, for `error`'s reason.
+    pub fn error(name: impl Into<String>, points: u32, error: impl Into<String>) -> CheckResult {
+        CheckResult {
+            name: name.into(),
+            status: CheckStatus::Error,
+            passed: false,
+            points,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration_ms: 0,
+            fail_message: None,
+            error: Some(error.into()),
+            hint: None,
+        }
+    }
+}
+
 impl Client {
     /// Runs `lab`'s checks in order, each as its `user` with its
     /// `timeout_secs` and `LAB_DIR=guest_lab_dir` in its environment
@@ -147,21 +170,9 @@ impl Client {
             Err(e) if e.is_unauthorized() => return Err(e),
             Err(e) => {
                 return Ok(CheckResult {
-                    name: check.name.clone(),
-                    status: CheckStatus::Error,
-                    passed: false,
-                    points: check.points,
-                    exit_code: None,
-                    signal: None,
-                    timed_out: false,
-                    stdout: String::new(),
-                    stderr: String::new(),
-                    stdout_truncated: false,
-                    stderr_truncated: false,
                     duration_ms: started.elapsed().as_millis() as u64,
-                    fail_message: None,
-                    error: Some(error_text(&e)),
                     hint: e.hint(),
+                    ..CheckResult::error(&check.name, check.points, error_text(&e))
                 });
             }
         };
@@ -284,21 +295,11 @@ max_output_bytes = 100
 
     fn result(name: &str, status: CheckStatus, points: u32) -> CheckResult {
         CheckResult {
-            name: name.into(),
             status,
             passed: status == CheckStatus::Passed,
-            points,
-            exit_code: None,
-            signal: None,
-            timed_out: false,
-            stdout: String::new(),
-            stderr: String::new(),
-            stdout_truncated: false,
-            stderr_truncated: false,
             duration_ms: 1,
-            fail_message: None,
             error: None,
-            hint: None,
+            ..CheckResult::error(name, points, "")
         }
     }
 

@@ -146,21 +146,12 @@ mod tests {
     fn result(name: &str, status: CheckStatus) -> CheckResult {
         let passed = status == CheckStatus::Passed;
         CheckResult {
-            name: name.into(),
             status,
             passed,
-            points: 1,
             exit_code: Some(if passed { 0 } else { 1 }),
-            signal: None,
-            timed_out: false,
-            stdout: String::new(),
-            stderr: String::new(),
-            stdout_truncated: false,
-            stderr_truncated: false,
             duration_ms: 4,
-            fail_message: None,
             error: None,
-            hint: None,
+            ..CheckResult::error(name, 1, "")
         }
     }
 

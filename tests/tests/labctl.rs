@@ -27,6 +27,55 @@ fn conn(agent: &Agent) -> Vec<String> {
     ]
 }
 
+/// A `labctl` running in the background, its stderr read line by line, so
+/// a test acts once it reports something (an event, not a sleep).
+struct Watched {
+    child: std::process::Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStderr>>,
+    /// Stderr so far.
+    err: String,
+}
+
+impl Watched {
+    fn spawn<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Watched {
+        let mut child = Command::new(labctl_bin())
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        Watched {
+            child,
+            lines,
+            err: String::new(),
+        }
+    }
+
+    /// Reads stderr until a line contains `needle` (or it ends).
+    fn until(&mut self, needle: &str) {
+        for line in self.lines.by_ref() {
+            let line = line.unwrap();
+            self.err.push_str(&line);
+            self.err.push('\n');
+            if line.contains(needle) {
+                return;
+            }
+        }
+    }
+
+    /// Reads the rest and waits: the output (its stderr is in `err`).
+    fn finish(mut self) -> (std::process::Output, String) {
+        for line in self.lines.by_ref() {
+            self.err.push_str(&line.unwrap());
+            self.err.push('\n');
+        }
+        (self.child.wait_with_output().unwrap(), self.err)
+    }
+}
+
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -44,28 +93,19 @@ mod wait {
         let token_file = dir.join("token");
         write_token(&token_file, &token);
         let port = ReservedPort::new();
-        let mut child = Command::new(labctl_bin())
-            .args(["wait", "--url", &port.url(), "--timeout", "120"])
-            .arg("--token-file")
-            .arg(&token_file)
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut labctl = Watched::spawn([
+            "wait",
+            "--url",
+            &port.url(),
+            "--timeout",
+            "120",
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ]);
         // Not a terminal: plain progress lines, one per change. The agent
         // starts once labctl has reported the closed port.
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let mut err = String::new();
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            err.push_str(&line);
-            err.push('\n');
-            if line.contains("unreachable: connection refused") {
-                break;
-            }
-        }
+        labctl.until("unreachable: connection refused");
+        let err = &labctl.err;
         assert!(err.contains("unreachable: connection refused"), "{err}");
         let _agent = Agent::start(
             AgentOptions::default()
@@ -73,11 +113,7 @@ mod wait {
                 .token(token)
                 .setup("sleep 1"),
         );
-        for line in lines {
-            err.push_str(&line.unwrap());
-            err.push('\n');
-        }
-        let out = child.wait_with_output().unwrap();
+        let (out, err) = labctl.finish();
         assert_eq!(out.status.code(), Some(0), "{}\n{err}", describe(&out));
         assert!(err.contains("ready after"), "{err}");
         assert_eq!(stdout(&out), "", "data only on stdout, and there is none");
@@ -779,31 +815,11 @@ fail_message = "Finish the lab."
         let mut args = vec!["grade".to_owned(), lab.path.display().to_string()];
         args.extend(conn(&agent));
         args.extend(["--wait".into(), "60".into()]);
-        let mut child = Command::new(labctl_bin())
-            .args(&args)
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let mut err = String::new();
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            err.push_str(&line);
-            err.push('\n');
-            if line.contains("setting_up") {
-                break;
-            }
-        }
-        assert!(!ran.exists(), "nothing ran during setup: {err}");
+        let mut labctl = Watched::spawn(&args);
+        labctl.until("setting_up");
+        assert!(!ran.exists(), "nothing ran during setup: {}", labctl.err);
         std::fs::write(&go, "").unwrap();
-        for line in lines {
-            err.push_str(&line.unwrap());
-            err.push('\n');
-        }
-        let out = child.wait_with_output().unwrap();
+        let (out, err) = labctl.finish();
         assert_eq!(out.status.code(), Some(0), "{}\n{err}", describe(&out));
         assert!(ran.exists(), "the check ran once ready: {err}");
     }
@@ -929,37 +945,25 @@ run = "true"
         let go = dir.join("go");
         let fast = Agent::start(AgentOptions::default());
         let slow = Agent::start(AgentOptions::default().setup(&setup_until(&go)));
-        let mut child = Command::new(labctl_bin())
-            .args(["wait", "--url", &fast.url(), "--url", &slow.url()])
-            .arg("--token-file")
-            .arg(&fast.token_file)
-            .arg("--token-file")
-            .arg(&slow.token_file)
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut labctl = Watched::spawn([
+            "wait",
+            "--url",
+            &fast.url(),
+            "--url",
+            &slow.url(),
+            "--token-file",
+            fast.token_file.to_str().unwrap(),
+            "--token-file",
+            slow.token_file.to_str().unwrap(),
+        ]);
         let started = Instant::now();
-        let mut err = String::new();
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            err.push_str(&line);
-            err.push('\n');
-            if line.contains("setting_up") {
-                break;
-            }
-        }
-        // Long enough for the shared clock to be visibly ahead.
+        labctl.until("setting_up");
+        // The slow VM's setup must take a while, so that one shared clock
+        // for both summaries would be visibly wrong for the fast one.
         std::thread::sleep(Duration::from_millis(1500).saturating_sub(started.elapsed()));
         std::fs::write(&go, "").unwrap();
-        for line in lines {
-            err.push_str(&line.unwrap());
-            err.push('\n');
-        }
-        assert!(child.wait().unwrap().success(), "{err}");
+        let (out, err) = labctl.finish();
+        assert!(out.status.success(), "{}\n{err}", describe(&out));
         let secs = |url: &str| -> f64 {
             let line = err
                 .lines()

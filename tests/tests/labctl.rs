@@ -916,6 +916,23 @@ run = "true"
         );
     }
 
+    /// No answer in time is an error of the platform, not a failure, and
+    /// the hint names the flag that gives the agent longer.
+    #[test]
+    fn an_answer_that_never_comes_is_an_error_with_the_timeout_hint() {
+        let agent = Agent::start(AgentOptions::default());
+        // SIGTERM ignored: the agent answers only after its kill grace,
+        // later than `--timeout 1` allows.
+        let lab = lab(
+            "name = \"slow\"\n[[checks]]\nname = \"stubborn\"\nrun = \"trap '' TERM; sleep 30\"\ntimeout_secs = 1\n",
+        );
+        let out = grade(&agent, &lab, &["--timeout", "1"]);
+        assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+        let text = stdout(&out);
+        assert!(text.contains("could not run"), "{text}");
+        assert!(text.contains("`labctl grade --timeout SECS`"), "{text}");
+    }
+
     /// Against an agent started with `--lab-dir`, `grade` uses that
     /// folder without being told: the agent reports it in `/v1/info`.
     #[test]

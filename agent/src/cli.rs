@@ -63,7 +63,8 @@ Flags:
   --run-setup SCRIPT     Local/dev mode: run this setup script at start,
                          recorded as `lab-agent setup` does
   --setup-timeout SECS   Timeout of the --run-setup script [default: 600]
-  --lab-dir PATH         LAB_DIR for --run-setup [default: /opt/lab]
+  --lab-dir PATH         LAB_DIR for --run-setup; reported in /v1/info
+                         [default: /opt/lab]
   --max-execs N          Concurrent exec limit; more get 429 [default: 8]
   --addr-file PATH       After binding, write the bound address here
   --shutdown-grace SECS  On SIGTERM, time running commands get before they

@@ -4,8 +4,10 @@
 //! Parsing ([`Lab::parse`]) is pure; [`Lab::load`] and [`Lab::collect_files`]
 //! are the only functions here that touch the filesystem.
 //!
-//! Every error names the file, the field and what to do about it, because the
-//! person reading it is a lab author with `lab.toml` open in an editor.
+//! Every error names the file, the field (a check by its name) and what to
+//! do about it, because the person reading it is a lab author with
+//! `lab.toml` open in an editor. The authors' reference of every key is
+//! `docs/lab-toml.md`; keep the two in step.
 
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};

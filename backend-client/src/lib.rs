@@ -21,8 +21,14 @@
 //!     }
 //!     Err(e) => return Err(e),
 //! }
-//! let report = vm.grade(&lab, lab_agent_proto::lab::GUEST_LAB_DIR).await?;
-//! println!("{}/{} checks passed", report.passed, report.total);
+//! let lab_dir = vm.info().await?.lab_dir;
+//! let lab_dir = lab_dir.as_deref().unwrap_or(lab_agent_proto::lab::GUEST_LAB_DIR);
+//! let report = vm.grade(&lab, lab_dir).await?;
+//! if report.has_errors() {
+//!     // a check could not run (`status: error`): the lab is broken, not the
+//!     // student's work; do not record this grade
+//! }
+//! println!("score {}/{}", report.score, report.max_score);
 //! # Ok(()) }
 //! ```
 //!
@@ -30,7 +36,7 @@
 //! - [`client`]: [`Client`], its builder and connection pool; `ready`,
 //!   `exec`, `info`, unchecked requests.
 //! - [`wait`]: `wait_ready`, [`wait_all`], [`Progress`].
-//! - [`grade`]: `grade`, [`GradeReport`].
+//! - [`grade`]: `grade`, [`GradeReport`], each check's [`CheckStatus`].
 //! - [`error`]: the [`Error`] enum.
 //!
 //! The wire types are `lab-agent-proto`'s, re-exported as [`proto`]; this

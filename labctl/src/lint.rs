@@ -83,10 +83,13 @@ pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
                 Some(h) => format!("{e}\nhint: {h}"),
                 None => e.to_string(),
             }));
+            // The shell syntax can still be checked, from what the file
+            // says as far as it parses at all.
+            syntax(&Scripts::from_toml(dir), &mut found);
             return found;
         }
     };
-    syntax(&lab, &mut found);
+    syntax(&Scripts::from_lab(&lab), &mut found);
     match lab.collect_files() {
         Ok(_) => budget(&lab, agent, &mut found),
         Err(e) => found.problems.push(e.to_string()),
@@ -95,10 +98,58 @@ pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
     found
 }
 
+/// What `bash -n` reads: the setup script, and each check's name and `run`.
+#[derive(Debug, Default)]
+struct Scripts {
+    setup: Option<PathBuf>,
+    checks: Vec<(String, String)>,
+}
+
+impl Scripts {
+    fn from_lab(lab: &Lab) -> Scripts {
+        Scripts {
+            setup: lab.setup_script_path(),
+            checks: lab
+                .checks
+                .iter()
+                .map(|c| (c.name.clone(), c.run.clone()))
+                .collect(),
+        }
+    }
+
+    /// From a `lab.toml` the model refused: every string that looks like a
+    /// setup script or a check, taken as it is.
+    fn from_toml(dir: &Path) -> Scripts {
+        let text = std::fs::read_to_string(dir.join(lab_agent_proto::lab::LAB_TOML));
+        let Ok(Ok(doc)) = text.map(|t| t.parse::<toml::Table>()) else {
+            return Scripts::default();
+        };
+        let setup = doc
+            .get("setup")
+            .and_then(|s| s.get("script"))
+            .and_then(toml::Value::as_str)
+            .map(|s| dir.join(s))
+            .filter(|p| p.is_file());
+        let checks = doc
+            .get("checks")
+            .and_then(toml::Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let run = c.get("run")?.as_str()?.to_owned();
+                let name = c.get("name").and_then(toml::Value::as_str);
+                Some((name.map_or(format!("#{}", i + 1), str::to_owned), run))
+            })
+            .collect();
+        Scripts { setup, checks }
+    }
+}
+
 /// `bash -n` on the setup script and on every check's `run`: a typo in a
 /// check would otherwise read as every student failing it.
-fn syntax(lab: &Lab, found: &mut Findings) {
-    if let Some(script) = lab.setup_script_path() {
+fn syntax(scripts: &Scripts, found: &mut Findings) {
+    if let Some(script) = &scripts.setup {
         match bash_n(&[script.as_os_str()]) {
             Ok(None) => {}
             Ok(Some(err)) => found.problems.push(format!(
@@ -109,12 +160,11 @@ fn syntax(lab: &Lab, found: &mut Findings) {
             Err(note) => return found.notes.push(note),
         }
     }
-    for check in &lab.checks {
-        match bash_n(&["-c".as_ref(), check.run.as_ref()]) {
+    for (name, run) in &scripts.checks {
+        match bash_n(&["-c".as_ref(), run.as_ref()]) {
             Ok(None) => {}
             Ok(Some(err)) => found.problems.push(format!(
-                "check `{}`: `run` is not valid bash:\n{}",
-                check.name,
+                "check `{name}`: `run` is not valid bash:\n{}",
                 indent(&err)
             )),
             Err(note) => return found.notes.push(note),

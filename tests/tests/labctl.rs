@@ -1031,7 +1031,8 @@ mod lint {
             "lab.toml",
             "name = \"x\"\n[setup]\nscript = \"setup.sh\"\ntimeout_secs = 0\n\
              [[checks]]\nname = \"a\"\nrun = \"true\"\npoints = -1\n\
-             [[checks]]\nname = \"b\"\nrun = \"true\"\ncwd = \"rel\"\n",
+             [[checks]]\nname = \"b\"\nrun = \"true\"\ncwd = \"rel\"\n\
+             [[checks]]\nname = \"c\"\nrun = \"echo $(\"\n",
             0o644,
         );
         let out = lint(&lab);
@@ -1042,7 +1043,9 @@ mod lint {
             "check `a`: points is -1",
             "check `b`: cwd `rel` is not absolute",
             "setup.script names `setup.sh`",
-            "has 4 problems",
+            // The shell syntax too, though the model refused the file.
+            "check `c`: `run` is not valid bash",
+            "has 5 problems",
         ] {
             assert!(err.contains(want), "{want:?} missing: {err}");
         }

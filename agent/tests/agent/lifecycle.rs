@@ -70,6 +70,8 @@ fn version_and_info() {
     assert_eq!(v["boot_id"], boot_id());
     assert!(v["uptime_secs"].as_f64().unwrap() > 0.0);
     assert!(v["os"].is_string());
+    // Where checks find the lab: `--lab-dir`, here its default.
+    assert_eq!(v["lab_dir"], "/opt/lab");
 }
 
 #[test]

@@ -1,0 +1,98 @@
+# Type stubs of the Rust extension (python/src/). The typed API is
+# lab_agent/__init__.py; this module is its engine.
+from os import PathLike
+from typing import Any, Awaitable, Dict, List, Optional, Union
+
+__version__: str
+EXEC_HAS_PROFILE: bool
+
+class AgentError(Exception):
+    status: Optional[int]
+    code: Optional[str]
+    hint: Optional[str]
+    ready: Optional[str]
+    exit_code: Optional[int]
+    log_tail: Optional[str]
+
+class Unauthorized(AgentError): ...
+class Unreachable(AgentError): ...
+class Timeout(AgentError): ...
+class WaitTimeout(Timeout): ...
+class SetupFailed(AgentError): ...
+class NotReady(AgentError): ...
+class Rejected(AgentError): ...
+class LabError(AgentError): ...
+class RenderError(AgentError): ...
+
+class Lab:
+    @staticmethod
+    def load(path: Union[str, PathLike[str]]) -> Lab: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def dir(self) -> str: ...
+    @property
+    def check_names(self) -> List[str]: ...
+    @property
+    def max_score(self) -> int: ...
+
+class Rendered:
+    text: str
+    user_data: str
+    token: str
+    token_generated: bool
+    agent_path: str
+    budget_json: str
+
+class Client:
+    def __init__(
+        self, url: str, token: Optional[str] = None, token_file: Optional[str] = None
+    ) -> None: ...
+    @property
+    def url(self) -> str: ...
+    def ready(self) -> str: ...
+    def ready_async(self) -> Awaitable[str]: ...
+    def wait_ready(self, timeout: float) -> str: ...
+    def wait_ready_async(self, timeout: float) -> Awaitable[str]: ...
+    def exec(
+        self,
+        command: str,
+        user: Optional[str] = None,
+        timeout_secs: Optional[int] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+        stdin: Optional[str] = None,
+        max_output_bytes: Optional[int] = None,
+        profile: Optional[str] = None,
+    ) -> str: ...
+    def exec_async(
+        self,
+        command: str,
+        user: Optional[str] = None,
+        timeout_secs: Optional[int] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+        stdin: Optional[str] = None,
+        max_output_bytes: Optional[int] = None,
+        profile: Optional[str] = None,
+    ) -> Awaitable[str]: ...
+    def grade(
+        self, lab: Lab, checks: Optional[List[str]] = None, lab_dir: Optional[str] = None
+    ) -> str: ...
+    def grade_async(
+        self, lab: Lab, checks: Optional[List[str]] = None, lab_dir: Optional[str] = None
+    ) -> Awaitable[str]: ...
+
+def wait_all(clients: List[Client], timeout: float) -> List[Union[str, AgentError]]: ...
+def wait_all_async(
+    clients: List[Client], timeout: float
+) -> Awaitable[List[Union[str, AgentError]]]: ...
+def render_secret(
+    lab: Lab,
+    name: str,
+    namespace: Optional[str] = None,
+    labels: Optional[Dict[str, str]] = None,
+    agent_path: Optional[str] = None,
+    token: Optional[str] = None,
+    format: str = "yaml",
+) -> Rendered: ...

@@ -1,0 +1,67 @@
+"""exec: users, env, stdin, cwd, limits, and what cannot run."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import lab_agent
+from conftest import Agent, is_root
+
+
+def test_exec_as_a_user_with_env_and_stdin(agent: Agent) -> None:
+    c = lab_agent.Client(agent.url, token=agent.token)
+    c.wait_ready(10)
+    user = "nobody" if is_root() else None
+    r = c.exec(
+        'id -un; printf "%s\\n" "$GREETING"; tr a-z A-Z; pwd; echo oops >&2; exit 3',
+        user=user,
+        cwd="/",
+        env={"GREETING": "hello from python"},
+        stdin="piped in\n",
+        timeout_secs=20,
+    )
+    assert isinstance(r, lab_agent.ExecResult)
+    lines = r.stdout.splitlines()
+    if user:
+        assert lines[0] == "nobody"
+    assert lines[1:] == ["hello from python", "PIPED IN", "/"]
+    assert r.stderr == "oops\n"
+    assert r.exit_code == 3 and r.signal is None and not r.timed_out
+    assert not r.stdout_truncated
+
+
+def test_exec_limits_and_timeouts(agent: Agent) -> None:
+    c = lab_agent.AsyncClient(agent.url, token=agent.token)
+
+    async def run() -> tuple:
+        await c.wait_ready(10)
+        big = await c.exec("head -c 5000 /dev/zero | tr '\\0' x", max_output_bytes=100)
+        slow = await c.exec("sleep 5", timeout_secs=1)
+        return big, slow
+
+    big, slow = asyncio.run(run())
+    assert big.stdout == "x" * 100 and big.stdout_truncated
+    assert slow.timed_out and slow.exit_code is None
+
+
+def test_a_command_that_cannot_start_is_rejected(agent: Agent) -> None:
+    c = lab_agent.Client(agent.url, token=agent.token)
+    c.wait_ready(10)
+    with pytest.raises(lab_agent.Rejected) as info:
+        c.exec("true", user="no-such-user-here")
+    assert info.value.status == 400 and info.value.code == "bad_request"
+    assert "no-such-user-here" in str(info.value)
+
+
+def test_profile_is_passed_or_refused_clearly(agent: Agent) -> None:
+    c = lab_agent.Client(agent.url, token=agent.token)
+    c.wait_ready(10)
+    if lab_agent._native.EXEC_HAS_PROFILE:
+        r = c.exec("echo ok", profile="none")
+        assert r.stdout == "ok\n"
+    else:
+        with pytest.raises(ValueError, match="profile"):
+            c.exec("echo ok", profile="none")
+    assert c.exec("echo ok", profile=None).stdout == "ok\n"

@@ -423,3 +423,29 @@ pub fn wait_all_async<'py>(
         Ok(Python::attach(|py| outcomes(py, results)))
     })
 }
+
+/// For `python/bench/exec_overhead.py` only: `n` exec round trips of
+/// `command` by the Rust client itself (same runtime, same connection pool
+/// as `client`'s Python calls), each one's seconds. What Python adds per
+/// call is the difference to `client.exec` timed from Python.
+#[pyfunction]
+pub fn _rust_exec_timings(
+    py: Python<'_>,
+    client: PyRef<'_, Client>,
+    command: String,
+    user: String,
+    cwd: String,
+    n: usize,
+) -> PyResult<Vec<f64>> {
+    let c = client.inner.clone();
+    let req = ExecRequest::new(command).user(user).cwd(cwd);
+    block(py, async move {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            c.exec(&req).await?;
+            out.push(t.elapsed().as_secs_f64());
+        }
+        Ok(out)
+    })
+}

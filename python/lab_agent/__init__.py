@@ -229,6 +229,36 @@ def _ready(text: str) -> Ready:
     return Ready.from_dict(json.loads(text))
 
 
+def _exec_request(
+    command: str,
+    user: Optional[str],
+    timeout_secs: Optional[int],
+    cwd: Optional[str],
+    env: Optional[Mapping[str, str]],
+    stdin: Optional[str],
+    max_output_bytes: Optional[int],
+    profile: Optional[str],
+) -> str:
+    """The ``/v1/exec`` request as JSON; what is None is left to the wire
+    type's defaults (user root, 60 s, 1 MiB per stream)."""
+    if profile is not None and not _native.EXEC_HAS_PROFILE:
+        raise ValueError(
+            "exec(profile=%r): this build of lab_agent has no `profile` in its exec request "
+            "(the agent it was built with lacks it); leave profile=None" % (profile,)
+        )
+    fields = {
+        "command": command,
+        "user": user,
+        "timeout_secs": timeout_secs,
+        "cwd": cwd,
+        "env": None if env is None else dict(env),
+        "stdin": stdin,
+        "max_output_bytes": max_output_bytes,
+        "profile": profile,
+    }
+    return json.dumps({k: v for k, v in fields.items() if v is not None})
+
+
 def _outcome(o: Union[str, AgentError]) -> Union[Ready, AgentError]:
     return o if isinstance(o, AgentError) else _ready(o)
 
@@ -292,20 +322,8 @@ class Client(_Base):
         A non-zero exit is a result, not an exception; a command that
         cannot start (unknown user, missing cwd) raises :class:`Rejected`.
         """
-        return ExecResult.from_dict(
-            json.loads(
-                self._native.exec(
-                    command,
-                    user=user,
-                    timeout_secs=timeout_secs,
-                    cwd=cwd,
-                    env=None if env is None else dict(env),
-                    stdin=stdin,
-                    max_output_bytes=max_output_bytes,
-                    profile=profile,
-                )
-            )
-        )
+        request = _exec_request(command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile)
+        return ExecResult.from_dict(json.loads(self._native.exec(request)))
 
     def grade(
         self,
@@ -346,17 +364,8 @@ class AsyncClient(_Base):
         profile: Optional[str] = None,
     ) -> ExecResult:
         """See :meth:`Client.exec`."""
-        text = await self._native.exec_async(
-            command,
-            user=user,
-            timeout_secs=timeout_secs,
-            cwd=cwd,
-            env=None if env is None else dict(env),
-            stdin=stdin,
-            max_output_bytes=max_output_bytes,
-            profile=profile,
-        )
-        return ExecResult.from_dict(json.loads(text))
+        request = _exec_request(command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile)
+        return ExecResult.from_dict(json.loads(await self._native.exec_async(request)))
 
     async def grade(
         self,

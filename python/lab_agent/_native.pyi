@@ -54,28 +54,8 @@ class Client:
     def ready_async(self) -> Awaitable[str]: ...
     def wait_ready(self, timeout: float) -> str: ...
     def wait_ready_async(self, timeout: float) -> Awaitable[str]: ...
-    def exec(
-        self,
-        command: str,
-        user: Optional[str] = None,
-        timeout_secs: Optional[int] = None,
-        cwd: Optional[str] = None,
-        env: Optional[Dict[str, str]] = None,
-        stdin: Optional[str] = None,
-        max_output_bytes: Optional[int] = None,
-        profile: Optional[str] = None,
-    ) -> str: ...
-    def exec_async(
-        self,
-        command: str,
-        user: Optional[str] = None,
-        timeout_secs: Optional[int] = None,
-        cwd: Optional[str] = None,
-        env: Optional[Dict[str, str]] = None,
-        stdin: Optional[str] = None,
-        max_output_bytes: Optional[int] = None,
-        profile: Optional[str] = None,
-    ) -> Awaitable[str]: ...
+    def exec(self, request: str) -> str: ...
+    def exec_async(self, request: str) -> Awaitable[str]: ...
     def grade(
         self, lab: Lab, checks: Optional[List[str]] = None, lab_dir: Optional[str] = None
     ) -> str: ...

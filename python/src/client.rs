@@ -14,15 +14,28 @@ use lab_agent_proto::exec::ExecRequest;
 use lab_agent_proto::ready::{ReadyResponse, ReadyState};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Whether this build's `ExecRequest` has `profile` (the agent's
-/// `login|system|none`); when not, `exec(profile=...)` is refused rather
-/// than dropped silently.
-pub const EXEC_HAS_PROFILE: bool = false;
+/// `login|system|none`): asked of the wire type itself, so the answer
+/// follows `proto/`. When not, `exec(profile=...)` is refused (Python
+/// says so) rather than dropped silently.
+pub fn exec_has_profile() -> bool {
+    serde_json::from_str::<ExecRequest>(r#"{"command":"true","profile":"login"}"#).is_ok()
+}
+
+/// The wire type's own parsing (defaults, unknown fields refused).
+fn parse_exec(py: Python<'_>, request: &str) -> PyResult<ExecRequest> {
+    serde_json::from_str(request).map_err(|e| {
+        plain(
+            py,
+            PyValueError::new_err(format!("invalid exec request: {e}")),
+            None,
+        )
+    })
+}
 
 #[pyclass(frozen, module = "lab_agent")]
 #[derive(Debug)]
@@ -160,41 +173,6 @@ async fn grade(
 }
 
 impl Client {
-    #[allow(clippy::too_many_arguments)] // exec's keyword arguments, one to one
-    fn exec_request(
-        py: Python<'_>,
-        command: String,
-        user: Option<String>,
-        timeout_secs: Option<u64>,
-        cwd: Option<String>,
-        env: Option<BTreeMap<String, String>>,
-        stdin: Option<String>,
-        max_output_bytes: Option<u64>,
-        profile: Option<String>,
-    ) -> PyResult<ExecRequest> {
-        if let Some(profile) = profile {
-            let msg = format!(
-                "exec(profile={profile:?}): this build of lab_agent has no `profile` in its exec \
-                 request (the agent it was built with lacks it); leave profile=None"
-            );
-            return Err(plain(py, PyValueError::new_err(msg), None));
-        }
-        let mut req = ExecRequest::new(command);
-        if let Some(user) = user {
-            req.user = user;
-        }
-        if let Some(t) = timeout_secs {
-            req.timeout_secs = t;
-        }
-        req.cwd = cwd;
-        req.env = env.unwrap_or_default();
-        req.stdin = stdin;
-        if let Some(m) = max_output_bytes {
-            req.max_output_bytes = m;
-        }
-        Ok(req)
-    }
-
     fn lab_for_grade(
         py: Python<'_>,
         lab: &Lab,
@@ -284,59 +262,15 @@ impl Client {
         })
     }
 
-    #[pyo3(signature = (command, user=None, timeout_secs=None, cwd=None, env=None, stdin=None, max_output_bytes=None, profile=None))]
-    #[allow(clippy::too_many_arguments)] // Python's keyword arguments
-    fn exec(
-        &self,
-        py: Python<'_>,
-        command: String,
-        user: Option<String>,
-        timeout_secs: Option<u64>,
-        cwd: Option<String>,
-        env: Option<BTreeMap<String, String>>,
-        stdin: Option<String>,
-        max_output_bytes: Option<u64>,
-        profile: Option<String>,
-    ) -> PyResult<String> {
-        let req = Client::exec_request(
-            py,
-            command,
-            user,
-            timeout_secs,
-            cwd,
-            env,
-            stdin,
-            max_output_bytes,
-            profile,
-        )?;
+    /// `request` is the JSON of an `ExecRequest` (the Python side builds
+    /// it from keyword arguments); an invalid one is a `ValueError`.
+    fn exec(&self, py: Python<'_>, request: &str) -> PyResult<String> {
+        let req = parse_exec(py, request)?;
         block(py, self.inner.exec(&req)).map(|r| json(&r))
     }
 
-    #[pyo3(signature = (command, user=None, timeout_secs=None, cwd=None, env=None, stdin=None, max_output_bytes=None, profile=None))]
-    #[allow(clippy::too_many_arguments)] // Python's keyword arguments
-    fn exec_async<'py>(
-        &self,
-        py: Python<'py>,
-        command: String,
-        user: Option<String>,
-        timeout_secs: Option<u64>,
-        cwd: Option<String>,
-        env: Option<BTreeMap<String, String>>,
-        stdin: Option<String>,
-        max_output_bytes: Option<u64>,
-        profile: Option<String>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let req = Client::exec_request(
-            py,
-            command,
-            user,
-            timeout_secs,
-            cwd,
-            env,
-            stdin,
-            max_output_bytes,
-            profile,
-        )?;
+    fn exec_async<'py>(&self, py: Python<'py>, request: &str) -> PyResult<Bound<'py, PyAny>> {
+        let req = parse_exec(py, request)?;
         let c = self.inner.clone();
         awaitable(py, async move {
             c.exec(&req).await.map(|r| json(&r)).map_err(to_py)

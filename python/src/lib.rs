@@ -31,7 +31,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("EXEC_HAS_PROFILE", client::EXEC_HAS_PROFILE)?;
+    m.add("EXEC_HAS_PROFILE", client::exec_has_profile())?;
     m.add_class::<client::Client>()?;
     m.add_class::<lab::Lab>()?;
     m.add_class::<render::Rendered>()?;

@@ -65,3 +65,11 @@ def test_profile_is_passed_or_refused_clearly(agent: Agent) -> None:
         with pytest.raises(ValueError, match="profile"):
             c.exec("echo ok", profile="none")
     assert c.exec("echo ok", profile=None).stdout == "ok\n"
+
+
+def test_an_invalid_request_is_a_value_error_before_any_request(agent: Agent) -> None:
+    c = lab_agent.Client(agent.url, token=agent.token)
+    with pytest.raises(ValueError, match="invalid exec request"):
+        c.exec("true", timeout_secs="soon")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="invalid exec request"):
+        c.exec("true", env={"A": 1})  # type: ignore[dict-item]

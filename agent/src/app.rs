@@ -15,9 +15,13 @@ pub struct App {
     /// runaway backend sees back-pressure instead of piling up shells.
     pub exec_slots: Arc<Semaphore>,
     pub max_execs: usize,
+    /// Output held by running commands and unsent answers.
+    pub output: crate::budget::Budget,
     /// Process groups of running commands (and the setup), for shutdown.
     pub jobs: Jobs,
     pub started: Instant,
+    /// 401s and refused connections, summarised in the log periodically.
+    pub rejections: crate::rejections::Rejections,
     /// Flips to `true` once shutdown begins: long-polls answer at once and
     /// new execs are refused.
     pub shutdown: watch::Receiver<bool>,

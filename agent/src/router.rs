@@ -9,30 +9,46 @@ use hyper::body::Incoming;
 use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request};
 use lab_agent_proto::paths;
+use crate::logging::cut;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response, Infallible> {
+/// How much of a command the request line shows.
+pub const COMMAND_LOG_CHARS: usize = 200;
+
+pub async fn handle(
+    app: Arc<App>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Response, Infallible> {
     let started = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let mut exec_log = None;
-    let resp = route(&app, req, &mut exec_log)
-        .await
-        .unwrap_or_else(ApiError::into_response);
+    let result = route(&app, req, &mut exec_log).await;
+    if let Err(ApiError::Unauthorized) = result {
+        // Counted, not logged: see `rejections`.
+        app.rejections.unauthorized(peer, method.as_str(), &path);
+        return Ok(ApiError::Unauthorized.into_response());
+    }
+    let resp = result.unwrap_or_else(ApiError::into_response);
     let status = resp.status().as_u16();
     let ms = started.elapsed().as_millis() as u64;
-    // One line per request. Headers are never logged: they carry the token.
+    // One line per request, every value escaped and cut by the logger
+    // (`logging::clean`). Headers are never logged: they carry the token.
     match exec_log {
         Some(e) => tracing::info!(
-            %method, path = %path.escape_debug(), status, duration_ms = ms,
+            %peer, %method, path = %path, status, duration_ms = ms,
             user = %e.user, exit_code = e.exit_code, signal = e.signal,
-            timed_out = e.timed_out, command = ?e.command,
+            timed_out = e.timed_out, profile = e.profile,
+            stdin_bytes = e.stdin_bytes, env_vars = e.env_vars, env_bytes = e.env_bytes,
+            command = %cut(&e.command, COMMAND_LOG_CHARS),
             "request"
         ),
         None => {
-            tracing::info!(%method, path = %path.escape_debug(), status, duration_ms = ms, "request")
+            tracing::info!(%peer, %method, path = %path, status, duration_ms = ms, "request")
         }
     }
     Ok(resp)

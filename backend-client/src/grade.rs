@@ -139,6 +139,7 @@ pub fn check_request(check: &Check, guest_lab_dir: &str) -> ExecRequest {
         .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
         .timeout_secs(check.timeout_secs)
         .env(LAB_DIR_ENV, guest_lab_dir)
+        .profile(check.profile)
 }
 
 #[cfg(test)]
@@ -173,6 +174,14 @@ timeout_secs = 5
             b.env.get("LAB_DIR").map(String::as_str),
             Some("/tmp/staged")
         );
+        assert!(b.profile.is_login());
+        let lab = Lab::parse(
+            "name = \"l\"\nprofile = \"system\"\n[[checks]]\nname = \"a\"\nrun = \"id\"\n",
+            "/labs/l",
+        )
+        .unwrap();
+        let a = check_request(&lab.checks[0], "/opt/lab");
+        assert_eq!(a.profile, lab_agent_proto::Profile::System);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! Every error names the file, the field and what to do about it, because the
 //! person reading it is a lab author with `lab.toml` open in an editor.
 
+use crate::exec::Profile;
 use serde::Deserialize;
 use std::collections::HashSet;
 use std::fmt;
@@ -31,6 +32,8 @@ pub struct Lab {
     pub setup: Option<Setup>,
     pub files: Option<Files>,
     pub checks: Vec<Check>,
+    /// The top-level `profile`: what a check without its own uses.
+    pub profile: Profile,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +58,9 @@ pub struct Check {
     pub user: Option<String>,
     pub timeout_secs: u64,
     pub fail_message: Option<String>,
+    /// Which startup files the check's shell reads: the check's own
+    /// `profile`, else the lab's, else `login`.
+    pub profile: Profile,
 }
 
 /// One file of `[files].source`, ready to be shipped to the guest.
@@ -115,6 +121,8 @@ struct RawLab {
     files: Option<RawFiles>,
     #[serde(default)]
     checks: Vec<RawCheck>,
+    #[serde(default)]
+    profile: Option<Profile>,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +151,8 @@ struct RawCheck {
     timeout_secs: Option<i64>,
     #[serde(default)]
     fail_message: Option<String>,
+    #[serde(default)]
+    profile: Option<Profile>,
 }
 
 impl Lab {
@@ -300,6 +310,7 @@ impl Lab {
                 user,
                 timeout_secs,
                 fail_message: c.fail_message,
+                profile: c.profile.or(raw.profile).unwrap_or_default(),
             });
         }
 
@@ -309,6 +320,7 @@ impl Lab {
             setup,
             files,
             checks,
+            profile: raw.profile.unwrap_or_default(),
         })
     }
 
@@ -591,5 +603,18 @@ run = "true"
         std::fs::remove_dir_all(&dir).unwrap();
         let err = Lab::load(&dir).unwrap_err().to_string();
         assert!(err.starts_with("failed to read"), "{err}");
+    }
+
+    #[test]
+    fn profile_per_check_overrides_the_lab_default() {
+        let text = "name = \"p\"\nprofile = \"system\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n[[checks]]\nname = \"b\"\nrun = \"true\"\nprofile = \"none\"\n";
+        let lab = Lab::parse(text, "/labs/p").unwrap();
+        assert_eq!(lab.profile, Profile::System);
+        assert_eq!(lab.checks[0].profile, Profile::System);
+        assert_eq!(lab.checks[1].profile, Profile::None);
+        let lab = Lab::parse("name = \"p\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n", "/x").unwrap();
+        assert_eq!(lab.checks[0].profile, Profile::Login);
+        let err = Lab::parse("name = \"p\"\nprofile = \"user\"\n", "/x").unwrap_err().to_string();
+        assert!(err.contains("unknown variant `user`"), "{err}");
     }
 }

@@ -554,7 +554,9 @@ impl Job {
             Some(cg) if sig == Signal::SIGKILL => cg.kill(),
             Some(cg) => cg.signal(sig),
             None => {
-                let _ = killpg(Pid::from_raw(self.pid), sig);
+                // Find them all before signalling any: once the shell dies,
+                // what it started in a new session is re-parented to init
+                // and no longer linked to the command.
                 let sid = self.pid;
                 let members = tokio::task::spawn_blocking(move || session_members(sid))
                     .await
@@ -562,6 +564,7 @@ impl Job {
                 for pid in members {
                     let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
                 }
+                let _ = killpg(Pid::from_raw(self.pid), sig);
                 if sig == Signal::SIGKILL {
                     tracing::debug!(
                         session = sid,

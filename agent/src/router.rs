@@ -23,35 +23,67 @@ pub async fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Result<Response, Infallible> {
-    let started = Instant::now();
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let mut exec_log = None;
-    let result = route(&app, req, &mut exec_log).await;
+    let mut line = Line {
+        started: Instant::now(),
+        peer,
+        method: req.method().clone(),
+        path: req.uri().path().to_owned(),
+        exec: None,
+        done: false,
+    };
+    let result = route(&app, req, &mut line.exec).await;
+    line.done = true;
     if let Err(ApiError::Unauthorized) = result {
         // Counted, not logged: see `rejections`.
-        app.rejections.unauthorized(peer, method.as_str(), &path);
+        app.rejections
+            .unauthorized(peer, line.method.as_str(), &line.path);
         return Ok(ApiError::Unauthorized.into_response());
     }
     let resp = result.unwrap_or_else(ApiError::into_response);
-    let status = resp.status().as_u16();
-    let ms = started.elapsed().as_millis() as u64;
-    // One line per request, every value escaped and cut by the logger
-    // (`logging::clean`). Headers are never logged: they carry the token.
-    match exec_log {
-        Some(e) => tracing::info!(
-            %peer, %method, path = %path, status, duration_ms = ms,
-            user = %e.user, exit_code = e.exit_code, signal = e.signal,
-            timed_out = e.timed_out, profile = e.profile,
-            stdin_bytes = e.stdin_bytes, env_vars = e.env_vars, env_bytes = e.env_bytes,
-            command = %cut(&e.command, COMMAND_LOG_CHARS),
-            "request"
-        ),
-        None => {
-            tracing::info!(%peer, %method, path = %path, status, duration_ms = ms, "request")
+    line.write(&resp.status().as_u16().to_string());
+    Ok(resp)
+}
+
+/// The request's log line. Written when the answer is ready — or, when the
+/// client went away first and the handler was dropped, with status
+/// `abandoned` (an exec's command was then terminated: `process::Job`).
+struct Line {
+    started: Instant,
+    peer: SocketAddr,
+    method: Method,
+    path: String,
+    exec: Option<ExecLog>,
+    done: bool,
+}
+
+impl Line {
+    fn write(&self, status: &str) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        let (peer, method, path) = (self.peer, &self.method, &self.path);
+        // One line per request, every value escaped and cut by the logger
+        // (`logging::clean`). Headers are never logged: they carry the token.
+        match &self.exec {
+            Some(e) => tracing::info!(
+                %peer, %method, path = %path, status, duration_ms = ms,
+                user = %e.user, exit_code = e.exit_code, signal = e.signal,
+                timed_out = e.timed_out, profile = e.profile,
+                stdin_bytes = e.stdin_bytes, env_vars = e.env_vars, env_bytes = e.env_bytes,
+                command = %cut(&e.command, COMMAND_LOG_CHARS),
+                "request"
+            ),
+            None => {
+                tracing::info!(%peer, %method, path = %path, status, duration_ms = ms, "request")
+            }
         }
     }
-    Ok(resp)
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        if !self.done {
+            self.write("abandoned");
+        }
+    }
 }
 
 async fn route(

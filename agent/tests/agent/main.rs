@@ -4,6 +4,7 @@
 mod support;
 
 mod auth;
+mod containment;
 mod contract;
 mod corpus;
 mod errors;

@@ -17,3 +17,4 @@ mod privilege;
 mod ready;
 mod setup;
 mod timing;
+mod unread;

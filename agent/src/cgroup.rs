@@ -93,7 +93,10 @@ const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 impl Cgroups {
     /// Resolves `mode` at start. `Ok(None)`: no cgroup, and why (for the
     /// log); an error only for an explicit `--cgroup PATH` that cannot work.
-    pub fn setup(mode: &Mode, pids_max: Option<u64>) -> Result<Result<Cgroups, String>, CgroupError> {
+    pub fn setup(
+        mode: &Mode,
+        pids_max: Option<u64>,
+    ) -> Result<Result<Cgroups, String>, CgroupError> {
         match mode {
             Mode::Off => Ok(Err("--cgroup off".into())),
             Mode::Path(p) => {
@@ -173,12 +176,13 @@ impl Cgroups {
             // Best effort: without it the command still runs contained.
             let _ = std::fs::write(path.join("pids.max"), max.to_string());
         }
-        let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-            io_err("open", io::Error::from(io::ErrorKind::InvalidInput))
-        })?;
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io_err("open", io::Error::from(io::ErrorKind::InvalidInput)))?;
         let dir = nix::fcntl::open(
             c.as_c_str(),
-            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::fcntl::OFlag::O_RDONLY
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
             nix::sys::stat::Mode::empty(),
         )
         .map_err(|e| {

@@ -40,9 +40,9 @@ impl ConnIo {
     /// Turns a pending write into a deadline; an expired one into an error.
     fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
         let conn = &self.conn;
-        let (deadline, _) = self.stalled.get_or_insert_with(|| {
-            (Box::pin(tokio::time::sleep(WRITE_TIMEOUT)), conn.busy())
-        });
+        let (deadline, _) = self
+            .stalled
+            .get_or_insert_with(|| (Box::pin(tokio::time::sleep(WRITE_TIMEOUT)), conn.busy()));
         ready!(deadline.as_mut().poll(cx));
         self.stalled = None;
         Poll::Ready(Err(io::Error::new(
@@ -63,7 +63,11 @@ impl AsyncRead for ConnIo {
 }
 
 impl AsyncWrite for ConnIo {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         match Pin::new(&mut this.stream).poll_write(cx, buf) {
             Poll::Pending => this.pending(cx),

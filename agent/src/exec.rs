@@ -3,13 +3,13 @@
 use crate::api_error::ApiError;
 use crate::app::App;
 use crate::body::Body;
+use crate::budget::{PER_ANSWER, Reservation};
 use crate::capture::{Capped, pump};
 use crate::http::{Response, json_body, read_body};
 use crate::identity::Identity;
 use crate::process::{self, Cwd, Script, ShellCommand, Stdio};
 use hyper::StatusCode;
 use hyper::body::Incoming;
-use crate::budget::{PER_ANSWER, Reservation};
 use lab_agent_proto::{ExecRequest, ExecResult, MAX_BODY_BYTES};
 use std::path::Path;
 use std::time::Duration;

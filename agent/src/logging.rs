@@ -168,7 +168,10 @@ mod tests {
 
     #[test]
     fn values_are_escaped_and_cut() {
-        assert_eq!(clean("nobody\n2026 INFO forged", 100), "nobody\\n2026 INFO forged");
+        assert_eq!(
+            clean("nobody\n2026 INFO forged", 100),
+            "nobody\\n2026 INFO forged"
+        );
         assert_eq!(clean("a\0b\"c\\", 100), "a\\0b\\\"c\\\\");
         assert_eq!(clean("\u{1b}[31m", 100), "\\u{1b}[31m");
         assert_eq!(clean(&"x".repeat(10_000), 3), "xxx…[10000 bytes]");

@@ -4,6 +4,7 @@
 //! Both `/v1/exec` and the setup script run through here, so they share one
 //! notion of "login shell", "clean environment" and "kill everything".
 
+use crate::cgroup::{Cgroups, ExecCgroup};
 use crate::identity::Identity;
 use crate::spawn::{self, Spec};
 use lab_agent_proto::Profile;
@@ -11,7 +12,6 @@ use nix::errno::Errno;
 use nix::libc;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use crate::cgroup::{Cgroups, ExecCgroup};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{CStr, CString};
 use std::io;

@@ -73,7 +73,9 @@ mod tests {
             parse_wait(Some("wait=60")).unwrap(),
             Duration::from_secs(60)
         );
-        for bad in ["wait=61", "wait=-1", "wait=abc", "wait=", "x=1", "wait=1.5", "wait=+5"] {
+        for bad in [
+            "wait=61", "wait=-1", "wait=abc", "wait=", "x=1", "wait=1.5", "wait=+5",
+        ] {
             assert!(
                 matches!(parse_wait(Some(bad)), Err(ApiError::BadRequest(_))),
                 "{bad}"

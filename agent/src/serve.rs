@@ -47,7 +47,9 @@ pub enum ServeError {
     AddrFile { path: PathBuf, source: io::Error },
     #[error("failed to install the signal handler: {0}")]
     Signals(io::Error),
-    #[error("{0}\nhint: create it (`mkdir` in a cgroup2 mount), or use `--cgroup auto` or `--cgroup off`")]
+    #[error(
+        "{0}\nhint: create it (`mkdir` in a cgroup2 mount), or use `--cgroup auto` or `--cgroup off`"
+    )]
     Cgroup(#[from] crate::cgroup::CgroupError),
 }
 

@@ -326,13 +326,11 @@ impl Tee {
             .mode(0o600)
             .open(path)
         {
-            Ok(file) => {
-                Tee {
-                    file: Some(file),
-                    echo,
-                    error: None,
-                }
-            }
+            Ok(file) => Tee {
+                file: Some(file),
+                echo,
+                error: None,
+            },
             Err(e) => Tee {
                 file: None,
                 echo,

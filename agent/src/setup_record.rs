@@ -4,9 +4,9 @@
 //! when the writer is killed with SIGKILL mid-write.
 
 use lab_agent_proto::SetupState;
+use nix::libc;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
-use nix::libc;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 

@@ -86,7 +86,8 @@ impl Token {
             });
         }
         let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut (&mut file).take(64 * 1024), &mut bytes).map_err(read_err)?;
+        std::io::Read::read_to_end(&mut (&mut file).take(64 * 1024), &mut bytes)
+            .map_err(read_err)?;
         Token::from_bytes(&bytes, path)
     }
 

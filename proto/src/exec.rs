@@ -94,7 +94,10 @@ fn unique_keys<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Strin
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("an object of string values")
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
             let mut out = BTreeMap::new();
             while let Some((k, v)) = m.next_entry::<String, String>()? {
                 if out.contains_key(&k) {
@@ -316,7 +319,10 @@ mod tests {
         assert!(ExecRequest::new("true").validate().is_ok());
         assert!(msg(ExecRequest::new(" ")).contains("command is empty"));
         assert!(msg(ExecRequest::new("x").timeout_secs(0)).contains("timeout_secs is 0"));
-        assert!(msg(ExecRequest::new("x").max_output_bytes(MAX_OUTPUT_BYTES_CAP + 1)).contains("16 MiB"));
+        assert!(
+            msg(ExecRequest::new("x").max_output_bytes(MAX_OUTPUT_BYTES_CAP + 1))
+                .contains("16 MiB")
+        );
     }
 
     #[test]

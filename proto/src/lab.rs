@@ -612,9 +612,15 @@ run = "true"
         assert_eq!(lab.profile, Profile::System);
         assert_eq!(lab.checks[0].profile, Profile::System);
         assert_eq!(lab.checks[1].profile, Profile::None);
-        let lab = Lab::parse("name = \"p\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n", "/x").unwrap();
+        let lab = Lab::parse(
+            "name = \"p\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
+            "/x",
+        )
+        .unwrap();
         assert_eq!(lab.checks[0].profile, Profile::Login);
-        let err = Lab::parse("name = \"p\"\nprofile = \"user\"\n", "/x").unwrap_err().to_string();
+        let err = Lab::parse("name = \"p\"\nprofile = \"user\"\n", "/x")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown variant `user`"), "{err}");
     }
 }

@@ -84,7 +84,10 @@ const ESCAPES: &[(&str, &str)] = &[
         "double-forked daemon",
         "perl -e 'use POSIX; fork and exit; POSIX::setsid(); fork and exit; exec(\"sh\", \"-c\", $ENV{E})'",
     ),
-    ("ignores SIGTERM", "sh -c 'trap \"\" TERM; sh -c \"$E\"; :' &"),
+    (
+        "ignores SIGTERM",
+        "sh -c 'trap \"\" TERM; sh -c \"$E\"; :' &",
+    ),
 ];
 
 /// Which escapes the session-wide fallback cannot reach: they left the
@@ -148,7 +151,11 @@ fn timeout_case(agent: &Agent, dir: &TempDir) -> (serde_json::Value, Vec<u32>) {
     // Long enough for python and perl to start on a loaded machine.
     let out = agent.run(json!({"command": escape_command(&pids), "timeout_secs": 4}));
     let started = recorded(&pids);
-    assert_eq!(started.len(), ESCAPES.len(), "not all escapees started: {out}");
+    assert_eq!(
+        started.len(),
+        ESCAPES.len(),
+        "not all escapees started: {out}"
+    );
     (out, started)
 }
 
@@ -167,7 +174,10 @@ fn with_a_cgroup_nothing_survives_a_timeout() {
     // The answer comes once everything is gone: no waiting here.
     let left = survivors(&pids);
     kill_all(&left);
-    assert!(left.is_empty(), "survived the timeout: {left:?} of {pids:?}");
+    assert!(
+        left.is_empty(),
+        "survived the timeout: {left:?} of {pids:?}"
+    );
     // And the command's cgroup went with them: what is left is at most
     // the one made ahead for the next command, empty.
     let children = cg.children();
@@ -237,7 +247,9 @@ fn without_a_cgroup_the_session_kill_reaches_all_but_orphaned_new_sessions() {
     want.sort();
     assert_eq!(left_names, want, "escapes that survived the session kill");
     assert!(
-        agent.log().contains("no cgroup: commands are killed by session"),
+        agent
+            .log()
+            .contains("no cgroup: commands are killed by session"),
         "{}",
         agent.log()
     );
@@ -262,7 +274,9 @@ fn a_normal_end_leaves_background_processes_in_their_cgroup() {
         pids_file.display()
     )}));
     assert_eq!(out["exit_code"], 0, "{out}");
-    let pid = eventually(5, "the server's pid", || recorded(&pids_file).first().copied());
+    let pid = eventually(5, "the server's pid", || {
+        recorded(&pids_file).first().copied()
+    });
     assert!(alive(pid), "the background process was killed");
     let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     let kept = cg
@@ -292,10 +306,11 @@ fn pids_max_stops_a_fork_bomb_where_the_controller_exists() {
     let Some(cg) = TestCgroup::new("pids") else {
         return;
     };
-    let parent_has_pids = std::fs::read_to_string(cg.path().parent().unwrap().join("cgroup.subtree_control"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .any(|c| c == "pids");
+    let parent_has_pids =
+        std::fs::read_to_string(cg.path().parent().unwrap().join("cgroup.subtree_control"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|c| c == "pids");
     let agent = Agent::builder("contain-pids")
         .no_cloud_init()
         .args(["--cgroup", cg.path().to_str().unwrap(), "--pids-max", "20"])
@@ -305,9 +320,15 @@ fn pids_max_stops_a_fork_bomb_where_the_controller_exists() {
         "timeout_secs": 2
     }));
     if !parent_has_pids {
-        eprintln!("skipped the limit itself: no pids controller on {}", cg.path().display());
+        eprintln!(
+            "skipped the limit itself: no pids controller on {}",
+            cg.path().display()
+        );
         return;
     }
     let started: u32 = out["stdout"].as_str().unwrap().trim().parse().unwrap();
-    assert!(started < 20, "pids.max 20 let {started} processes start: {out}");
+    assert!(
+        started < 20,
+        "pids.max 20 let {started} processes start: {out}"
+    );
 }

@@ -59,7 +59,12 @@ fn unread_answers_stay_within_the_output_budget() {
     let budget_mib = 80;
     let agent = Agent::builder("unread-flood")
         .no_cloud_init()
-        .args(["--output-budget", &budget_mib.to_string(), "--max-execs", "16"])
+        .args([
+            "--output-budget",
+            &budget_mib.to_string(),
+            "--max-execs",
+            "16",
+        ])
         .start();
     let pid = agent.child.id();
     let mut conns = Vec::new();

@@ -114,7 +114,8 @@ struct CloneArgs {
 }
 
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-const SYS_CLONE3: c_long = 435;
+/// `clone3`'s number on both supported architectures (x86_64 and aarch64).
+const SYS_CLONE3: i64 = 435;
 
 /// Starts `spec` in a new session. The new process has an empty signal mask
 /// and default dispositions for everything we catch and for SIGPIPE (which
@@ -263,7 +264,7 @@ unsafe fn raw_clone3(args: &mut CloneArgs, entry: usize, arg: *mut c_void) -> i6
             "syscall",
             "ud2",
             "2:",
-            inlateout("rax") SYS_CLONE3 as i64 => ret,
+            inlateout("rax") SYS_CLONE3 => ret,
             in("rdi") args as *mut CloneArgs,
             in("rsi") std::mem::size_of::<CloneArgs>(),
             in("r12") entry,

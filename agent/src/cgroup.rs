@@ -15,6 +15,9 @@
 //!   processes in a cgroup whose controllers its children use) and creates
 //!   `exec-PID-N/` beside it for each command;
 //! - `--cgroup PATH` names a directory the operator (or a test) made for it;
+//!   only there is `pids.max` set per exec (`--pids-max`), when the pids
+//!   controller is available to PATH (see [`Cgroups::setup`] for why not in
+//!   the unit's own cgroup);
 //! - elsewhere (`labctl try` on a workstation, containers) there is none, and
 //!   [`crate::process`] falls back to killing by session and ancestry.
 //!
@@ -101,14 +104,19 @@ impl Cgroups {
             Mode::Off => Ok(Err("--cgroup off".into())),
             Mode::Path(p) => {
                 check_cgroup2(p)?;
+                let pids_max = pids_max.filter(|_| enable_pids(p));
                 Ok(Ok(Cgroups::new(p.clone(), pids_max)))
             }
-            Mode::Auto => Ok(delegated_self().map(|root| Cgroups::new(root, pids_max))),
+            // No controller in the unit's own cgroup: with one enabled in its
+            // `cgroup.subtree_control`, systemd (before 254's
+            // `DelegateSubgroup=`) could not put a restarted agent back into
+            // it — cgroup v2 forbids processes beside enabled controllers —
+            // and the unit would fail to start.
+            Mode::Auto => Ok(delegated_self().map(|root| Cgroups::new(root, None))),
         }
     }
 
     fn new(root: PathBuf, pids_max: Option<u64>) -> Cgroups {
-        let pids_max = pids_max.filter(|_| enable_pids(&root));
         let cg = Cgroups {
             root,
             pids_max,

@@ -73,8 +73,9 @@ Flags:
                          under PATH, or under the agent's own cgroup when
                          systemd delegated it (auto); off: kill by session
                          [default: auto]
-  --pids-max N           pids.max of each command's cgroup, where the pids
-                         controller is available; 0: no limit [default: 4096]
+  --pids-max N           pids.max of each command's cgroup under
+                         --cgroup PATH, where the pids controller is
+                         available to PATH; 0: no limit [default: 4096]
   --addr-file PATH       After binding, write the bound address here
   --shutdown-grace SECS  On SIGTERM, time running commands get before they
                          are killed [default: 10]

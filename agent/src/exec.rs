@@ -227,11 +227,8 @@ async fn run(
     let exit =
         exit.map_err(|e| ApiError::Internal(format!("failed to wait for the command: {e}")))?;
     drop(job);
-    if let Some(cg) = app.jobs.cgroups() {
-        // The next command's cgroup, made while this one's answer is sent.
-        let cg = cg.clone();
-        tokio::task::spawn_blocking(move || cg.prepare());
-    }
+    // The next command's cgroup, made while this one's answer is sent.
+    app.housekeeping.notify_one();
     let held = (out.held() + err.held()) as u64;
     let result = ExecResult {
         exit_code: exit.code(),

@@ -12,7 +12,7 @@ use nix::errno::Errno;
 use nix::libc;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -34,6 +34,8 @@ pub const ABANDON_GRACE: Duration = Duration::from_secs(2);
 /// How long, after SIGKILL, to wait for the killed processes to be gone
 /// before answering (a process in uninterruptible sleep dies late).
 const KILL_SETTLE: Duration = Duration::from_secs(1);
+/// Processes read between two yields of the `/proc` walk.
+const WALK_BATCH: usize = 32;
 /// How often a terminating group is checked for having emptied.
 const GROUP_POLL: Duration = Duration::from_millis(20);
 /// How often an exit is polled for on kernels without pidfds (before 5.2).
@@ -144,9 +146,13 @@ impl SpawnError {
 /// period; and where new commands' cgroups come from.
 #[derive(Debug, Clone, Default)]
 pub struct Jobs {
-    running: Arc<Mutex<HashMap<i32, Option<PathBuf>>>>,
+    /// A handful at most (`--max-execs`).
+    running: Arc<Mutex<Vec<Running>>>,
     cgroups: Option<Arc<Cgroups>>,
 }
+
+/// A running command: its process group, and its cgroup if it has one.
+type Running = (i32, Option<PathBuf>);
 
 impl Jobs {
     /// Commands started through these jobs each get their own cgroup.
@@ -162,11 +168,13 @@ impl Jobs {
     }
 
     fn insert(&self, pgid: i32, cgroup: Option<PathBuf>) {
-        self.lock().insert(pgid, cgroup);
+        let mut running = self.lock();
+        running.retain(|(p, _)| *p != pgid);
+        running.push((pgid, cgroup));
     }
 
     fn remove(&self, pgid: i32) {
-        self.lock().remove(&pgid);
+        self.lock().retain(|(p, _)| *p != pgid);
     }
 
     pub fn len(&self) -> usize {
@@ -180,8 +188,7 @@ impl Jobs {
     /// SIGKILL to every running command: its cgroup where it has one, else
     /// its process group.
     pub fn kill_all(&self) -> usize {
-        let running: Vec<(i32, Option<PathBuf>)> =
-            self.lock().iter().map(|(k, v)| (*k, v.clone())).collect();
+        let running: Vec<Running> = self.lock().clone();
         for (pgid, cgroup) in &running {
             let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
             if let Some(path) = cgroup {
@@ -191,8 +198,8 @@ impl Jobs {
         running.len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Option<PathBuf>>> {
-        // A poisoned map of plain data is still a valid map.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Running>> {
+        // A poisoned list of plain data is still a valid list.
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -546,9 +553,8 @@ impl Job {
     }
 
     /// `sig` to the command's cgroup, or without one to its session, its
-    /// process group and their descendants. The `/proc` walk that finds
-    /// those runs on a blocking thread: with thousands of processes it
-    /// takes a good part of a second.
+    /// process group and their descendants (found by walking `/proc`, see
+    /// [`session_members`]).
     async fn signal_all(&self, sig: Signal) {
         match &self.cgroup {
             Some(cg) if sig == Signal::SIGKILL => cg.kill(),
@@ -558,9 +564,7 @@ impl Job {
                 // what it started in a new session is re-parented to init
                 // and no longer linked to the command.
                 let sid = self.pid;
-                let members = tokio::task::spawn_blocking(move || session_members(sid))
-                    .await
-                    .unwrap_or_default();
+                let members = session_members(sid).await;
                 for pid in members {
                     let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
                 }
@@ -579,12 +583,7 @@ impl Job {
     async fn anything_left(&self) -> bool {
         match &self.cgroup {
             Some(cg) => cg.populated(),
-            None => {
-                let sid = self.pid;
-                tokio::task::spawn_blocking(move || !session_members(sid).is_empty())
-                    .await
-                    .unwrap_or(true)
-            }
+            None => !session_members(self.pid).await.is_empty(),
         }
     }
 
@@ -616,14 +615,24 @@ fn try_reap(pid: i32) -> io::Result<Option<ExitStatus>> {
 /// started), of process group `sid`, and every descendant of those — which
 /// catches `setsid`, `setpgid` and `timeout(1)` children as long as their
 /// parent lives. Zombies do not count: their reaping is up to their parent
-/// or init. Blocking: it reads all of `/proc`.
-pub fn session_members(sid: i32) -> Vec<i32> {
+/// or init.
+///
+/// It reads all of `/proc` — with 3 000 processes a good part of a second
+/// when done in one go, during which the single-threaded agent answered
+/// nothing. So it yields to the runtime every [`WALK_BATCH`] processes
+/// (each `stat` read is a few µs), rather than taking a thread pool into
+/// a binary whose size every lab VM pays for.
+pub async fn session_members(sid: i32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    // pid -> (ppid, in the session or group, alive)
-    let mut procs: HashMap<i32, (i32, bool, bool)> = HashMap::new();
-    for entry in dir.flatten() {
+    // (pid, ppid, in the session or group, alive). Vectors and sorting
+    // rather than hash maps: the same work, less code in the binary.
+    let mut procs: Vec<(i32, i32, bool, bool)> = Vec::new();
+    for (n, entry) in dir.flatten().enumerate() {
+        if n % WALK_BATCH == WALK_BATCH - 1 {
+            tokio::task::yield_now().await;
+        }
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
@@ -641,30 +650,28 @@ pub fn session_members(sid: i32) -> Vec<i32> {
         }
         let num = |s: &str| s.parse::<i32>().unwrap_or(-1);
         let (ppid, pgrp, session) = (num(f[1]), num(f[2]), num(f[3]));
-        procs.insert(pid, (ppid, session == sid || pgrp == sid, f[0] != "Z"));
+        procs.push((pid, ppid, session == sid || pgrp == sid, f[0] != "Z"));
     }
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    for (&pid, &(ppid, _, _)) in &procs {
-        children.entry(ppid).or_default().push(pid);
-    }
-    let mut seen: HashSet<i32> = HashSet::new();
-    let mut stack: Vec<i32> = procs
-        .iter()
-        .filter(|(_, (_, member, _))| *member)
-        .map(|(&pid, _)| pid)
-        .chain([sid])
-        .collect();
-    while let Some(pid) = stack.pop() {
-        if seen.insert(pid)
-            && let Some(kids) = children.get(&pid)
-        {
-            stack.extend(kids);
+    // Sorted by parent, so a process's children are one contiguous run.
+    procs.sort_unstable_by_key(|p| p.1);
+    let mut found: Vec<i32> = vec![sid];
+    found.extend(procs.iter().filter(|p| p.2).map(|p| p.0));
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        let start = procs.partition_point(|p| p.1 < parent);
+        for p in procs[start..].iter().take_while(|p| p.1 == parent) {
+            if !found.contains(&p.0) {
+                found.push(p.0);
+            }
         }
+        i += 1;
     }
     let me = std::process::id() as i32;
-    seen.into_iter()
-        .filter(|p| *p != me && procs.get(p).is_some_and(|(_, _, alive)| *alive))
-        .collect()
+    found.sort_unstable();
+    found.dedup();
+    found.retain(|pid| *pid != me && procs.iter().any(|p| p.0 == *pid && p.3));
+    found
 }
 
 impl Drop for Job {

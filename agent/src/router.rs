@@ -62,19 +62,20 @@ impl Line {
         let (peer, method, path) = (self.peer, &self.method, &self.path);
         // One line per request, every value escaped and cut by the logger
         // (`logging::clean`). Headers are never logged: they carry the token.
-        match &self.exec {
-            Some(e) => tracing::info!(
-                %peer, %method, path = %path, status, duration_ms = ms,
-                user = %e.user, exit_code = e.exit_code, signal = e.signal,
-                timed_out = e.timed_out, profile = e.profile,
-                stdin_bytes = e.stdin_bytes, env_vars = e.env_vars, env_bytes = e.env_bytes,
-                command = %cut(&e.command, COMMAND_LOG_CHARS),
-                "request"
-            ),
-            None => {
-                tracing::info!(%peer, %method, path = %path, status, duration_ms = ms, "request")
-            }
-        }
+        // One call site for both kinds of line (each costs code): the
+        // exec fields are `None` on other requests, and left out.
+        let e = self.exec.as_ref();
+        tracing::info!(
+            %peer, %method, path = %path, status, duration_ms = ms,
+            user = e.map(|e| tracing::field::display(&e.user)),
+            exit_code = e.and_then(|e| e.exit_code), signal = e.and_then(|e| e.signal),
+            timed_out = e.map(|e| e.timed_out), profile = e.map(|e| e.profile),
+            stdin_bytes = e.map(|e| e.stdin_bytes as u64),
+            env_vars = e.map(|e| e.env_vars as u64),
+            env_bytes = e.map(|e| e.env_bytes as u64),
+            command = e.map(|e| tracing::field::display(cut(&e.command, COMMAND_LOG_CHARS))),
+            "request"
+        );
     }
 }
 

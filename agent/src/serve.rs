@@ -106,15 +106,6 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     };
     if let Some(cg) = &cgroups {
         cg.prepare();
-        // Cgroups that commands left background processes in go once
-        // those end.
-        let cg = cg.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(30)).await;
-                cg.sweep();
-            }
-        });
     }
     let jobs = Jobs::with_cgroups(cgroups);
     let app = Arc::new(App {
@@ -130,6 +121,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         jobs: jobs.clone(),
         started: Instant::now(),
         rejections: Default::default(),
+        housekeeping: Default::default(),
         shutdown: shutdown_rx,
     });
     tracing::info!(
@@ -140,15 +132,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         "listening"
     );
 
-    {
-        let app = app.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(crate::rejections::SUMMARY_EVERY).await;
-                app.rejections.flush();
-            }
-        });
-    }
+    tokio::spawn(housekeeping(app.clone()));
 
     if let Some(script) = cfg.run_setup.clone() {
         let setup_cfg = SetupConfig {
@@ -180,6 +164,30 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     };
     crate::server::run(listener, app, shutting_down, shutdown, cfg.shutdown_grace).await;
     Ok(())
+}
+
+/// Off every request's path, in one task: the next command's cgroup is
+/// made once an exec asks for it ([`App::housekeeping`]); cgroups that
+/// commands left background processes in are removed once those end; the
+/// summary of rejected requests is written every
+/// [`crate::rejections::SUMMARY_EVERY`].
+async fn housekeeping(app: Arc<App>) {
+    const EVERY: Duration = Duration::from_secs(10);
+    let mut last_summary = Instant::now();
+    loop {
+        tokio::select! {
+            _ = app.housekeeping.notified() => {}
+            _ = tokio::time::sleep(EVERY) => {}
+        }
+        if let Some(cg) = app.jobs.cgroups() {
+            cg.prepare();
+            cg.sweep();
+        }
+        if last_summary.elapsed() >= crate::rejections::SUMMARY_EVERY {
+            app.rejections.flush();
+            last_summary = Instant::now();
+        }
+    }
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {

@@ -137,7 +137,7 @@ fn a_token_owned_by_another_user_is_refused_with_the_fix() {
     let token = dir.join("token");
     write_file(&token, &format!("{TOKEN}\n"), 0o600);
     chown(&token, NOBODY);
-    let out = Command::new(bin())
+    let mut child = Command::new(bin())
         .args([
             "serve",
             "--listen",
@@ -148,10 +148,17 @@ fn a_token_owned_by_another_user_is_refused_with_the_fix() {
         .arg(&token)
         .arg("--state-dir")
         .arg(dir.join("state"))
-        .output()
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+        .spawn()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    // An agent that accepts the token serves until killed: do not wait on it.
+    let status = eventually(20, "the agent to refuse the token", || {
+        child.try_wait().unwrap()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status.code(), Some(2));
+    let err = std::fs::read_to_string(dir.join("stderr")).unwrap();
     assert!(err.contains("owned by uid 65534"), "{err}");
     assert!(err.contains("hint: run `chown 0"), "{err}");
 }

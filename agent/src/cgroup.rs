@@ -200,13 +200,13 @@ impl Cgroups {
         Ok(ExecCgroup { path, dir })
     }
 
-    /// Removes a finished command's cgroup, or keeps it for a later sweep
-    /// while processes the command left in the background live in it.
+    /// Hands a finished command's cgroup to the next [`Self::sweep`], which
+    /// removes it — at once if it is empty, or once the processes the
+    /// command left in the background have ended. Not removed here: an
+    /// `rmdir` in cgroupfs costs more than the rest of the cgroup's part in
+    /// an exec, and the answer need not wait for it.
     pub fn release(&self, cg: ExecCgroup) {
-        if std::fs::remove_dir(&cg.path).is_err() {
-            lock(&self.kept).push(cg.path);
-        }
-        self.sweep();
+        lock(&self.kept).push(cg.path);
     }
 
     /// Removes kept cgroups that have emptied.
@@ -215,22 +215,6 @@ impl Cgroups {
             Ok(()) => false,
             Err(e) => e.kind() != io::ErrorKind::NotFound,
         });
-    }
-
-    /// Cgroups kept for background processes of finished commands.
-    pub fn kept(&self) -> usize {
-        lock(&self.kept).len()
-    }
-
-    /// Kills everything in every exec cgroup (shutdown's last word).
-    pub fn kill_all(&self) {
-        if let Ok(dir) = std::fs::read_dir(&self.root) {
-            for e in dir.flatten() {
-                if e.file_name().as_bytes().starts_with(b"exec-") {
-                    let _ = kill_path(&e.path());
-                }
-            }
-        }
     }
 }
 

@@ -227,7 +227,8 @@ async fn run(
     let exit =
         exit.map_err(|e| ApiError::Internal(format!("failed to wait for the command: {e}")))?;
     drop(job);
-    // The next command's cgroup, made while this one's answer is sent.
+    // The next command's cgroup is made, and this one's removed, while the
+    // answer is sent.
     app.housekeeping.notify_one();
     let held = (out.held() + err.held()) as u64;
     let result = ExecResult {

@@ -565,14 +565,18 @@ impl Job {
                 // and no longer linked to the command.
                 let sid = self.pid;
                 let members = session_members(sid).await;
+                let reached = members.len();
                 for pid in members {
                     let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
                 }
                 let _ = killpg(Pid::from_raw(self.pid), sig);
-                if sig == Signal::SIGKILL {
-                    tracing::debug!(
+                if sig == Signal::SIGTERM {
+                    // Said once per termination, so an operator knows what
+                    // containment this command had.
+                    tracing::info!(
                         session = sid,
-                        "killed by session: what left the session and lost its parent (setsid -f, a double fork) is out of reach without a cgroup"
+                        processes = reached as u64,
+                        "terminating a command by session (no cgroup): what left its session and lost its parent (setsid -f, a double fork) is out of reach"
                     );
                 }
             }

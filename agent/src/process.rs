@@ -1,5 +1,8 @@
-//! Spawning a login shell as a user, in its own session, and supervising it:
-//! timeout → SIGTERM to the whole process group → SIGKILL after a grace.
+//! Spawning a shell as a user, in its own session (and cgroup, where the
+//! agent has a subtree: [`crate::cgroup`]), and supervising it: on timeout
+//! or when its request is abandoned, SIGTERM to everything it started — its
+//! cgroup, or without one its session, process group and their descendants
+//! — then SIGKILL after a grace.
 //!
 //! Both `/v1/exec` and the setup script run through here, so they share one
 //! notion of "login shell", "clean environment" and "kill everything".

@@ -1,7 +1,7 @@
 //! The accept loop: a connection cap (see [`crate::conns`] for who makes
 //! room when it is reached), hyper's HTTP/1.1 with a header read timeout, and
 //! a graceful shutdown that lets running commands finish within a grace
-//! period and then kills their process groups.
+//! period and then kills them (their cgroups, or process groups).
 
 use crate::app::App;
 use crate::conn_io::ConnIo;
@@ -62,7 +62,7 @@ async fn refuse(mut stream: TcpStream) {
 
 /// Serves until `shutdown` resolves, then drains: no new connections, long
 /// polls answer at once, running commands get `grace` to finish before
-/// their process groups are killed.
+/// they are killed.
 pub async fn run(
     listener: TcpListener,
     app: Arc<App>,

@@ -218,7 +218,7 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
     record.timed_out = exit.timed_out;
     if exit.timed_out {
         let msg = format!(
-            "setup timed out after {} s; its process group was killed",
+            "setup timed out after {} s and was killed",
             cfg.timeout.as_secs()
         );
         log.line(&format!("lab-agent: {msg}"));

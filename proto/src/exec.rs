@@ -85,6 +85,16 @@ impl fmt::Display for Profile {
     }
 }
 
+impl std::str::FromStr for Profile {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Profile, String> {
+        [Profile::Login, Profile::System, Profile::None]
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("`{s}` is not a profile: use `login`, `system` or `none`"))
+    }
+}
+
 /// A JSON object into a map, refusing a key that appears twice (serde's
 /// map impl keeps the last one silently).
 fn unique_keys<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
@@ -291,6 +301,15 @@ mod tests {
         assert_eq!(r.command, "systemctl is-active nginx");
         let back: ExecRequest = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn profiles_parse_from_their_names() {
+        for p in [Profile::Login, Profile::System, Profile::None] {
+            assert_eq!(p.as_str().parse::<Profile>(), Ok(p));
+        }
+        let err = "user".parse::<Profile>().unwrap_err();
+        assert!(err.contains("`login`, `system` or `none`"), "{err}");
     }
 
     #[test]

@@ -50,6 +50,15 @@ impl ConnIo {
             "the client read nothing of its answer for the write timeout",
         )))
     }
+
+    /// A write went through: the deadline starts over at the next stall.
+    /// The busy mark stays until a flush completes.
+    fn progressed(&mut self) {
+        if let Some((d, _)) = &mut self.stalled {
+            d.as_mut()
+                .reset(tokio::time::Instant::now() + WRITE_TIMEOUT);
+        }
+    }
 }
 
 impl AsyncRead for ConnIo {
@@ -72,12 +81,7 @@ impl AsyncWrite for ConnIo {
         match Pin::new(&mut this.stream).poll_write(cx, buf) {
             Poll::Pending => this.pending(cx),
             Poll::Ready(r) => {
-                // Progress: the deadline starts over at the next stall. The
-                // busy mark stays until a flush completes.
-                if let Some((d, _)) = &mut this.stalled {
-                    d.as_mut()
-                        .reset(tokio::time::Instant::now() + WRITE_TIMEOUT);
-                }
+                this.progressed();
                 Poll::Ready(r)
             }
         }
@@ -92,10 +96,7 @@ impl AsyncWrite for ConnIo {
         match Pin::new(&mut this.stream).poll_write_vectored(cx, bufs) {
             Poll::Pending => this.pending(cx),
             Poll::Ready(r) => {
-                if let Some((d, _)) = &mut this.stalled {
-                    d.as_mut()
-                        .reset(tokio::time::Instant::now() + WRITE_TIMEOUT);
-                }
+                this.progressed();
                 Poll::Ready(r)
             }
         }

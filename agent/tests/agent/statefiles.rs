@@ -12,6 +12,21 @@ fn chown(path: &std::path::Path, uid: u32) {
     nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(uid)), None).unwrap();
 }
 
+/// Writes a finished `setup.json` into the agent's state dir, as a
+/// student with write access to it could.
+fn record(agent: &Agent, state: &str, exit_code: i32) -> std::path::PathBuf {
+    let dir = agent.state_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("setup.json"),
+        format!(
+            r#"{{"state":"{state}","started_at":"2026-11-29T08:56:44Z","exit_code":{exit_code}}}"#
+        ),
+    )
+    .unwrap();
+    dir
+}
+
 fn is_root() -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
@@ -66,13 +81,7 @@ fn a_planted_setup_log_symlink_is_replaced_not_followed() {
 #[test]
 fn a_setup_log_linked_to_the_token_never_reaches_ready() {
     let agent = Agent::builder("state-token-link").no_cloud_init().start();
-    let state = agent.state_dir();
-    std::fs::create_dir_all(&state).unwrap();
-    std::fs::write(
-        state.join("setup.json"),
-        r#"{"state":"failed","started_at":"2026-11-29T08:56:44Z","exit_code":1}"#,
-    )
-    .unwrap();
+    let state = record(&agent, "failed", 1);
     std::os::unix::fs::symlink(agent.dir.join("token"), state.join("setup.log")).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(50));
     let r = agent.get("/v1/ready");
@@ -92,13 +101,7 @@ fn a_forged_record_in_a_foreign_owned_state_dir_is_not_ready() {
         return;
     }
     let agent = Agent::builder("state-foreign").no_cloud_init().start();
-    let state = agent.state_dir();
-    std::fs::create_dir_all(&state).unwrap();
-    std::fs::write(
-        state.join("setup.json"),
-        r#"{"state":"succeeded","started_at":"2026-11-29T08:56:44Z","exit_code":0}"#,
-    )
-    .unwrap();
+    let state = record(&agent, "succeeded", 0);
     // First owned by the agent's user: ready.
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert_eq!(agent.get("/v1/ready").status, 200);

@@ -24,6 +24,11 @@ pub enum ApiError {
     PayloadTooLarge { limit: usize },
     #[error("{running} commands are already running (the agent's --max-execs); retry in a moment")]
     Busy { running: usize },
+    #[error(
+        "the output the agent holds for running commands and unsent answers would pass its budget of {} MiB (`--output-budget`); retry in a moment, or ask for a smaller max_output_bytes",
+        limit / (1024 * 1024)
+    )]
+    OutputBudget { limit: u64 },
     #[error("the agent is shutting down")]
     ShuttingDown,
     #[error("internal error: {0}")]
@@ -38,7 +43,9 @@ impl ApiError {
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::MethodNotAllowed { .. } => ErrorCode::MethodNotAllowed,
             ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
-            ApiError::Busy { .. } | ApiError::ShuttingDown => ErrorCode::Busy,
+            ApiError::Busy { .. } | ApiError::OutputBudget { .. } | ApiError::ShuttingDown => {
+                ErrorCode::Busy
+            }
             ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -63,7 +70,7 @@ impl ApiError {
                     hyper::header::HeaderValue::from_static(allowed),
                 );
             }
-            ApiError::Busy { .. } | ApiError::ShuttingDown => {
+            ApiError::Busy { .. } | ApiError::OutputBudget { .. } | ApiError::ShuttingDown => {
                 headers.insert(
                     hyper::header::RETRY_AFTER,
                     hyper::header::HeaderValue::from_static("1"),

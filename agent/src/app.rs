@@ -16,12 +16,18 @@ pub struct App {
     /// runaway backend sees back-pressure instead of piling up shells.
     pub exec_slots: Arc<Semaphore>,
     pub max_execs: usize,
+    /// Output held by running commands and unsent answers.
+    pub output: crate::budget::Budget,
     /// Process groups of running commands (and the setup), for shutdown.
     pub jobs: Jobs,
     pub started: Instant,
     /// `--lab-dir`, reported in `/v1/info` so a grader gives the checks the
     /// `LAB_DIR` this agent was started with.
     pub lab_dir: PathBuf,
+    /// 401s and refused connections, summarised in the log periodically.
+    pub rejections: crate::rejections::Rejections,
+    /// Wakes `serve`'s housekeeping task (the next exec's cgroup).
+    pub housekeeping: tokio::sync::Notify,
     /// Flips to `true` once shutdown begins: long-polls answer at once and
     /// new execs are refused.
     pub shutdown: watch::Receiver<bool>,

@@ -13,13 +13,28 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// Source bytes escaped per frame (a frame is at most 6× this, for text
-/// of nothing but control characters).
-const FRAME: usize = 32 * 1024;
+/// of nothing but control characters). Small, because a client that does
+/// not read holds up to one frame in the HTTP layer's buffer
+/// ([`crate::budget::PER_ANSWER`]).
+pub const FRAME: usize = 8 * 1024;
 
 #[derive(Debug, Default)]
 pub struct Body {
     parts: VecDeque<Part>,
     remaining: u64,
+    /// Held until the body is dropped — sent to the end, or abandoned with
+    /// its connection: the output budget's reservation, the connection's
+    /// busy mark.
+    guards: Vec<Guard>,
+}
+
+/// Anything whose drop marks the end of sending this body.
+pub struct Guard(#[allow(dead_code)] Box<dyn Send + Sync>);
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Guard")
+    }
 }
 
 #[derive(Debug)]
@@ -37,6 +52,11 @@ impl Body {
         let mut body = Body::default();
         body.push_bytes(b);
         body
+    }
+
+    /// Keeps `guard` alive until the body is dropped.
+    pub fn hold(&mut self, guard: impl Send + Sync + 'static) {
+        self.guards.push(Guard(Box::new(guard)));
     }
 
     pub fn push_bytes(&mut self, b: impl Into<Bytes>) {

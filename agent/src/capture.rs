@@ -45,6 +45,11 @@ impl Capped {
         self.truncated
     }
 
+    /// Bytes of memory held.
+    pub fn held(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// The kept bytes as text; invalid UTF-8 becomes U+FFFD, and a multi-byte
     /// character cut by the cap is dropped rather than mangled.
     pub fn into_string(self) -> String {
@@ -90,8 +95,16 @@ impl Sink for Capped {
         }
         let take = data.len().min(room);
         if take > 0 {
-            if self.buf.capacity() == 0 {
-                self.buf.reserve(take.max(4096).min(self.cap));
+            // Grow by doubling, but never past the cap: the output budget
+            // counts on a stream holding at most `cap` bytes (Vec's own
+            // doubling could reach twice that).
+            let len = self.buf.len();
+            if self.buf.capacity() - len < take {
+                let want = (len + take)
+                    .max(self.buf.capacity() * 2)
+                    .max(4096)
+                    .min(self.cap);
+                self.buf.reserve_exact(want - len);
             }
             self.buf.extend_from_slice(&data[..take]);
         }
@@ -133,6 +146,16 @@ mod tests {
         assert!(c.truncated());
         c.put(b"hij");
         assert_eq!(c.into_string(), "abcde");
+    }
+
+    #[test]
+    fn never_holds_more_than_the_cap() {
+        let mut c = Capped::new(100_000);
+        for _ in 0..100 {
+            c.put(&[b'x'; 3000]);
+            assert!(c.held() <= 100_000, "{}", c.held());
+        }
+        assert!(c.truncated());
     }
 
     #[test]

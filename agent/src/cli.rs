@@ -66,6 +66,17 @@ Flags:
   --lab-dir PATH         LAB_DIR for --run-setup; reported in /v1/info
                          [default: /opt/lab]
   --max-execs N          Concurrent exec limit; more get 429 [default: 8]
+  --output-budget MIB    Output held at once for running commands and
+                         answers not yet sent (each exec reserves twice its
+                         max_output_bytes); past it execs get 429
+                         [default: 256]
+  --cgroup auto|off|PATH Run each command in a cgroup v2 of its own, made
+                         under PATH, or under the agent's own cgroup when
+                         systemd delegated it (auto); off: kill by session
+                         [default: auto]
+  --pids-max N           pids.max of each command's cgroup under
+                         --cgroup PATH, where the pids controller is
+                         available to PATH; 0: no limit [default: 4096]
   --addr-file PATH       After binding, write the bound address here
   --shutdown-grace SECS  On SIGTERM, time running commands get before they
                          are killed [default: 10]
@@ -136,6 +147,9 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
         lab_dir: GUEST_LAB_DIR.into(),
         max_execs: 8,
         shutdown_grace: Duration::from_secs(10),
+        output_budget: 256 * 1024 * 1024,
+        cgroup: crate::cgroup::Mode::Auto,
+        pids_max: Some(4096),
     };
     let mut cloud_init_dir: PathBuf = guest::CLOUD_INIT_DIR.into();
     let mut no_cloud_init = false;
@@ -153,6 +167,13 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
             "--max-execs" => c.max_execs = args.number(&flag, 1, 1024, USAGE)? as usize,
             "--addr-file" => c.addr_file = Some(args.path(&flag, USAGE)?),
             "--shutdown-grace" => c.shutdown_grace = args.secs(&flag, 0, 3600, USAGE)?,
+            "--output-budget" => {
+                c.output_budget = args.number(&flag, 2, 1 << 20, USAGE)? * 1024 * 1024;
+            }
+            "--cgroup" => c.cgroup = args.value(&flag, USAGE)?,
+            "--pids-max" => {
+                c.pids_max = Some(args.number(&flag, 0, 1 << 22, USAGE)?).filter(|&n| n > 0);
+            }
             _ => return Err(args.unknown(&flag, USAGE)),
         }
     }

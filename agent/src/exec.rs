@@ -3,13 +3,13 @@
 use crate::api_error::ApiError;
 use crate::app::App;
 use crate::body::Body;
+use crate::budget::{PER_ANSWER, Reservation};
 use crate::capture::{Capped, pump};
 use crate::http::{Response, json_body, read_body};
 use crate::identity::Identity;
 use crate::process::{self, Cwd, Script, ShellCommand, Stdio};
 use hyper::StatusCode;
 use hyper::body::Incoming;
-use lab_agent_proto::exec::{MAX_COMMAND_BYTES, MAX_OUTPUT_BYTES_CAP, MAX_TIMEOUT_SECS};
 use lab_agent_proto::{ExecRequest, ExecResult, MAX_BODY_BYTES};
 use std::path::Path;
 use std::time::Duration;
@@ -26,6 +26,10 @@ pub const OUTPUT_LINGER: Duration = Duration::from_millis(200);
 pub struct ExecLog {
     pub user: String,
     pub command: String,
+    pub profile: &'static str,
+    pub stdin_bytes: usize,
+    pub env_vars: usize,
+    pub env_bytes: usize,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
@@ -36,11 +40,36 @@ pub async fn handle(
     req: hyper::Request<Incoming>,
     log: &mut Option<ExecLog>,
 ) -> Result<Response, ApiError> {
+    if app.is_shutting_down() {
+        return Err(ApiError::ShuttingDown);
+    }
+    // The slot comes before the body is read: a client that opens many
+    // requests and trickles (or holds) their bodies pins at most
+    // `--max-execs` bodies, each also counted in the output budget.
+    let _slot = app
+        .exec_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Busy {
+            running: app.max_execs,
+        })?;
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .unwrap_or(MAX_BODY_BYTES as u64)
+        .min(MAX_BODY_BYTES as u64);
+    let body_budget = reserve(app, declared)?;
     let body = read_body(req, MAX_BODY_BYTES).await?;
     let request = parse(&body)?;
+    drop((body, body_budget));
     *log = Some(ExecLog {
         user: request.user.clone(),
-        command: cut(&request.command, 200),
+        command: request.command.clone(),
+        profile: request.profile.as_str(),
+        stdin_bytes: request.stdin.as_ref().map_or(0, String::len),
+        env_vars: request.env.len(),
+        env_bytes: request.env.iter().map(|(k, v)| k.len() + 1 + v.len()).sum(),
         ..ExecLog::default()
     });
     let identity = Identity::cached(&request.user).map_err(|e| {
@@ -50,23 +79,27 @@ pub async fn handle(
             ApiError::Internal(e.to_string())
         }
     })?;
-    if app.is_shutting_down() {
-        return Err(ApiError::ShuttingDown);
-    }
-    let _slot = app
-        .exec_slots
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::Busy {
-            running: app.max_execs,
-        })?;
-    let result = run(app, &request, &identity).await?;
+    // Both streams at their cap, and what sending the answer buffers.
+    let mut output = reserve(app, 2 * request.max_output_bytes + PER_ANSWER)?;
+    let (result, held) = run(app, &request, &identity).await?;
+    output.shrink_to(held + PER_ANSWER);
     if let Some(l) = log.as_mut() {
         l.exit_code = result.exit_code;
         l.signal = result.signal;
         l.timed_out = result.timed_out;
     }
-    Ok(respond(result))
+    let mut resp = respond(result);
+    // Given back once the answer is sent, or dropped with its connection.
+    resp.body_mut().hold(output);
+    Ok(resp)
+}
+
+fn reserve(app: &App, bytes: u64) -> Result<Reservation, ApiError> {
+    app.output
+        .try_reserve(bytes)
+        .ok_or_else(|| ApiError::OutputBudget {
+            limit: app.output.limit(),
+        })
 }
 
 /// The [`ExecResult`] document as serde would write it, with the output
@@ -105,44 +138,17 @@ fn respond(r: ExecResult) -> Response {
 pub fn parse(body: &[u8]) -> Result<ExecRequest, ApiError> {
     let req: ExecRequest = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("invalid exec request: {e}")))?;
-    if req.command.trim().is_empty() {
-        return Err(ApiError::BadRequest("command is empty".into()));
-    }
-    if req.command.len() > MAX_COMMAND_BYTES {
-        return Err(ApiError::BadRequest(format!(
-            "command is {} bytes; Linux passes at most {MAX_COMMAND_BYTES} bytes in one argument: put a long script in a file (or send it as stdin to `bash -s`)",
-            req.command.len()
-        )));
-    }
-    if req.timeout_secs == 0 || req.timeout_secs > MAX_TIMEOUT_SECS {
-        return Err(ApiError::BadRequest(format!(
-            "timeout_secs is {}: use 1 to {MAX_TIMEOUT_SECS}",
-            req.timeout_secs
-        )));
-    }
-    // Each variable reaches execve as one `NAME=value` string, under the
-    // same limit as the command.
-    if let Some((k, v)) = req
-        .env
-        .iter()
-        .find(|(k, v)| k.len() + 1 + v.len() > MAX_COMMAND_BYTES)
-    {
-        return Err(ApiError::BadRequest(format!(
-            "environment variable `{}` is {} bytes with its name; Linux passes at most {MAX_COMMAND_BYTES} bytes in one variable: send large data as stdin",
-            cut(k, 64),
-            k.len() + 1 + v.len()
-        )));
-    }
-    if req.max_output_bytes > MAX_OUTPUT_BYTES_CAP {
-        return Err(ApiError::BadRequest(format!(
-            "max_output_bytes is {}: the cap is {MAX_OUTPUT_BYTES_CAP} (16 MiB)",
-            req.max_output_bytes
-        )));
-    }
+    req.validate()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(req)
 }
 
-async fn run(app: &App, req: &ExecRequest, identity: &Identity) -> Result<ExecResult, ApiError> {
+/// Runs the command; also returns the bytes of output it holds.
+async fn run(
+    app: &App,
+    req: &ExecRequest,
+    identity: &Identity,
+) -> Result<(ExecResult, u64), ApiError> {
     let cwd = match &req.cwd {
         Some(dir) => Cwd::Dir(Path::new(dir)),
         None => Cwd::Home,
@@ -151,6 +157,7 @@ async fn run(app: &App, req: &ExecRequest, identity: &Identity) -> Result<ExecRe
         ShellCommand {
             identity,
             script: Script::Command(&req.command),
+            profile: req.profile,
             cwd,
             env: &req.env,
             stdin: if req.stdin.is_some() {
@@ -219,7 +226,12 @@ async fn run(app: &App, req: &ExecRequest, identity: &Identity) -> Result<ExecRe
     };
     let exit =
         exit.map_err(|e| ApiError::Internal(format!("failed to wait for the command: {e}")))?;
-    Ok(ExecResult {
+    drop(job);
+    // The next command's cgroup is made, and this one's removed, while the
+    // answer is sent.
+    app.housekeeping.notify_one();
+    let held = (out.held() + err.held()) as u64;
+    let result = ExecResult {
         exit_code: exit.code(),
         signal: exit.signal(),
         timed_out: exit.timed_out,
@@ -228,20 +240,14 @@ async fn run(app: &App, req: &ExecRequest, identity: &Identity) -> Result<ExecRe
         stderr_truncated: err.truncated(),
         stdout: out.into_string(),
         stderr: err.into_string(),
-    })
-}
-
-/// At most `max` characters, for the log line.
-fn cut(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
-    }
+    };
+    Ok((result, held))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lab_agent_proto::exec::MAX_COMMAND_BYTES;
 
     fn bad(body: &str) -> String {
         match parse(body.as_bytes()) {
@@ -261,6 +267,7 @@ mod tests {
         assert!(bad(r#"{"command":"x","timeout_secs":-1}"#).contains("invalid value"));
         assert!(bad(r#"{"command":"x","max_output_bytes":16777217}"#).contains("16 MiB"));
         assert!(bad(r#"{"command":1}"#).contains("invalid type"));
+        assert!(bad(r#"{"command":"x","env":{"A":"1","A":"2"}}"#).contains("`A` is given twice"));
         let long = format!(r#"{{"command":"{}"}}"#, "x".repeat(MAX_COMMAND_BYTES + 1));
         assert!(bad(&long).contains("at most 131071 bytes"));
         assert!(bad(r#"{"timeout_secs":5}"#).contains("missing field `command`"));
@@ -318,11 +325,5 @@ mod tests {
             let hint = hyper::body::Body::size_hint(resp.body()).exact();
             assert_eq!(hint, Some(want.len() as u64));
         }
-    }
-
-    #[test]
-    fn cut_is_char_safe() {
-        assert_eq!(cut("abc", 5), "abc");
-        assert_eq!(cut("ééééé", 2), "éé…");
     }
 }

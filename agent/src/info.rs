@@ -19,12 +19,25 @@ pub fn handle(app: &App) -> Response {
             .map(|u| u.nodename().to_string_lossy().into_owned()),
         uptime_secs: std::fs::read_to_string("/proc/uptime")
             .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok()),
+            .and_then(|s| parse_uptime(s.split_whitespace().next()?)),
         boot_id: current_boot_id(),
         agent_uptime_secs: app.started.elapsed().as_secs_f64(),
         lab_dir: Some(app.lab_dir.display().to_string()),
     };
     json_response(StatusCode::OK, &info)
+}
+
+/// `/proc/uptime`'s `12345.67`, by hand: `f64::from_str` brings ~14 KiB
+/// of tables and code into a binary with nothing else that needs it.
+fn parse_uptime(text: &str) -> Option<f64> {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    let int: u64 = int.parse().ok()?;
+    let frac_val = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<u32>().ok()?
+    };
+    Some(int as f64 + f64::from(frac_val) / 10f64.powi(frac.len() as i32))
 }
 
 fn os_pretty_name() -> Option<String> {
@@ -44,6 +57,13 @@ fn parse_pretty_name(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uptime() {
+        assert_eq!(parse_uptime("12345.67"), Some(12345.67));
+        assert_eq!(parse_uptime("3"), Some(3.0));
+        assert_eq!(parse_uptime("x.5"), None);
+    }
 
     #[test]
     fn pretty_name() {

@@ -91,6 +91,39 @@ fn level_name(l: &Level) -> &'static str {
     }
 }
 
+/// Longest value a log line carries for one field; a request controls most
+/// of them (user, path, command), so none may flood the log.
+pub const MAX_FIELD_CHARS: usize = 512;
+
+/// `s` made safe for one log line: control characters (newlines, NUL, ANSI
+/// escapes), quotes and backslashes escaped as in Rust's `escape_debug`, and
+/// cut to `max` characters with the original length noted, so no value can
+/// forge a line or make one huge.
+pub fn clean(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max) + 16);
+    for (n, c) in s.chars().enumerate() {
+        if n == max {
+            let _ = write!(out, "…[{} bytes]", s.len());
+            break;
+        }
+        if c.is_control() || c == '"' || c == '\\' || c == '\u{2028}' || c == '\u{2029}' {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// At most `max` characters of `s` (on a character boundary), with the
+/// original length noted when cut. The logger escapes; this only shortens.
+pub fn cut(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…[{} bytes]", &s[..i], s.len()).into(),
+        None => s.into(),
+    }
+}
+
 /// Writes the message first, then ` key=value` pairs.
 struct Fields<'a> {
     line: &'a mut String,
@@ -98,21 +131,21 @@ struct Fields<'a> {
 }
 
 impl Visit for Fields<'_> {
+    // Everything goes through `record_str`, so every value, however it was
+    // passed (`%`, `?`, a plain string), is escaped and cut there.
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if field.name() == "message" {
-            let _ = write!(self.line, "{value:?}");
-        } else {
-            let _ = write!(self.rest, " {}={value:?}", field.name());
-        }
+        let text = format!("{value:?}");
+        self.record_str(field, &text);
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
+        let clean = clean(value, MAX_FIELD_CHARS);
         if field.name() == "message" {
-            self.line.push_str(value);
+            self.line.push_str(&clean);
         } else if !value.is_empty() && value.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
-            let _ = write!(self.rest, " {}={value}", field.name());
+            let _ = write!(self.rest, " {}={clean}", field.name());
         } else {
-            let _ = write!(self.rest, " {}={value:?}", field.name());
+            let _ = write!(self.rest, " {}=\"{clean}\"", field.name());
         }
     }
 
@@ -132,6 +165,18 @@ impl Visit for Fields<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_are_escaped_and_cut() {
+        assert_eq!(
+            clean("nobody\n2026 INFO forged", 100),
+            "nobody\\n2026 INFO forged"
+        );
+        assert_eq!(clean("a\0b\"c\\", 100), "a\\0b\\\"c\\\\");
+        assert_eq!(clean("\u{1b}[31m", 100), "\\u{1b}[31m");
+        assert_eq!(clean(&"x".repeat(10_000), 3), "xxx…[10000 bytes]");
+        assert_eq!(clean("éé", 1), "é…[4 bytes]");
+    }
 
     #[test]
     fn filter_directives() {

@@ -1,19 +1,24 @@
-//! Spawning a login shell as a user, in its own session, and supervising it:
-//! timeout → SIGTERM to the whole process group → SIGKILL after a grace.
+//! Spawning a shell as a user, in its own session (and cgroup, where the
+//! agent has a subtree: [`crate::cgroup`]), and supervising it: on timeout
+//! or when its request is abandoned, SIGTERM to everything it started — its
+//! cgroup, or without one its session, process group and their descendants
+//! — then SIGKILL after a grace.
 //!
 //! Both `/v1/exec` and the setup script run through here, so they share one
 //! notion of "login shell", "clean environment" and "kill everything".
 
+use crate::cgroup::{Cgroups, ExecCgroup};
 use crate::identity::Identity;
 use crate::spawn::{self, Spec};
+use lab_agent_proto::Profile;
 use nix::errno::Errno;
 use nix::libc;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
@@ -24,6 +29,16 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
+/// Read before the command under `profile: system`.
+const SYSTEM_PROFILE: &str = "if [ -r /etc/profile ]; then . /etc/profile; fi\n";
+/// What an abandoned command (its client went away) gets between SIGTERM
+/// and SIGKILL: the exec timeout's grace.
+pub const ABANDON_GRACE: Duration = Duration::from_secs(2);
+/// How long, after SIGKILL, to wait for the killed processes to be gone
+/// before answering (a process in uninterruptible sleep dies late).
+const KILL_SETTLE: Duration = Duration::from_secs(1);
+/// Processes read between two yields of the `/proc` walk.
+const WALK_BATCH: usize = 32;
 /// How often a terminating group is checked for having emptied.
 const GROUP_POLL: Duration = Duration::from_millis(20);
 /// How often an exit is polled for on kernels without pidfds (before 5.2).
@@ -77,6 +92,9 @@ pub enum Cwd<'a> {
 pub struct ShellCommand<'a> {
     pub identity: &'a Identity,
     pub script: Script<'a>,
+    /// Which startup files a [`Script::Command`] reads (a script file
+    /// always runs in a login shell).
+    pub profile: Profile,
     pub cwd: Cwd<'a>,
     pub env: &'a BTreeMap<String, String>,
     pub stdin: Stdio,
@@ -126,18 +144,40 @@ impl SpawnError {
     }
 }
 
-/// The process groups of every command still running, so a shutting-down
-/// agent can kill what is left after its grace period.
+/// The commands still running (their sessions, and cgroups where they have
+/// one), so a shutting-down agent can kill what is left after its grace
+/// period; and where new commands' cgroups come from.
 #[derive(Debug, Clone, Default)]
-pub struct Jobs(Arc<Mutex<HashSet<i32>>>);
+pub struct Jobs {
+    /// A handful at most (`--max-execs`).
+    running: Arc<Mutex<Vec<Running>>>,
+    cgroups: Option<Arc<Cgroups>>,
+}
+
+/// A running command: its process group, and its cgroup if it has one.
+type Running = (i32, Option<PathBuf>);
 
 impl Jobs {
-    fn insert(&self, pgid: i32) {
-        self.lock().insert(pgid);
+    /// Commands started through these jobs each get their own cgroup.
+    pub fn with_cgroups(cgroups: Option<Arc<Cgroups>>) -> Jobs {
+        Jobs {
+            running: Arc::default(),
+            cgroups,
+        }
+    }
+
+    pub fn cgroups(&self) -> Option<&Arc<Cgroups>> {
+        self.cgroups.as_ref()
+    }
+
+    fn insert(&self, pgid: i32, cgroup: Option<PathBuf>) {
+        let mut running = self.lock();
+        running.retain(|(p, _)| *p != pgid);
+        running.push((pgid, cgroup));
     }
 
     fn remove(&self, pgid: i32) {
-        self.lock().remove(&pgid);
+        self.lock().retain(|(p, _)| *p != pgid);
     }
 
     pub fn len(&self) -> usize {
@@ -148,18 +188,22 @@ impl Jobs {
         self.len() == 0
     }
 
-    /// SIGKILL to every running command's process group.
+    /// SIGKILL to every running command: its cgroup where it has one, else
+    /// its process group.
     pub fn kill_all(&self) -> usize {
-        let groups: Vec<i32> = self.lock().iter().copied().collect();
-        for &pgid in &groups {
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        let running: Vec<Running> = self.lock().clone();
+        for (pgid, cgroup) in &running {
+            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+            if let Some(path) = cgroup {
+                let _ = std::fs::write(path.join("cgroup.kill"), b"1");
+            }
         }
-        groups.len()
+        running.len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<i32>> {
-        // A poisoned set of integers is still a valid set of integers.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Running>> {
+        // A poisoned list of plain data is still a valid list.
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -180,6 +224,8 @@ pub struct Job {
     pid: i32,
     /// Readable once the shell has exited; `None` without pidfd support.
     exit: Option<AsyncFd<OwnedFd>>,
+    /// The command's own cgroup; `None`: contained by session instead.
+    cgroup: Option<ExecCgroup>,
     /// Set once reaped.
     status: Option<ExitStatus>,
     pub stdin: Option<pipe::Sender>,
@@ -214,16 +260,38 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
         CString::new(bytes).map_err(|_| SpawnError::Invalid(format!("{what} contains a NUL byte")))
     };
 
-    let mut argv = vec![
-        cstr("the shell", shell.as_bytes())?,
-        cstr("", login_flag.as_bytes())?,
-    ];
+    let mut argv = vec![cstr("the shell", shell.as_bytes())?];
     match cmd.script {
         Script::Command(command) => {
-            argv.push(c"-c".to_owned());
-            argv.push(cstr("command", command.as_bytes())?);
+            let is_bash = login_flag == "--login";
+            match cmd.profile {
+                Profile::Login => {
+                    argv.push(cstr("", login_flag.as_bytes())?);
+                    argv.push(c"-c".to_owned());
+                    argv.push(cstr("command", command.as_bytes())?);
+                }
+                Profile::System | Profile::None => {
+                    // Not a login shell, so no ~/.bash_profile or ~/.profile;
+                    // not interactive, so no ~/.bashrc (and --norc to be sure).
+                    if is_bash {
+                        argv.extend([c"--noprofile".to_owned(), c"--norc".to_owned()]);
+                    }
+                    argv.push(c"-c".to_owned());
+                    let text = if cmd.profile == Profile::System {
+                        // What a login shell reads before the user's own
+                        // files: /etc/profile (root's, and what it sources).
+                        // On its own line, so the command parses as it would
+                        // alone.
+                        [SYSTEM_PROFILE.as_bytes(), command.as_bytes()].concat()
+                    } else {
+                        command.as_bytes().to_vec()
+                    };
+                    argv.push(cstr("command", &text)?);
+                }
+            }
         }
         Script::File(path) => {
+            argv.push(cstr("", login_flag.as_bytes())?);
             let executable = std::fs::metadata(path)
                 .map(|m| m.permissions().mode() & 0o111 != 0)
                 .unwrap_or(false);
@@ -292,21 +360,21 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
     let (stderr, stderr_parent) = child_end(cmd.stderr, Direction::Out).map_err(start_error)?;
 
     let groups: Vec<libc::gid_t> = id.groups.iter().map(|g| g.as_raw()).collect();
-    let argv_p: Vec<*const libc::c_char> = argv
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain([std::ptr::null()])
-        .collect();
-    let envp_p: Vec<*const libc::c_char> = envp
-        .iter()
-        .map(|e| e.as_ptr())
-        .chain([std::ptr::null()])
-        .collect();
+    let argv_r: Vec<&CStr> = argv.iter().map(CString::as_c_str).collect();
+    let envp_r: Vec<&CStr> = envp.iter().map(CString::as_c_str).collect();
+    // A cgroup of its own where the agent has a subtree; without one (or
+    // when it cannot be made) the command is contained by session instead.
+    let cgroup = jobs.cgroups.as_ref().and_then(|cg| match cg.take() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, "failed to create a cgroup for the command: killing it by session");
+            None
+        }
+    });
     let spec = Spec {
-        path: &argv[0],
-        argv: &argv_p,
-        envp: &envp_p,
-        stdio: [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
+        argv: &argv_r,
+        envp: &envp_r,
+        stdio: [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()],
         ids: id.needs_switch().then_some(spawn::Ids {
             groups: &groups,
             gid: id.gid.as_raw(),
@@ -314,9 +382,19 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
         }),
         cwd: &cwd_c,
         cwd_fallback: cwd_is_default.then_some(c"/" as &CStr),
+        cgroup: cgroup.as_ref().map(ExecCgroup::dir),
     };
     let started = Instant::now();
-    let spawned = spawn::spawn(&spec).map_err(start_error)?;
+    let spawned = spawn::spawn(&spec);
+    let spawned = match spawned {
+        Ok(s) => s,
+        Err(e) => {
+            if let (Some(cgs), Some(c)) = (&jobs.cgroups, cgroup) {
+                cgs.release(c);
+            }
+            return Err(start_error(e));
+        }
+    };
     // The child's ends are its own now.
     drop((stdin, stdout, stderr));
     let exit = match spawned.pidfd {
@@ -327,10 +405,22 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
         None => None,
     };
     let pid = spawned.pid;
-    jobs.insert(pid);
+    let cgroup = match cgroup {
+        Some(c) if spawned.in_cgroup => Some(c),
+        Some(c) => {
+            // No clone3 on this kernel: the cgroup went unused.
+            if let Some(cgs) = &jobs.cgroups {
+                cgs.release(c);
+            }
+            None
+        }
+        None => None,
+    };
+    jobs.insert(pid, cgroup.as_ref().map(|c| c.path().to_path_buf()));
     let mut job = Job {
         pid,
         exit,
+        cgroup,
         status: None,
         stdin: None,
         stdout: None,
@@ -433,11 +523,13 @@ impl Job {
         }
     }
 
-    /// SIGTERM to the group; SIGKILL to whatever is left after `grace`.
+    /// SIGTERM to everything the command started; SIGKILL to whatever is
+    /// left once `grace` has passed. Returns when the shell is reaped and
+    /// the rest is gone (or, for a process stuck in the kernel, after
+    /// [`KILL_SETTLE`] more).
     pub async fn terminate(&mut self, grace: Duration) -> io::Result<ExitStatus> {
-        let pgid = Pid::from_raw(self.pid);
-        let _ = killpg(pgid, Signal::SIGTERM);
         let deadline = tokio::time::Instant::now() + grace;
+        self.signal_all(Signal::SIGTERM).await;
         loop {
             if self.status.is_none() {
                 tokio::select! {
@@ -447,17 +539,64 @@ impl Job {
             } else {
                 tokio::time::sleep(GROUP_POLL).await;
             }
-            // With the shell reaped, a group without live members means
-            // nothing is left.
-            if self.status.is_some() && !group_alive(self.pid) {
+            if self.status.is_some() && !self.anything_left().await {
                 break;
             }
             if tokio::time::Instant::now() >= deadline {
-                let _ = killpg(pgid, Signal::SIGKILL);
+                self.signal_all(Signal::SIGKILL).await;
                 break;
             }
         }
-        self.wait_exit().await
+        let status = self.wait_exit().await?;
+        let settle = tokio::time::Instant::now() + KILL_SETTLE;
+        while tokio::time::Instant::now() < settle && self.anything_left().await {
+            tokio::time::sleep(GROUP_POLL).await;
+        }
+        Ok(status)
+    }
+
+    /// `sig` to the command's cgroup, or without one to its session, its
+    /// process group and their descendants (found by walking `/proc`, see
+    /// [`session_members`]).
+    async fn signal_all(&self, sig: Signal) {
+        match &self.cgroup {
+            Some(cg) if sig == Signal::SIGKILL => cg.kill(),
+            Some(cg) => cg.signal(sig),
+            None => {
+                // Find them all before signalling any: once the shell dies,
+                // what it started in a new session is re-parented to init
+                // and no longer linked to the command.
+                let sid = self.pid;
+                let members = session_members(sid).await;
+                let reached = members.len();
+                for pid in members {
+                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+                }
+                let _ = killpg(Pid::from_raw(self.pid), sig);
+                if sig == Signal::SIGTERM {
+                    // Said once per termination, so an operator knows what
+                    // containment this command had.
+                    tracing::info!(
+                        session = sid,
+                        processes = reached as u64,
+                        "terminating a command by session (no cgroup): what left its session and lost its parent (setsid -f, a double fork) is out of reach"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Whether anything the command started is still alive (zombies aside).
+    async fn anything_left(&self) -> bool {
+        match &self.cgroup {
+            Some(cg) => cg.populated(),
+            None => !session_members(self.pid).await.is_empty(),
+        }
+    }
+
+    /// Whether the command runs in a cgroup of its own.
+    pub fn contained_by_cgroup(&self) -> bool {
+        self.cgroup.is_some()
     }
 }
 
@@ -479,72 +618,121 @@ fn try_reap(pid: i32) -> io::Result<Option<ExitStatus>> {
     }
 }
 
-/// Whether any process of the group is alive. Zombies do not count: their
-/// reaping is up to init, which may take its time (or, in a container, never).
-fn group_alive(pgid: i32) -> bool {
-    if killpg(Pid::from_raw(pgid), None) == Err(Errno::ESRCH) {
-        return false;
-    }
+/// The live processes of session `sid` (whose leader is the shell we
+/// started), of process group `sid`, and every descendant of those — which
+/// catches `setsid`, `setpgid` and `timeout(1)` children as long as their
+/// parent lives. Zombies do not count: their reaping is up to their parent
+/// or init.
+///
+/// It reads all of `/proc` — with 3 000 processes a good part of a second
+/// when done in one go, during which the single-threaded agent answered
+/// nothing. So it yields to the runtime every [`WALK_BATCH`] processes
+/// (each `stat` read is a few µs), rather than taking a thread pool into
+/// a binary whose size every lab VM pays for.
+pub async fn session_members(sid: i32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return true;
+        return Vec::new();
     };
-    dir.flatten().any(|entry| {
+    // (pid, ppid, in the session or group, alive). Vectors and sorting
+    // rather than hash maps: the same work, less code in the binary.
+    let mut procs: Vec<(i32, i32, bool, bool)> = Vec::new();
+    for (n, entry) in dir.flatten().enumerate() {
+        if n % WALK_BATCH == WALK_BATCH - 1 {
+            tokio::task::yield_now().await;
+        }
         let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            return false;
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
+            continue;
         };
-        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parens.
+        // `pid (comm) state ppid pgrp session …`; comm may hold spaces and parens.
         let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
+            continue;
         };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
-        pgrp == Some(pgid) && state != Some("Z")
-    })
+        let f: Vec<&str> = rest.split_whitespace().take(4).collect();
+        if f.len() < 4 {
+            continue;
+        }
+        let num = |s: &str| s.parse::<i32>().unwrap_or(-1);
+        let (ppid, pgrp, session) = (num(f[1]), num(f[2]), num(f[3]));
+        procs.push((pid, ppid, session == sid || pgrp == sid, f[0] != "Z"));
+    }
+    // Sorted by parent, so a process's children are one contiguous run.
+    procs.sort_unstable_by_key(|p| p.1);
+    let mut found: Vec<i32> = vec![sid];
+    found.extend(procs.iter().filter(|p| p.2).map(|p| p.0));
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        let start = procs.partition_point(|p| p.1 < parent);
+        for p in procs[start..].iter().take_while(|p| p.1 == parent) {
+            if !found.contains(&p.0) {
+                found.push(p.0);
+            }
+        }
+        i += 1;
+    }
+    let me = std::process::id() as i32;
+    found.sort_unstable();
+    found.dedup();
+    found.retain(|pid| *pid != me && procs.iter().any(|p| p.0 == *pid && p.3));
+    found
 }
 
 impl Drop for Job {
     fn drop(&mut self) {
         self.jobs.remove(self.pid);
-        if self.status.is_some() || self.pid <= 0 {
+        if self.pid <= 0 {
+            return;
+        }
+        if self.status.is_some() {
+            // Ended (or was terminated): its cgroup goes now, or once what
+            // it left in the background has ended.
+            if let (Some(cgs), Some(cg)) = (self.jobs.cgroups.clone(), self.cgroup.take()) {
+                cgs.release(cg);
+            }
             return;
         }
         // Dropped before the shell was reaped: the request was abandoned
-        // (client gone, agent stopping). Leave no orphans behind, and reap
-        // the killed shell in the background so it leaves no zombie.
-        let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
-        let pid = self.pid;
-        let exit = self.exit.take();
+        // (client gone, agent stopping). Everything the command started
+        // gets what a timeout gives it — SIGTERM, SIGKILL after the grace —
+        // in the background, and the shell is reaped so it leaves no zombie.
+        let mut job = Job {
+            pid: self.pid,
+            exit: self.exit.take(),
+            cgroup: self.cgroup.take(),
+            status: None,
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            started: self.started,
+            jobs: self.jobs.clone(),
+        };
+        self.pid = 0;
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
+                job.jobs
+                    .insert(job.pid, job.cgroup.as_ref().map(|c| c.path().to_path_buf()));
                 rt.spawn(async move {
-                    loop {
-                        match try_reap(pid) {
-                            Ok(None) => {}
-                            _ => return,
-                        }
-                        match &exit {
-                            Some(fd) => match fd.readable().await {
-                                Ok(mut g) => g.clear_ready(),
-                                Err(_) => return,
-                            },
-                            None => tokio::time::sleep(REAP_POLL).await,
-                        }
+                    if job.terminate(ABANDON_GRACE).await.is_err() {
+                        // Not ours to reap after all: do not try again.
+                        job.status = Some(ExitStatus::from_raw(libc::SIGKILL));
                     }
+                    drop(job);
                 });
             }
-            // No runtime: the shell was SIGKILLed and exits at once.
+            // No runtime (the process is exiting): no grace either.
             Err(_) => {
+                let _ = killpg(Pid::from_raw(job.pid), Signal::SIGKILL);
+                if let Some(cg) = &job.cgroup {
+                    cg.kill();
+                }
                 let mut status = 0;
                 // SAFETY: blocking waitpid on our own, killed child.
-                unsafe { libc::waitpid(pid, &mut status, 0) };
+                unsafe { libc::waitpid(job.pid, &mut status, 0) };
+                job.status = Some(ExitStatus::from_raw(status));
             }
         }
     }
@@ -566,6 +754,7 @@ mod tests {
             ShellCommand {
                 identity: &id,
                 script: Script::Command(command),
+                profile: Profile::Login,
                 cwd,
                 env: &env,
                 stdin: Stdio::null(),

@@ -111,7 +111,7 @@ fn observe_cloud_init(dir: &Path) -> CloudInit {
             errors: Vec::new(),
         };
     }
-    let errors = match setup_record::read_state_file(&path, MAX_STATE_FILE_BYTES) {
+    let errors = match setup_record::read_followed(&path, MAX_STATE_FILE_BYTES) {
         Err(e) => vec![format!("cannot read `{}`: {e}", path.display())],
         Ok(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Err(e) => vec![format!("`{}` is not valid JSON: {e}", path.display())],

@@ -36,7 +36,10 @@ pub fn parse_wait(query: Option<&str>) -> Result<Duration, ApiError> {
     for (key, value) in query_pairs(query) {
         match key {
             "wait" => {
-                let secs: u64 = value.parse().map_err(|_| {
+                // Digits only: `u64::from_str` also takes `+5`, which
+                // API.md says is a 400.
+                let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+                let secs: u64 = value.parse().ok().filter(|_| digits).ok_or_else(|| {
                     ApiError::BadRequest(format!(
                         "wait={value:?} is not a number of seconds: use 0 to {MAX_READY_WAIT_SECS}"
                     ))
@@ -70,7 +73,9 @@ mod tests {
             parse_wait(Some("wait=60")).unwrap(),
             Duration::from_secs(60)
         );
-        for bad in ["wait=61", "wait=-1", "wait=abc", "wait=", "x=1", "wait=1.5"] {
+        for bad in [
+            "wait=61", "wait=-1", "wait=abc", "wait=", "x=1", "wait=1.5", "wait=+5",
+        ] {
             assert!(
                 matches!(parse_wait(Some(bad)), Err(ApiError::BadRequest(_))),
                 "{bad}"

@@ -4,38 +4,87 @@ use crate::api_error::ApiError;
 use crate::app::App;
 use crate::exec::{self, ExecLog};
 use crate::http::Response;
+use crate::logging::cut;
 use crate::{info, ready};
 use hyper::body::Incoming;
 use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request};
 use lab_agent_proto::paths;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response, Infallible> {
-    let started = Instant::now();
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let mut exec_log = None;
-    let resp = route(&app, req, &mut exec_log)
-        .await
-        .unwrap_or_else(ApiError::into_response);
-    let status = resp.status().as_u16();
-    let ms = started.elapsed().as_millis() as u64;
-    // One line per request. Headers are never logged: they carry the token.
-    match exec_log {
-        Some(e) => tracing::info!(
-            %method, path = %path.escape_debug(), status, duration_ms = ms,
-            user = %e.user, exit_code = e.exit_code, signal = e.signal,
-            timed_out = e.timed_out, command = ?e.command,
+/// How much of a command the request line shows.
+pub const COMMAND_LOG_CHARS: usize = 200;
+
+pub async fn handle(
+    app: Arc<App>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Response, Infallible> {
+    let mut line = Line {
+        started: Instant::now(),
+        peer,
+        method: req.method().clone(),
+        path: req.uri().path().to_owned(),
+        exec: None,
+        done: false,
+    };
+    let result = route(&app, req, &mut line.exec).await;
+    line.done = true;
+    if let Err(ApiError::Unauthorized) = result {
+        // Counted, not logged: see `rejections`.
+        app.rejections
+            .unauthorized(peer, line.method.as_str(), &line.path);
+        return Ok(ApiError::Unauthorized.into_response());
+    }
+    let resp = result.unwrap_or_else(ApiError::into_response);
+    line.write(&resp.status().as_u16().to_string());
+    Ok(resp)
+}
+
+/// The request's log line. Written when the answer is ready — or, when the
+/// client went away first and the handler was dropped, with status
+/// `abandoned` (an exec's command was then terminated: `process::Job`).
+struct Line {
+    started: Instant,
+    peer: SocketAddr,
+    method: Method,
+    path: String,
+    exec: Option<ExecLog>,
+    done: bool,
+}
+
+impl Line {
+    fn write(&self, status: &str) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        let (peer, method, path) = (self.peer, &self.method, &self.path);
+        // One line per request, every value escaped and cut by the logger
+        // (`logging::clean`). Headers are never logged: they carry the token.
+        // One call site for both kinds of line (each costs code): the
+        // exec fields are `None` on other requests, and left out.
+        let e = self.exec.as_ref();
+        tracing::info!(
+            %peer, %method, path = %path, status, duration_ms = ms,
+            user = e.map(|e| tracing::field::display(&e.user)),
+            exit_code = e.and_then(|e| e.exit_code), signal = e.and_then(|e| e.signal),
+            timed_out = e.map(|e| e.timed_out), profile = e.map(|e| e.profile),
+            stdin_bytes = e.map(|e| e.stdin_bytes as u64),
+            env_vars = e.map(|e| e.env_vars as u64),
+            env_bytes = e.map(|e| e.env_bytes as u64),
+            command = e.map(|e| tracing::field::display(cut(&e.command, COMMAND_LOG_CHARS))),
             "request"
-        ),
-        None => {
-            tracing::info!(%method, path = %path.escape_debug(), status, duration_ms = ms, "request")
+        );
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        if !self.done {
+            self.write("abandoned");
         }
     }
-    Ok(resp)
 }
 
 async fn route(

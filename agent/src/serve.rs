@@ -28,6 +28,11 @@ pub struct ServeConfig {
     pub lab_dir: PathBuf,
     pub max_execs: usize,
     pub shutdown_grace: Duration,
+    /// Bytes of command output held at once (see [`crate::budget`]).
+    pub output_budget: u64,
+    pub cgroup: crate::cgroup::Mode,
+    /// `pids.max` per exec cgroup; `None`: no limit.
+    pub pids_max: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,13 +47,17 @@ pub enum ServeError {
     AddrFile { path: PathBuf, source: io::Error },
     #[error("failed to install the signal handler: {0}")]
     Signals(io::Error),
+    #[error(
+        "{0}\nhint: create it (`mkdir` in a cgroup2 mount), or use `--cgroup auto` or `--cgroup off`"
+    )]
+    Cgroup(#[from] crate::cgroup::CgroupError),
 }
 
 impl ServeError {
     /// Configuration mistakes exit 2, everything else 1.
     pub fn exit_code(&self) -> u8 {
         match self {
-            ServeError::Token(_) => 2,
+            ServeError::Token(_) | ServeError::Cgroup(_) => 2,
             _ => 1,
         }
     }
@@ -78,7 +87,27 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
 
     let (shutting_down, shutdown_rx) = watch::channel(false);
-    let jobs = Jobs::default();
+    let cgroups = match crate::cgroup::Cgroups::setup(&cfg.cgroup, cfg.pids_max)? {
+        Ok(cg) => {
+            tracing::info!(
+                root = %cg.root().display(),
+                pids_max = cg.pids_max().unwrap_or(0),
+                "each command runs in a cgroup of its own"
+            );
+            Some(Arc::new(cg))
+        }
+        Err(why) => {
+            tracing::info!(
+                reason = %why,
+                "no cgroup: commands are killed by session, which misses what leaves it and loses its parent (setsid -f, double forks)"
+            );
+            None
+        }
+    };
+    if let Some(cg) = &cgroups {
+        cg.prepare();
+    }
+    let jobs = Jobs::with_cgroups(cgroups);
     let app = Arc::new(App {
         token,
         readiness: Readiness::new(ReadinessConfig {
@@ -88,9 +117,12 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         }),
         exec_slots: Arc::new(Semaphore::new(cfg.max_execs)),
         max_execs: cfg.max_execs,
+        output: crate::budget::Budget::new(cfg.output_budget),
         jobs: jobs.clone(),
         started: Instant::now(),
         lab_dir: cfg.lab_dir.clone(),
+        rejections: Default::default(),
+        housekeeping: Default::default(),
         shutdown: shutdown_rx,
     });
     tracing::info!(
@@ -100,6 +132,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         run_setup = cfg.run_setup.is_some(),
         "listening"
     );
+
+    tokio::spawn(housekeeping(app.clone()));
 
     if let Some(script) = cfg.run_setup.clone() {
         let setup_cfg = SetupConfig {
@@ -131,6 +165,30 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     };
     crate::server::run(listener, app, shutting_down, shutdown, cfg.shutdown_grace).await;
     Ok(())
+}
+
+/// Off every request's path, in one task: the next command's cgroup is
+/// made once an exec asks for it ([`App::housekeeping`]); cgroups that
+/// commands left background processes in are removed once those end; the
+/// summary of rejected requests is written every
+/// [`crate::rejections::SUMMARY_EVERY`].
+async fn housekeeping(app: Arc<App>) {
+    const EVERY: Duration = Duration::from_secs(10);
+    let mut last_summary = Instant::now();
+    loop {
+        tokio::select! {
+            _ = app.housekeeping.notified() => {}
+            _ = tokio::time::sleep(EVERY) => {}
+        }
+        if let Some(cg) = app.jobs.cgroups() {
+            cg.prepare();
+            cg.sweep();
+        }
+        if last_summary.elapsed() >= crate::rejections::SUMMARY_EVERY {
+            app.rejections.flush();
+            last_summary = Instant::now();
+        }
+    }
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {

@@ -1,9 +1,10 @@
 //! The accept loop: a connection cap (see [`crate::conns`] for who makes
 //! room when it is reached), hyper's HTTP/1.1 with a header read timeout, and
 //! a graceful shutdown that lets running commands finish within a grace
-//! period and then kills their process groups.
+//! period and then kills them (their cgroups, or process groups).
 
 use crate::app::App;
+use crate::conn_io::ConnIo;
 use crate::conns::{Admit, Conns};
 use crate::router;
 use hyper::service::service_fn;
@@ -25,6 +26,10 @@ pub const MAX_CONNECTIONS: usize = 256;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Request heads larger than this get 431.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+/// What hyper buffers per connection, each way: an answer's bytes wait
+/// here when the client reads slowly, so it is counted in
+/// [`crate::budget::PER_ANSWER`]. (It must hold a request head.)
+pub const WRITE_BUFFER: usize = MAX_HEADER_BYTES + 8 * 1024;
 
 /// The answer to a connection beyond the cap when every connection is busy.
 const REFUSED: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\n\
@@ -57,7 +62,7 @@ async fn refuse(mut stream: TcpStream) {
 
 /// Serves until `shutdown` resolves, then drains: no new connections, long
 /// polls answer at once, running commands get `grace` to finish before
-/// their process groups are killed.
+/// they are killed.
 pub async fn run(
     listener: TcpListener,
     app: Arc<App>,
@@ -72,13 +77,14 @@ pub async fn run(
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_header_size(MAX_HEADER_BYTES)
+        .max_buf_size(WRITE_BUFFER)
         .keep_alive(true);
     tokio::pin!(shutdown);
 
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
-                Ok((stream, _peer)) => stream,
+                Ok((stream, peer)) => (stream, peer),
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     tracing::warn!(error = %e, "failed to accept a connection");
@@ -98,10 +104,9 @@ pub async fn run(
                 Arc::new(conn)
             }
             Admit::Refuse => {
-                tracing::warn!(
-                    max_connections = MAX_CONNECTIONS,
-                    "refused a connection: every connection is busy"
-                );
+                // Counted and summarised, never one line each: refusals
+                // come in floods, from clients without a token.
+                app.rejections.refused_connection(peer);
                 // Closing with the request unread would reset the
                 // connection and lose the answer: read a little first,
                 // briefly, for a bounded number of refusals at a time.
@@ -122,13 +127,16 @@ pub async fn run(
                 let busy = conn.busy();
                 let app = app.clone();
                 async move {
-                    let resp = router::handle(app, req).await;
-                    drop(busy);
-                    resp
+                    let mut resp = router::handle(app, req, peer).await?;
+                    // Busy until the answer is sent to its last byte (the
+                    // body is dropped then), not merely produced.
+                    resp.body_mut().hold(busy);
+                    Ok::<_, std::convert::Infallible>(resp)
                 }
             }
         });
-        let served = graceful.watch(http.serve_connection(TokioIo::new(stream), svc));
+        let io = ConnIo::new(stream, conn.clone());
+        let served = graceful.watch(http.serve_connection(TokioIo::new(io), svc));
         tokio::spawn(async move {
             tokio::select! {
                 r = served => if let Err(e) = r {
@@ -141,6 +149,7 @@ pub async fn run(
     }
 
     drop(listener);
+    app.rejections.flush();
     let _ = shutting_down.send(true);
     let running = app.jobs.len();
     tracing::info!(

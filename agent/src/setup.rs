@@ -155,6 +155,7 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
         ShellCommand {
             identity: &identity,
             script: Script::File(script),
+            profile: lab_agent_proto::Profile::Login,
             cwd,
             env: &env,
             stdin: Stdio::null(),
@@ -214,7 +215,7 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
     record.timed_out = exit.timed_out;
     if exit.timed_out {
         let msg = format!(
-            "setup timed out after {} s; its process group was killed",
+            "setup timed out after {} s and was killed",
             cfg.timeout.as_secs()
         );
         log.line(&format!("lab-agent: {msg}"));
@@ -272,8 +273,16 @@ fn prepare_state_dir(dir: &Path) -> Result<(), SetupError> {
         Ok(()) => {}
         Err(e) => return Err(err(e)),
     }
-    // Never world-writable: anyone who can write setup.json decides readiness.
-    let meta = std::fs::metadata(dir).map_err(err)?;
+    // Ours, and never world-writable: anyone who can write setup.json
+    // decides readiness, and could plant links for us to write through.
+    let meta = std::fs::symlink_metadata(dir).map_err(err)?;
+    if !meta.is_dir() {
+        return Err(err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "it is not a directory (a symlink to one is not accepted)",
+        )));
+    }
+    setup_record::check_owner(dir, &meta).map_err(err)?;
     let mode = meta.permissions().mode();
     if mode & 0o022 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & !0o022 & 0o7777))
@@ -283,7 +292,11 @@ fn prepare_state_dir(dir: &Path) -> Result<(), SetupError> {
 }
 
 fn shrink_log(path: &Path) {
-    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) {
+    if let Ok(f) = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+    {
         let _ = f.set_len(0);
     }
 }
@@ -298,22 +311,23 @@ struct Tee {
 
 impl Tee {
     fn open(path: &Path, echo: bool) -> Tee {
+        // A new file each run, never the one that is there: whatever sits
+        // under the name (a symlink to /etc/… or to the token, a hard link,
+        // a fifo) is unlinked — the name, not its target — and the log is
+        // created with O_EXCL|O_NOFOLLOW, 0600 (a setup may print secrets).
+        let _ = std::fs::remove_file(path);
         match std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
             .mode(0o600)
             .open(path)
         {
-            Ok(file) => {
-                // An existing log keeps its old mode through O_TRUNC.
-                let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
-                Tee {
-                    file: Some(file),
-                    echo,
-                    error: None,
-                }
-            }
+            Ok(file) => Tee {
+                file: Some(file),
+                echo,
+                error: None,
+            },
             Err(e) => Tee {
                 file: None,
                 echo,

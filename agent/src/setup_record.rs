@@ -4,9 +4,10 @@
 //! when the writer is killed with SIGKILL mid-write.
 
 use lab_agent_proto::SetupState;
+use nix::libc;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 pub const SETUP_JSON: &str = "setup.json";
@@ -15,14 +16,26 @@ pub const SETUP_LOG: &str = "setup.log";
 /// ones are well under a KiB.
 pub const MAX_STATE_FILE_BYTES: u64 = 1024 * 1024;
 
-/// Opens a state file for reading only if it is a regular file, without
-/// ever blocking: a named pipe or device put in its place (the student is
-/// root) gives an error to report, never a hung agent.
+/// Opens a state file for reading only if it is a regular file, never
+/// through a symlink, and without ever blocking: a named pipe or device
+/// put in its place gives an error to report, never a hung agent; a
+/// symlink (`setup.log` → the token) is refused rather than followed.
 pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
+    open_checked(path, libc::O_NOFOLLOW)
+}
+
+fn open_checked(path: &Path, flags: i32) -> io::Result<std::fs::File> {
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path)?;
+        .custom_flags(libc::O_NONBLOCK | flags)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::new(e.kind(), "it is a symlink, which state files never are")
+            } else {
+                e
+            }
+        })?;
     if !f.metadata()?.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -32,9 +45,19 @@ pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
     Ok(f)
 }
 
-/// Reads a whole state file: a regular file of at most `limit` bytes.
+/// Reads a whole state file: a regular file of at most `limit` bytes, not
+/// a symlink.
 pub fn read_state_file(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
-    let f = open_regular(path)?;
+    read_limited(open_regular(path)?, limit)
+}
+
+/// As [`read_state_file`], following a symlink: cloud-init's `result.json`
+/// is one by design.
+pub fn read_followed(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    read_limited(open_checked(path, 0)?, limit)
+}
+
+fn read_limited(f: std::fs::File, limit: u64) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     f.take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
@@ -44,6 +67,24 @@ pub fn read_state_file(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(bytes)
+}
+
+/// Refuses a state dir (or file) that another user owns: whoever owns it
+/// can replace `setup.json` and so decide readiness, or plant links.
+pub fn check_owner(path: &Path, meta: &std::fs::Metadata) -> io::Result<()> {
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "`{}` is owned by uid {}, not by the agent's user (uid {me}); its contents cannot be trusted: run `chown {me} {}` or use another `--state-dir`",
+                path.display(),
+                meta.uid(),
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// One record of the setup's progress. Unknown fields are tolerated so that a
@@ -97,7 +138,17 @@ pub fn path(state_dir: &Path) -> PathBuf {
 /// The current record, or `None` when setup has never started.
 pub fn read(state_dir: &Path) -> Result<Option<SetupRecord>, RecordError> {
     let path = path(state_dir);
-    match read_state_file(&path, MAX_STATE_FILE_BYTES) {
+    let owned = |p: &Path| std::fs::symlink_metadata(p).and_then(|m| check_owner(p, &m));
+    match owned(state_dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(RecordError::Read { path, source }),
+        Ok(()) => {}
+    }
+    let read = open_regular(&path).and_then(|f| {
+        check_owner(&path, &f.metadata()?)?;
+        read_limited(f, MAX_STATE_FILE_BYTES)
+    });
+    match read {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|source| RecordError::Corrupt { path, source }),
@@ -117,10 +168,13 @@ pub fn write(state_dir: &Path, record: &SetupRecord) -> Result<(), RecordError> 
     let mut bytes = serde_json::to_vec(record).map_err(|e| err(io::Error::other(e)))?;
     bytes.push(b'\n');
     let result = (|| {
+        // A fresh file, never a link planted under the temp name: a stale
+        // one is removed and O_EXCL|O_NOFOLLOW creates it anew.
+        let _ = std::fs::remove_file(&tmp);
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .mode(0o644)
             .open(&tmp)?;
         f.write_all(&bytes)?;

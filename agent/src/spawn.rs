@@ -1,6 +1,8 @@
-//! Starting a process as `posix_spawn` does — `clone(CLONE_VM|CLONE_VFORK)`:
-//! the child borrows our memory until it calls `execve` — plus what
-//! `posix_spawn` cannot do: become another user.
+//! Starting a process as `posix_spawn` does — `CLONE_VM|CLONE_VFORK`: the
+//! child borrows our memory until it calls `execve` — plus what
+//! `posix_spawn` cannot do: become another user, and start inside a given
+//! cgroup (`clone3` with `CLONE_INTO_CGROUP`, so not one instruction of the
+//! command runs outside it, and no migration is paid for afterwards).
 //!
 //! Why not `fork` (std's `Command` with `pre_exec`): fork copies the page
 //! tables, and both processes then take copy-on-write faults until the
@@ -14,12 +16,26 @@
 //! synchronises all threads). It reports a failure by writing the errno into
 //! memory we share, then exits; `CLONE_VFORK` holds us until it has exec'd
 //! or exited, so we read that errno afterwards.
+//!
+//! `clone3` with a new stack cannot be called through libc (neither musl
+//! nor glibc exports a wrapper), so the few instructions that enter the
+//! child on its stack are written out per architecture below. Kernels
+//! without `clone3` (before 5.3, or a seccomp filter that hides it) get
+//! libc's `clone` and no cgroup; [`Spawned::in_cgroup`] says which.
+
+// The child rewrites signal dispositions with the kernel's own `struct
+// sigaction` and enters `clone3` in assembly: both are known here only for
+// these two architectures (the ones the agent ships for).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!(
+    "spawn.rs knows the kernel's `struct sigaction` and the clone3 entry only on x86_64 and aarch64: add this architecture's before building"
+);
 
 use nix::libc::{self, c_char, c_int, c_long, c_void};
 use std::ffi::CStr;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// The child's stack. Its frames are a few hundred bytes; 32 KiB leaves a
 /// wide margin without a guard page.
@@ -28,18 +44,18 @@ const STACK: usize = 32 * 1024;
 /// What to exec, and how to set the process up first.
 #[derive(Debug)]
 pub struct Spec<'a> {
-    pub path: &'a CStr,
-    /// Null-terminated.
-    pub argv: &'a [*const c_char],
-    /// Null-terminated.
-    pub envp: &'a [*const c_char],
+    /// `argv[0]` is also the program executed.
+    pub argv: &'a [&'a CStr],
+    pub envp: &'a [&'a CStr],
     /// Become these fds 0, 1, 2. Each must be >= 3 (see [`above_stdio`]).
-    pub stdio: [RawFd; 3],
+    pub stdio: [BorrowedFd<'a>; 3],
     /// setgroups/setgid/setuid, in that order.
     pub ids: Option<Ids<'a>>,
     pub cwd: &'a CStr,
     /// Tried when `cwd` cannot be entered (the home-or-`/` rule of login).
     pub cwd_fallback: Option<&'a CStr>,
+    /// A cgroup v2 directory to start the child in.
+    pub cgroup: Option<BorrowedFd<'a>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -54,11 +70,20 @@ pub struct Spawned {
     pub pid: libc::pid_t,
     /// Readable once the child has exited. `None` on kernels before 5.2.
     pub pidfd: Option<OwnedFd>,
+    /// Started inside [`Spec::cgroup`] (false without `clone3`).
+    pub in_cgroup: bool,
 }
 
-/// Shared between us and the child while it runs on our memory.
-struct Shared<'a> {
-    spec: &'a Spec<'a>,
+/// Shared between us and the child while it runs on our memory. Only raw
+/// pointers: the child must not touch anything that needs a destructor.
+struct Shared {
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    stdio: [c_int; 3],
+    ids: Option<(*const libc::gid_t, usize, libc::gid_t, libc::uid_t)>,
+    cwd: *const c_char,
+    cwd_fallback: *const c_char,
     errno: c_int,
 }
 
@@ -71,42 +96,98 @@ struct KernelSigaction {
     mask: u64,
 }
 
+/// The kernel's `struct clone_args` up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// `clone3`'s number on both supported architectures (x86_64 and aarch64).
+const SYS_CLONE3: i64 = 435;
+
 /// Starts `spec` in a new session. The new process has an empty signal mask
 /// and default dispositions for everything we catch and for SIGPIPE (which
 /// Rust programs ignore), as std's `Command` gives its children.
 pub fn spawn(spec: &Spec<'_>) -> io::Result<Spawned> {
-    debug_assert!(spec.argv.last().is_some_and(|p| p.is_null()));
-    debug_assert!(spec.envp.last().is_some_and(|p| p.is_null()));
-    debug_assert!(spec.stdio.iter().all(|&fd| fd > 2));
-    let mut shared = Shared { spec, errno: 0 };
+    if spec.argv.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "argv is empty"));
+    }
+    if spec.stdio.iter().any(|fd| fd.as_raw_fd() <= 2) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a stdio source is itself one of fds 0-2 (use above_stdio)",
+        ));
+    }
+    // The null-terminated arrays execve reads, built here so that no caller
+    // can hand it an unterminated one.
+    let argv: Vec<*const c_char> = spec
+        .argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain([std::ptr::null()])
+        .collect();
+    let envp: Vec<*const c_char> = spec
+        .envp
+        .iter()
+        .map(|e| e.as_ptr())
+        .chain([std::ptr::null()])
+        .collect();
+    let mut shared = Shared {
+        path: spec.argv[0].as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        stdio: spec.stdio.map(|fd| fd.as_raw_fd()),
+        ids: spec
+            .ids
+            .map(|i| (i.groups.as_ptr(), i.groups.len(), i.gid, i.uid)),
+        cwd: spec.cwd.as_ptr(),
+        cwd_fallback: spec.cwd_fallback.map_or(std::ptr::null(), |c| c.as_ptr()),
+        errno: 0,
+    };
     let mut stack = MaybeUninit::<[u8; STACK]>::uninit();
     let mut pidfd: c_int = -1;
-    // SAFETY: every signal is blocked around the clone, so no handler of
-    // ours can run in the child while it shares our memory; the child only
-    // reads `shared` (and writes `errno`) and uses `stack`, both of which
-    // outlive it because CLONE_VFORK suspends us until it execs or exits.
-    let pid = unsafe {
-        let mut all = MaybeUninit::<libc::sigset_t>::uninit();
-        let mut old = MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigfillset(all.as_mut_ptr());
-        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr());
-        let top = (stack.as_mut_ptr() as *mut u8).add(STACK);
-        let top = top.sub(top as usize % 16);
-        let pid = libc::clone(
-            child,
-            top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
-            (&mut shared as *mut Shared<'_>).cast(),
-            &mut pidfd as *mut c_int,
-            std::ptr::null_mut::<c_void>(),
-            std::ptr::null_mut::<libc::pid_t>(),
+    let arg = (&mut shared as *mut Shared).cast::<c_void>();
+    // SAFETY: every signal is blocked around the clone — with the raw
+    // system call and all 64 bits, as both libcs' posix_spawn do, since
+    // `sigfillset` leaves libc's internal signals out — so no handler can
+    // run in the child while it shares our memory. The child reads
+    // `shared` (and writes `errno`) and uses `stack`, which outlive it:
+    // CLONE_VFORK suspends us until it execs or exits.
+    let (pid, in_cgroup) = unsafe {
+        let all: u64 = !0;
+        let mut old: u64 = 0;
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as c_long,
+            &all as *const u64,
+            &mut old as *mut u64,
+            8 as c_long,
         );
-        let clone_errno = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
-        if pid < 0 {
-            return Err(clone_errno);
+        let base = stack.as_mut_ptr() as *mut u8;
+        let mut result = clone3(spec.cgroup, base, &mut pidfd, arg);
+        if result == Err(libc::ENOSYS) {
+            result = clone_legacy(base, &mut pidfd, arg).map(|pid| (pid, false));
         }
-        pid
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as c_long,
+            &old as *const u64,
+            std::ptr::null_mut::<u64>(),
+            8 as c_long,
+        );
+        result.map_err(io::Error::from_raw_os_error)?
     };
     // SAFETY: on success the kernel stored a new descriptor (kernels that
     // do not know CLONE_PIDFD ignore it and leave -1).
@@ -118,14 +199,145 @@ pub fn spawn(spec: &Spec<'_>) -> io::Result<Spawned> {
         unsafe { libc::waitpid(pid, &mut status, 0) };
         return Err(io::Error::from_raw_os_error(shared.errno));
     }
-    Ok(Spawned { pid, pidfd })
+    drop((argv, envp));
+    Ok(Spawned {
+        pid,
+        pidfd,
+        in_cgroup,
+    })
+}
+
+/// `clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD[|CLONE_INTO_CGROUP])` with the
+/// child entering [`child`] on `stack`. Returns the pid and whether the
+/// cgroup was applied, or the errno.
+///
+/// # Safety
+/// Signals must be blocked; `stack` must hold [`STACK`] bytes and, like
+/// `arg`, stay valid until the child has exec'd or exited.
+unsafe fn clone3(
+    cgroup: Option<BorrowedFd<'_>>,
+    stack: *mut u8,
+    pidfd: &mut c_int,
+    arg: *mut c_void,
+) -> Result<(libc::pid_t, bool), c_int> {
+    let mut args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64,
+        pidfd: pidfd as *mut c_int as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        // The kernel takes the lowest address and the size; the top it
+        // computes must be 16-byte aligned, as both ABIs want at a call.
+        stack: (stack as u64 + 15) & !15,
+        stack_size: (STACK as u64 - 16) & !15,
+        ..CloneArgs::default()
+    };
+    if let Some(fd) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = fd.as_raw_fd() as u64;
+    }
+    let entry = child as extern "C" fn(*mut c_void) -> c_int as usize;
+    // SAFETY: per this function's contract.
+    let ret = unsafe { raw_clone3(&mut args, entry, arg) };
+    if ret < 0 {
+        return Err(-ret as c_int);
+    }
+    Ok((ret as libc::pid_t, cgroup.is_some()))
+}
+
+/// The system call itself. In the child (return value 0, now on the new
+/// stack) it calls `entry(arg)` and exits with its result; it never returns
+/// there, so the compiler's view of the stack does not matter to it.
+#[cfg(target_arch = "x86_64")]
+unsafe fn raw_clone3(args: &mut CloneArgs, entry: usize, arg: *mut c_void) -> i64 {
+    let ret: i64;
+    // SAFETY: see `clone3`; r12/r13 survive `syscall` (only rcx and r11
+    // are clobbered), so the child finds `entry` and `arg` in them.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r13",
+            "call r12",
+            "mov edi, eax",
+            "mov eax, 60", // SYS_exit
+            "syscall",
+            "ud2",
+            "2:",
+            inlateout("rax") SYS_CLONE3 => ret,
+            in("rdi") args as *mut CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") entry,
+            in("r13") arg,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+#[cfg(target_arch = "aarch64")]
+unsafe fn raw_clone3(args: &mut CloneArgs, entry: usize, arg: *mut c_void) -> i64 {
+    let ret: i64;
+    // SAFETY: see `clone3`; `svc` preserves every register but x0.
+    unsafe {
+        std::arch::asm!(
+            "svc #0",
+            "cbnz x0, 2f",
+            "mov x29, xzr",
+            "mov x30, xzr",
+            "mov x0, x10",
+            "blr x9",
+            "mov x8, #93", // SYS_exit
+            "svc #0",
+            "brk #1",
+            "2:",
+            in("x8") SYS_CLONE3,
+            inlateout("x0") args as *mut CloneArgs as i64 => ret,
+            in("x1") std::mem::size_of::<CloneArgs>(),
+            in("x9") entry,
+            in("x10") arg,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// libc's `clone` for kernels without `clone3`: the same child, no cgroup.
+///
+/// # Safety
+/// As [`clone3`].
+unsafe fn clone_legacy(
+    stack: *mut u8,
+    pidfd: &mut c_int,
+    arg: *mut c_void,
+) -> Result<libc::pid_t, c_int> {
+    // SAFETY: per this function's contract.
+    unsafe {
+        let top = stack.add(STACK);
+        let top = top.sub(top as usize % 16);
+        let pid = libc::clone(
+            child,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            arg,
+            pidfd as *mut c_int,
+            std::ptr::null_mut::<c_void>(),
+            std::ptr::null_mut::<libc::pid_t>(),
+        );
+        if pid < 0 {
+            return Err(*libc::__errno_location());
+        }
+        Ok(pid)
+    }
 }
 
 /// The child: raw system calls only (see the module docs).
 extern "C" fn child(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the parent's `Shared`, alive while we run.
-    let shared = unsafe { &mut *(arg as *mut Shared<'_>) };
-    let errno = setup_and_exec(shared.spec);
+    let shared = unsafe { &mut *(arg as *mut Shared) };
+    let errno = setup_and_exec(shared);
     shared.errno = if errno == 0 { libc::EINVAL } else { errno };
     // SAFETY: leaves this process (not the parent, which is a separate
     // thread group) without running any exit handler.
@@ -134,14 +346,13 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
 }
 
 /// Returns only on failure, with the errno.
-fn setup_and_exec(spec: &Spec<'_>) -> c_int {
-    let fail = || {
-        io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL)
-    };
-    // SAFETY: plain system calls on pointers into `spec`, which the parent
-    // keeps alive and unchanged.
+fn setup_and_exec(s: &Shared) -> c_int {
+    // Read errno where libc's `syscall` left it: std's `last_os_error`
+    // does more than this child may (and it runs on a guard-less stack).
+    // SAFETY: the calling thread's errno slot, a plain int.
+    let fail = || unsafe { *libc::__errno_location() };
+    // SAFETY: plain system calls on pointers the parent keeps alive and
+    // unchanged while we run.
     unsafe {
         // Our handlers are our business: default for anything we catch,
         // and SIGPIPE back to default. (Ignored signals stay ignored, as
@@ -183,28 +394,22 @@ fn setup_and_exec(spec: &Spec<'_>) -> c_int {
         if libc::syscall(libc::SYS_setsid) < 0 {
             return fail();
         }
-        if let Some(ids) = spec.ids {
-            if libc::syscall(
-                libc::SYS_setgroups,
-                ids.groups.len() as c_long,
-                ids.groups.as_ptr(),
-            ) != 0
-                || libc::syscall(libc::SYS_setgid, ids.gid as c_long) != 0
-                || libc::syscall(libc::SYS_setuid, ids.uid as c_long) != 0
-            {
-                return fail();
-            }
+        if let Some((groups, n, gid, uid)) = s.ids
+            && (libc::syscall(libc::SYS_setgroups, n as c_long, groups) != 0
+                || libc::syscall(libc::SYS_setgid, gid as c_long) != 0
+                || libc::syscall(libc::SYS_setuid, uid as c_long) != 0)
+        {
+            return fail();
         }
         // After dropping privileges, so a directory the user may not enter
         // is an error rather than a root-granted favour.
-        if libc::syscall(libc::SYS_chdir, spec.cwd.as_ptr()) != 0 {
+        if libc::syscall(libc::SYS_chdir, s.cwd) != 0 {
             let e = fail();
-            match spec.cwd_fallback {
-                Some(dir) if libc::syscall(libc::SYS_chdir, dir.as_ptr()) == 0 => {}
-                _ => return e,
+            if s.cwd_fallback.is_null() || libc::syscall(libc::SYS_chdir, s.cwd_fallback) != 0 {
+                return e;
             }
         }
-        for (to, &from) in spec.stdio.iter().enumerate() {
+        for (to, &from) in s.stdio.iter().enumerate() {
             if libc::syscall(libc::SYS_dup3, from as c_long, to as c_long, 0 as c_long) < 0 {
                 return fail();
             }
@@ -217,12 +422,7 @@ fn setup_and_exec(spec: &Spec<'_>) -> c_int {
             std::ptr::null_mut::<u64>(),
             8 as c_long,
         );
-        libc::syscall(
-            libc::SYS_execve,
-            spec.path.as_ptr(),
-            spec.argv.as_ptr(),
-            spec.envp.as_ptr(),
-        );
+        libc::syscall(libc::SYS_execve, s.path, s.argv, s.envp);
         fail()
     }
 }
@@ -230,7 +430,6 @@ fn setup_and_exec(spec: &Spec<'_>) -> c_int {
 /// `fd` itself when it is above 0–2, else a close-on-exec duplicate that
 /// is (so that setting up the child's 0–2 cannot clobber another source).
 pub fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
-    use std::os::fd::AsRawFd;
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
     }

@@ -8,7 +8,8 @@
 
 use lab_agent_proto::guest::{TokenProblem, check_token};
 use std::fmt;
-use std::os::unix::fs::PermissionsExt;
+use std::io::Read as _;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use subtle::ConstantTimeEq;
 
@@ -39,6 +40,10 @@ pub enum TokenError {
     )]
     Exposed { path: PathBuf, mode: u32 },
     #[error(
+        "token file `{path}` is owned by uid {owner}, not by the agent's user (uid {me}): whoever owns it can change the token\nhint: run `chown {me} {path}`"
+    )]
+    Owner { path: PathBuf, owner: u32, me: u32 },
+    #[error(
         "token in `{path}` is {len} characters long; it must be at least {MIN_TOKEN_CHARS}\nhint: `labctl secret` generates a 43-character token, or use `head -c 32 /dev/urandom | base64`"
     )]
     TooShort { path: PathBuf, len: usize },
@@ -57,7 +62,13 @@ impl Token {
             path: path.to_path_buf(),
             source,
         };
-        let meta = std::fs::metadata(path).map_err(read_err)?;
+        // Checked on the open file, so what is checked is what is read.
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(path)
+            .map_err(read_err)?;
+        let meta = file.metadata().map_err(read_err)?;
         let mode = meta.permissions().mode() & 0o7777;
         if mode & 0o077 != 0 {
             return Err(TokenError::Exposed {
@@ -65,7 +76,19 @@ impl Token {
                 mode,
             });
         }
-        let bytes = std::fs::read(path).map_err(read_err)?;
+        // Whoever owns the file can change the token (or make it readable):
+        // only the agent's own user may.
+        let me = nix::unistd::geteuid().as_raw();
+        if meta.uid() != me {
+            return Err(TokenError::Owner {
+                path: path.to_path_buf(),
+                owner: meta.uid(),
+                me,
+            });
+        }
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut (&mut file).take(64 * 1024), &mut bytes)
+            .map_err(read_err)?;
         Token::from_bytes(&bytes, path)
     }
 

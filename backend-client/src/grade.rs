@@ -230,7 +230,8 @@ pub fn check_request(check: &Check, guest_lab_dir: &str) -> ExecRequest {
     let mut req = ExecRequest::new(check.run.clone())
         .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
         .timeout_secs(check.timeout_secs)
-        .max_output_bytes(check.max_output_bytes);
+        .max_output_bytes(check.max_output_bytes)
+        .profile(check.profile);
     for (key, value) in &check.env {
         req = req.env(key, value);
     }
@@ -291,6 +292,14 @@ max_output_bytes = 100
             (b.cwd.as_deref(), b.stdin.as_deref(), b.max_output_bytes),
             (Some("/srv"), Some("yes\n"), 100)
         );
+        assert!(b.profile.is_login());
+        let lab = Lab::parse(
+            "name = \"l\"\nprofile = \"system\"\n[[checks]]\nname = \"a\"\nrun = \"id\"\n",
+            "/labs/l",
+        )
+        .unwrap();
+        let a = check_request(&lab.checks[0], "/opt/lab");
+        assert_eq!(a.profile, lab_agent_proto::Profile::System);
     }
 
     fn result(name: &str, status: CheckStatus, points: u32) -> CheckResult {

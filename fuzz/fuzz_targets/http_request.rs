@@ -16,6 +16,12 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Semaphore, watch};
 
+/// The peer every fuzzed request comes from (logged, never trusted).
+const PEER: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    40000,
+));
+
 pub const TOKEN: &str = "fuzz-token-0123456789-abcdefghijklmnopqrstu";
 
 struct World {
@@ -48,8 +54,12 @@ fn world() -> &'static World {
             }),
             exec_slots: Arc::new(Semaphore::new(0)),
             max_execs: 0,
+            output: lab_agent::budget::Budget::new(16 * 1024 * 1024),
             jobs: Jobs::default(),
             started: Instant::now(),
+            lab_dir: "/opt/lab".into(),
+            rejections: Default::default(),
+            housekeeping: Default::default(),
             shutdown: rx,
         });
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -69,7 +79,7 @@ fuzz_target!(|data: &[u8]| {
     let app = w.app.clone();
     w.rt.block_on(async move {
         let (client, server) = tokio::io::duplex(64 * 1024);
-        let svc = service_fn(move |req| lab_agent::router::handle(app.clone(), req));
+        let svc = service_fn(move |req| lab_agent::router::handle(app.clone(), req, PEER));
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
             .header_read_timeout(lab_agent::server::HEADER_READ_TIMEOUT)

@@ -26,6 +26,10 @@ pub struct ExecArgs {
     /// Send labctl's standard input to the command (default: none)
     #[arg(long)]
     pub stdin: bool,
+    /// Startup files the shell reads: `login` (the user's own too),
+    /// `system` (only /etc/profile and what it sources) or `none`
+    #[arg(long, value_name = "PROFILE", default_value = "login")]
+    pub profile: lab_agent_proto::Profile,
     /// The command; its words are joined with spaces and run by
     /// `bash --login -c`, as `ssh` does
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -41,9 +45,6 @@ pub struct Config {
 impl Config {
     pub fn from_args(args: &ExecArgs) -> Result<Config, Failure> {
         let command = args.command.join(" ");
-        if command.trim().is_empty() {
-            return Err(Failure::usage("the command is empty"));
-        }
         if args.timeout == 0 || args.timeout > lab_agent_proto::exec::MAX_TIMEOUT_SECS {
             return Err(Failure::usage(format!(
                 "`--timeout {}` is out of range: use 1 to {} seconds",
@@ -53,7 +54,8 @@ impl Config {
         }
         let mut request = ExecRequest::new(command)
             .user(args.user.clone())
-            .timeout_secs(args.timeout);
+            .timeout_secs(args.timeout)
+            .profile(args.profile);
         if let Some(cwd) = &args.cwd {
             request = request.cwd(cwd.clone());
         }
@@ -72,6 +74,11 @@ impl Config {
             })?;
             request = request.stdin(input);
         }
+        // The agent's own rules, checked here so a bad request costs no
+        // round trip and is told as a usage error.
+        request
+            .validate()
+            .map_err(|e| Failure::usage(format!("the command cannot be sent: {e}")))?;
         Ok(Config {
             client: args.agent.client()?,
             request,

@@ -1,7 +1,8 @@
 //! `POST /v1/exec`: run one command through a login shell in the guest.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
+use std::fmt;
 
 /// Default `timeout_secs` when a request leaves it out.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
@@ -32,8 +33,9 @@ pub struct ExecRequest {
     /// Working directory; `null` means the user's home.
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Added to the clean login environment.
-    #[serde(default)]
+    /// Added to the clean login environment. A name given twice is an
+    /// error, not last-wins: the two values say different things.
+    #[serde(default, deserialize_with = "unique_keys")]
     pub env: BTreeMap<String, String>,
     /// Written to the command's stdin; `null` means `/dev/null`.
     #[serde(default)]
@@ -41,7 +43,98 @@ pub struct ExecRequest {
     /// Per-stream cap; output past it is drained and dropped.
     #[serde(default = "default_max_output")]
     pub max_output_bytes: u64,
+    /// Which profile files the shell reads; left out of the JSON when it is
+    /// the default, so a request stays readable by agents that predate it.
+    #[serde(default, skip_serializing_if = "Profile::is_login")]
+    pub profile: Profile,
 }
+
+/// Which startup files the shell reads before the command.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// `bash --login -c`: the system's profile, then the user's own
+    /// (`~/.bash_profile`, `~/.profile`), which the user controls.
+    #[default]
+    Login,
+    /// The login environment from the system's files only (`/etc/profile`
+    /// and what it sources), never the user's dotfiles: the user cannot
+    /// change what the command reports by editing their profile.
+    System,
+    /// `bash --noprofile --norc -c`: no startup file at all.
+    None,
+}
+
+impl Profile {
+    pub fn is_login(&self) -> bool {
+        *self == Profile::Login
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Profile::Login => "login",
+            Profile::System => "system",
+            Profile::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Profile {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Profile, String> {
+        [Profile::Login, Profile::System, Profile::None]
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("`{s}` is not a profile: use `login`, `system` or `none`"))
+    }
+}
+
+/// A JSON object into a map, refusing a key that appears twice (serde's
+/// map impl keeps the last one silently).
+fn unique_keys<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object of string values")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((k, v)) = m.next_entry::<String, String>()? {
+                if out.contains_key(&k) {
+                    return Err(serde::de::Error::custom(format_args!(
+                        "environment variable `{}` is given twice: send each name once",
+                        k.escape_debug()
+                    )));
+                }
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Visitor)
+}
+
+/// Why a well-formed request cannot run; the message says what to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidRequest(pub String);
+
+impl fmt::Display for InvalidRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidRequest {}
 
 fn default_timeout() -> u64 {
     DEFAULT_TIMEOUT_SECS
@@ -64,7 +157,55 @@ impl ExecRequest {
             env: BTreeMap::new(),
             stdin: None,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            profile: Profile::Login,
         }
+    }
+
+    /// The checks the agent makes before running anything (the agent
+    /// answers 400 with this message; a client can make them first).
+    pub fn validate(&self) -> Result<(), InvalidRequest> {
+        let bad = |m: String| Err(InvalidRequest(m));
+        if self.command.trim().is_empty() {
+            return bad("command is empty".into());
+        }
+        if self.command.len() > MAX_COMMAND_BYTES {
+            return bad(format!(
+                "command is {} bytes; Linux passes at most {MAX_COMMAND_BYTES} bytes in one argument: put a long script in a file (or send it as stdin to `bash -s`)",
+                self.command.len()
+            ));
+        }
+        if self.timeout_secs == 0 || self.timeout_secs > MAX_TIMEOUT_SECS {
+            return bad(format!(
+                "timeout_secs is {}: use 1 to {MAX_TIMEOUT_SECS}",
+                self.timeout_secs
+            ));
+        }
+        // Each variable reaches execve as one `NAME=value` string, under the
+        // same limit as the command.
+        if let Some((k, v)) = self
+            .env
+            .iter()
+            .find(|(k, v)| k.len() + 1 + v.len() > MAX_COMMAND_BYTES)
+        {
+            let name: String = k.chars().take(64).collect();
+            return bad(format!(
+                "environment variable `{}` is {} bytes with its name; Linux passes at most {MAX_COMMAND_BYTES} bytes in one variable: send large data as stdin",
+                name.escape_debug(),
+                k.len() + 1 + v.len()
+            ));
+        }
+        if self.max_output_bytes > MAX_OUTPUT_BYTES_CAP {
+            return bad(format!(
+                "max_output_bytes is {}: the cap is {MAX_OUTPUT_BYTES_CAP} (16 MiB)",
+                self.max_output_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = profile;
+        self
     }
 
     pub fn user(mut self, user: impl Into<String>) -> Self {
@@ -160,6 +301,47 @@ mod tests {
         assert_eq!(r.command, "systemctl is-active nginx");
         let back: ExecRequest = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn profiles_parse_from_their_names() {
+        for p in [Profile::Login, Profile::System, Profile::None] {
+            assert_eq!(p.as_str().parse::<Profile>(), Ok(p));
+        }
+        let err = "user".parse::<Profile>().unwrap_err();
+        assert!(err.contains("`login`, `system` or `none`"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_env_names_and_unknown_profiles_are_rejected() {
+        let err = serde_json::from_str::<ExecRequest>(
+            r#"{"command":"true","env":{"A":"1","B":"2","A":"3"}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("`A` is given twice"), "{err}");
+        let err = serde_json::from_str::<ExecRequest>(r#"{"command":"true","profile":"user"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown variant `user`"), "{err}");
+        let r: ExecRequest =
+            serde_json::from_str(r#"{"command":"true","profile":"system"}"#).unwrap();
+        assert_eq!(r.profile, Profile::System);
+        // The default stays off the wire, for agents that predate it.
+        let text = serde_json::to_string(&ExecRequest::new("true")).unwrap();
+        assert!(!text.contains("profile"), "{text}");
+    }
+
+    #[test]
+    fn validate_names_the_problem() {
+        let msg = |r: ExecRequest| r.validate().unwrap_err().to_string();
+        assert!(ExecRequest::new("true").validate().is_ok());
+        assert!(msg(ExecRequest::new(" ")).contains("command is empty"));
+        assert!(msg(ExecRequest::new("x").timeout_secs(0)).contains("timeout_secs is 0"));
+        assert!(
+            msg(ExecRequest::new("x").max_output_bytes(MAX_OUTPUT_BYTES_CAP + 1))
+                .contains("16 MiB")
+        );
     }
 
     #[test]

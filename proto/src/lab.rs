@@ -9,6 +9,7 @@
 //! `lab.toml` open in an editor. The authors' reference of every key is
 //! `docs/lab-toml.md`; keep the two in step.
 
+use crate::exec::Profile;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -40,6 +41,8 @@ pub struct Lab {
     pub setup: Option<Setup>,
     pub files: Option<Files>,
     pub checks: Vec<Check>,
+    /// The top-level `profile`: what a check without its own uses.
+    pub profile: Profile,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +79,9 @@ pub struct Check {
     pub stdin: Option<String>,
     /// Output kept per stream; the rest is dropped and reported as cut.
     pub max_output_bytes: u64,
+    /// Which startup files the check's shell reads: the check's own
+    /// `profile`, else the lab's, else `login`.
+    pub profile: Profile,
 }
 
 /// One file of `[files].source`, ready to be shipped to the guest.
@@ -147,6 +153,8 @@ struct RawLab {
     files: Option<RawFiles>,
     #[serde(default)]
     checks: Vec<RawCheck>,
+    #[serde(default)]
+    profile: Option<Profile>,
 }
 
 #[derive(Deserialize)]
@@ -185,6 +193,7 @@ struct RawCheck {
     stdin: Option<String>,
     #[serde(default)]
     max_output_bytes: Option<i64>,
+    profile: Option<Profile>,
 }
 
 impl Lab {
@@ -402,6 +411,7 @@ impl Lab {
                 cwd: c.cwd,
                 stdin: c.stdin,
                 max_output_bytes,
+                profile: c.profile.or(raw.profile).unwrap_or_default(),
             });
         }
 
@@ -414,6 +424,7 @@ impl Lab {
             setup,
             files,
             checks,
+            profile: raw.profile.unwrap_or_default(),
         })
     }
 
@@ -848,5 +859,24 @@ run = "true"
         std::fs::remove_dir_all(&dir).unwrap();
         let err = Lab::load(&dir).unwrap_err().to_string();
         assert!(err.starts_with("failed to read"), "{err}");
+    }
+
+    #[test]
+    fn profile_per_check_overrides_the_lab_default() {
+        let text = "name = \"p\"\nprofile = \"system\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n[[checks]]\nname = \"b\"\nrun = \"true\"\nprofile = \"none\"\n";
+        let lab = Lab::parse(text, "/labs/p").unwrap();
+        assert_eq!(lab.profile, Profile::System);
+        assert_eq!(lab.checks[0].profile, Profile::System);
+        assert_eq!(lab.checks[1].profile, Profile::None);
+        let lab = Lab::parse(
+            "name = \"p\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
+            "/x",
+        )
+        .unwrap();
+        assert_eq!(lab.checks[0].profile, Profile::Login);
+        let err = Lab::parse("name = \"p\"\nprofile = \"user\"\n", "/x")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown variant `user`"), "{err}");
     }
 }

@@ -28,7 +28,7 @@ pub mod lab;
 pub mod ready;
 
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
-pub use exec::{ExecRequest, ExecResult};
+pub use exec::{ExecRequest, ExecResult, InvalidRequest, Profile};
 pub use info::InfoResponse;
 pub use ready::{CloudInitStatus, ReadyResponse, ReadyState, SetupState, SetupStatus};
 

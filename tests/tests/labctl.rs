@@ -323,6 +323,26 @@ mod exec {
     }
 
     #[test]
+    fn profile_chooses_the_startup_files() {
+        let agent = Agent::start(AgentOptions::default());
+        let login_shell = |extra: &[&str]| {
+            let mut args = extra.to_vec();
+            args.extend(["--", "shopt -q login_shell"]);
+            exec(&agent, &args).status.code()
+        };
+        assert_eq!(login_shell(&[]), Some(0));
+        assert_eq!(login_shell(&["--profile", "login"]), Some(0));
+        assert_eq!(login_shell(&["--profile", "none"]), Some(1));
+        let out = exec(&agent, &["--profile", "user", "--", "true"]);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        assert!(
+            stderr(&out).contains("`login`, `system` or `none`"),
+            "{}",
+            describe(&out)
+        );
+    }
+
+    #[test]
     fn a_command_that_cannot_start_is_a_usage_error() {
         let agent = Agent::start(AgentOptions::default());
         let out = exec(&agent, &["--user", "no-such-user-here", "--", "true"]);

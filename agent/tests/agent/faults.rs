@@ -273,10 +273,12 @@ fn corrupt_unreadable_and_strange_setup_records_give_a_reason() {
         );
     }
     reset();
-    // A dangling symlink is a record that is not there.
+    // A symlink is never a record the agent wrote: refused, not followed
+    // (not even a dangling one).
     std::os::unix::fs::symlink("/no/such/record", &path).unwrap();
     let (_, v) = ready_within(&agent);
-    assert_eq!(v["state"], "booting", "{v}");
+    assert_eq!(v["state"], "failed", "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("symlink"), "{v}");
     reset();
     assert_eq!(agent.get("/v1/info").status, 200);
     assert!(!agent.log().contains("panicked"));

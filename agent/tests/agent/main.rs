@@ -4,6 +4,7 @@
 mod support;
 
 mod auth;
+mod containment;
 mod contract;
 mod corpus;
 mod errors;
@@ -12,7 +13,12 @@ mod faults;
 mod floods;
 mod hostile;
 mod lifecycle;
+mod logs;
 mod privilege;
+mod profiles;
 mod ready;
 mod setup;
+mod statefiles;
+mod strict;
 mod timing;
+mod unread;

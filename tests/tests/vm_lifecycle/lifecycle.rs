@@ -4,6 +4,7 @@
 //! 1. first boot with a 30 s setup: `setting_up` while it runs, `labctl
 //!    wait` ready only once `result.json` exists, grading (3 pass, `hello.sh
 //!    runs` fails), a check and an exec as `student`, no banner anywhere;
+//!    a timed-out command's `timeout 600 sleep` is gone (the exec's cgroup);
 //!    the serial console logs root in;
 //! 4. `kill -9` of the agent: systemd restarts it, readiness unchanged;
 //! 5. a wrong token: 401, and neither token in the agent's journal;
@@ -163,6 +164,25 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
         String::from_utf8_lossy(&interactive.stdout).contains(BANNER),
         "{}",
         describe(&interactive)
+    );
+
+    // Containment under systemd: the unit delegates a cgroup, each command
+    // runs in one of its own, and a check's `timeout 600 sleep` (timeout(1)
+    // puts itself in a process group of its own) is gone with its timeout.
+    let timed_out = conn.labctl(
+        "exec",
+        &["--timeout", "2", "--", "timeout 600 sleep 600 & sleep 600"],
+    );
+    assert_ne!(timed_out.status.code(), Some(0), "{}", describe(&timed_out));
+    let left = conn.run("pgrep -f 'sleep 6[0]0' || echo none");
+    assert_eq!(left, "none\n", "a timed-out check's child survived");
+    let cgroups = conn.run(
+        "cat /proc/$(systemctl show -p MainPID --value lab-agent.service)/cgroup; \
+         journalctl -u lab-agent.service --no-pager -o cat | grep -c 'each command runs in a cgroup of its own'",
+    );
+    assert!(
+        cgroups.contains("/system.slice/lab-agent.service/agent\n"),
+        "the agent is not in its delegated leaf: {cgroups}"
     );
 
     // The serial console (the student's web terminal) logs root in.

@@ -1,0 +1,388 @@
+//! One cgroup v2 per command, where the agent has a subtree of its own.
+//!
+//! A process group or session is a promise the command can break (`setsid`,
+//! `setpgid`, `timeout(1)`, a double fork); a cgroup is not: every process
+//! a command starts is born in its cgroup and cannot leave it without
+//! write access to another cgroup's `cgroup.procs`, which only root has. The
+//! command starts inside it (`clone3` with `CLONE_INTO_CGROUP`, see
+//! [`crate::spawn`]), so killing the cgroup (`cgroup.kill`) reaches all of
+//! it, whatever it did to its process group.
+//!
+//! Where the subtree comes from ([`Mode`]):
+//! - under systemd the unit sets `Delegate=yes`; systemd marks the
+//!   service's cgroup with the `trusted.delegate` xattr. The agent then
+//!   moves itself into a leaf (`agent/`, because cgroup v2 forbids
+//!   processes in a cgroup whose controllers its children use) and creates
+//!   `exec-PID-N/` beside it for each command;
+//! - `--cgroup PATH` names a directory the operator (or a test) made for it;
+//!   only there is `pids.max` set per exec (`--pids-max`), when the pids
+//!   controller is available to PATH (see [`Cgroups::setup`] for why not in
+//!   the unit's own cgroup);
+//! - elsewhere (`labctl try` on a workstation, containers) there is none, and
+//!   [`crate::process`] falls back to killing by session and ancestry.
+//!
+//! Creating a cgroup is a `mkdir` in cgroupfs (tens of µs, more with
+//! controllers): one is made ahead of time, so an exec takes a ready one.
+//! A command that ended normally may have left background processes: its
+//! cgroup is kept until they are gone and removed by a later sweep.
+
+use std::ffi::CString;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The `--cgroup` setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Use the agent's own cgroup when systemd delegated it, else none.
+    Auto,
+    /// Never: kill by session.
+    Off,
+    /// Create the per-exec cgroups in this directory.
+    Path(PathBuf),
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "auto" => Ok(Mode::Auto),
+            "off" => Ok(Mode::Off),
+            p if p.starts_with('/') => Ok(Mode::Path(PathBuf::from(p))),
+            other => Err(format!(
+                "`--cgroup {other}` is not `auto`, `off` or an absolute path"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("`{}` is not a cgroup v2 directory: {reason}", .path.display())]
+    NotCgroup2 { path: PathBuf, reason: String },
+    #[error("failed to {what} `{}`: {source}", .path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+/// The subtree the agent creates per-exec cgroups in.
+#[derive(Debug)]
+pub struct Cgroups {
+    root: PathBuf,
+    /// `pids.max` written into each exec cgroup (when the controller is on).
+    pids_max: Option<u64>,
+    next: AtomicU64,
+    /// Made ahead of time; see the module docs.
+    spare: Mutex<Option<ExecCgroup>>,
+    /// Cgroups of finished commands that still hold background processes.
+    kept: Mutex<Vec<PathBuf>>,
+}
+
+/// One command's cgroup: its path and an open directory (for `clone3`).
+#[derive(Debug)]
+pub struct ExecCgroup {
+    path: PathBuf,
+    dir: OwnedFd,
+}
+
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+
+impl Cgroups {
+    /// Resolves `mode` at start. `Ok(None)`: no cgroup, and why (for the
+    /// log); an error only for an explicit `--cgroup PATH` that cannot work.
+    pub fn setup(
+        mode: &Mode,
+        pids_max: Option<u64>,
+    ) -> Result<Result<Cgroups, String>, CgroupError> {
+        match mode {
+            Mode::Off => Ok(Err("--cgroup off".into())),
+            Mode::Path(p) => {
+                check_cgroup2(p)?;
+                let pids_max = pids_max.filter(|_| enable_pids(p));
+                Ok(Ok(Cgroups::new(p.clone(), pids_max)))
+            }
+            // No controller in the unit's own cgroup: with one enabled in its
+            // `cgroup.subtree_control`, systemd (before 254's
+            // `DelegateSubgroup=`) could not put a restarted agent back into
+            // it — cgroup v2 forbids processes beside enabled controllers —
+            // and the unit would fail to start.
+            Mode::Auto => Ok(delegated_self().map(|root| Cgroups::new(root, None))),
+        }
+    }
+
+    fn new(root: PathBuf, pids_max: Option<u64>) -> Cgroups {
+        let cg = Cgroups {
+            root,
+            pids_max,
+            next: AtomicU64::new(0),
+            spare: Mutex::new(None),
+            kept: Mutex::new(Vec::new()),
+        };
+        // Leftovers of an earlier agent (a restart keeps what commands
+        // left running): remove the empty ones now, the rest when empty.
+        if let Ok(dir) = std::fs::read_dir(&cg.root) {
+            let mut kept = lock(&cg.kept);
+            for e in dir.flatten() {
+                if e.file_name().as_bytes().starts_with(b"exec-") {
+                    kept.push(e.path());
+                }
+            }
+        }
+        cg.sweep();
+        cg
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn pids_max(&self) -> Option<u64> {
+        self.pids_max
+    }
+
+    /// A fresh, empty cgroup for one command.
+    pub fn take(&self) -> Result<ExecCgroup, CgroupError> {
+        if let Some(cg) = lock(&self.spare).take() {
+            return Ok(cg);
+        }
+        self.create()
+    }
+
+    /// Makes the next command's cgroup ahead of time (call it off the
+    /// request's critical path).
+    pub fn prepare(&self) {
+        if lock(&self.spare).is_some() {
+            return;
+        }
+        if let Ok(cg) = self.create() {
+            let mut spare = lock(&self.spare);
+            if spare.is_none() {
+                *spare = Some(cg);
+            } else {
+                drop(spare);
+                let _ = std::fs::remove_dir(&cg.path);
+            }
+        }
+    }
+
+    fn create(&self) -> Result<ExecCgroup, CgroupError> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let path = self.root.join(format!("exec-{}-{n}", std::process::id()));
+        let io_err = |what, source| CgroupError::Io {
+            what,
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir(&path).map_err(|e| io_err("create the cgroup", e))?;
+        if let Some(max) = self.pids_max {
+            // Best effort: without it the command still runs contained.
+            let _ = std::fs::write(path.join("pids.max"), max.to_string());
+        }
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io_err("open", io::Error::from(io::ErrorKind::InvalidInput)))?;
+        let dir = nix::fcntl::open(
+            c.as_c_str(),
+            nix::fcntl::OFlag::O_RDONLY
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| {
+            let _ = std::fs::remove_dir(&path);
+            io_err("open", e.into())
+        })?;
+        Ok(ExecCgroup { path, dir })
+    }
+
+    /// Hands a finished command's cgroup to the next [`Self::sweep`], which
+    /// removes it — at once if it is empty, or once the processes the
+    /// command left in the background have ended. Not removed here: an
+    /// `rmdir` in cgroupfs costs more than the rest of the cgroup's part in
+    /// an exec, and the answer need not wait for it.
+    pub fn release(&self, cg: ExecCgroup) {
+        lock(&self.kept).push(cg.path);
+    }
+
+    /// Removes kept cgroups that have emptied.
+    pub fn sweep(&self) {
+        lock(&self.kept).retain(|p| match std::fs::remove_dir(p) {
+            Ok(()) => false,
+            Err(e) => e.kind() != io::ErrorKind::NotFound,
+        });
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        if let Some(cg) = lock(&self.spare).take() {
+            let _ = std::fs::remove_dir(&cg.path);
+        }
+        self.sweep();
+    }
+}
+
+impl ExecCgroup {
+    pub fn dir(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Sends `sig` to every process in the cgroup. A process forking at
+    /// that moment may miss it; the SIGKILL that follows ([`Self::kill`])
+    /// does not.
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        if let Ok(text) = std::fs::read_to_string(self.path.join("cgroup.procs")) {
+            for pid in text.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            }
+        }
+    }
+
+    /// SIGKILL to everything in the cgroup, atomically with respect to
+    /// forks (`cgroup.kill`, Linux 5.14+; before it, one pass of kill(2)).
+    pub fn kill(&self) {
+        let _ = kill_path(&self.path);
+    }
+
+    /// Whether any process is left in it.
+    pub fn populated(&self) -> bool {
+        match std::fs::read_to_string(self.path.join("cgroup.events")) {
+            Ok(text) => text.lines().any(|l| l == "populated 1"),
+            Err(_) => false,
+        }
+    }
+}
+
+fn kill_path(path: &Path) -> io::Result<()> {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .open(path.join("cgroup.kill"))
+        .and_then(|mut f| f.write_all(b"1"))
+    {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            let text = std::fs::read_to_string(path.join("cgroup.procs"))?;
+            for pid in text.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn check_cgroup2(p: &Path) -> Result<(), CgroupError> {
+    let not = |reason: String| CgroupError::NotCgroup2 {
+        path: p.to_path_buf(),
+        reason,
+    };
+    let fs = nix::sys::statfs::statfs(p).map_err(|e| not(e.to_string()))?;
+    if fs.filesystem_type().0 as i64 != CGROUP2_SUPER_MAGIC {
+        return Err(not("it is not on a cgroup2 file system".into()));
+    }
+    if !p.join("cgroup.procs").exists() {
+        return Err(not("it has no `cgroup.procs`".into()));
+    }
+    Ok(())
+}
+
+/// The agent's own cgroup when systemd delegated it (`Delegate=yes` sets
+/// `trusted.delegate=1` on it, systemd 251+), after moving the agent into
+/// its leaf `agent/`. `Err`: why not, for the log.
+fn delegated_self() -> Result<PathBuf, String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("failed to read /proc/self/cgroup: {e}"))?;
+    let rel = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("no cgroup v2 hierarchy")?
+        .to_owned();
+    if rel == "/" {
+        return Err("the agent runs in the root cgroup".into());
+    }
+    let mount = cgroup2_mount().ok_or("no cgroup2 mount")?;
+    let root = mount.join(rel.trim_start_matches('/'));
+    if !has_delegate_xattr(&root) {
+        return Err(format!(
+            "`{}` is not delegated to the agent (the unit needs `Delegate=yes`)",
+            root.display()
+        ));
+    }
+    let leaf = root.join("agent");
+    match std::fs::create_dir(&leaf) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("failed to create `{}`: {e}", leaf.display())),
+    }
+    // Writing "0" moves the writing process, every thread of it.
+    std::fs::write(leaf.join("cgroup.procs"), b"0")
+        .map_err(|e| format!("failed to move the agent into `{}`: {e}", leaf.display()))?;
+    Ok(root)
+}
+
+/// Turns on the pids controller for the exec cgroups, if it is available.
+fn enable_pids(root: &Path) -> bool {
+    let available = std::fs::read_to_string(root.join("cgroup.controllers"))
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == "pids"));
+    available && std::fs::write(root.join("cgroup.subtree_control"), b"+pids").is_ok()
+}
+
+fn cgroup2_mount() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        // `id parent maj:min root mountpoint opts... - fstype source superopts`
+        let (pre, post) = l.split_once(" - ")?;
+        if post.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        Some(PathBuf::from(pre.split_whitespace().nth(4)?))
+    })
+}
+
+fn has_delegate_xattr(p: &Path) -> bool {
+    let Ok(c) = CString::new(p.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut buf = [0u8; 8];
+    // SAFETY: NUL-terminated strings; the kernel writes at most buf.len().
+    let n = unsafe {
+        nix::libc::getxattr(
+            c.as_ptr(),
+            c"trusted.delegate".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    n > 0 && &buf[..n as usize] == b"1"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!("auto".parse::<Mode>(), Ok(Mode::Auto));
+        assert_eq!("off".parse::<Mode>(), Ok(Mode::Off));
+        assert_eq!(
+            "/sys/fs/cgroup/x".parse::<Mode>(),
+            Ok(Mode::Path("/sys/fs/cgroup/x".into()))
+        );
+        assert!("relative".parse::<Mode>().is_err());
+    }
+}

@@ -319,6 +319,11 @@ class Client(_Base):
     ) -> ExecResult:
         """Runs ``command`` in a login shell as ``user`` (default root).
 
+        ``profile`` picks the shell's startup files: ``"login"`` (the
+        default: the system's and the user's own), ``"system"`` (the
+        system's only: a student cannot change what a check sees by
+        editing their dotfiles) or ``"none"`` (``--noprofile --norc``).
+
         A non-zero exit is a result, not an exception; a command that
         cannot start (unknown user, missing cwd) raises :class:`Rejected`.
         """

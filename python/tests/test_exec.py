@@ -58,13 +58,20 @@ def test_a_command_that_cannot_start_is_rejected(agent: Agent) -> None:
 def test_profile_is_passed_or_refused_clearly(agent: Agent) -> None:
     c = lab_agent.Client(agent.url, token=agent.token)
     c.wait_ready(10)
+    probe = "shopt -q login_shell && echo login || echo plain"
     if lab_agent._native.EXEC_HAS_PROFILE:
-        r = c.exec("echo ok", profile="none")
-        assert r.stdout == "ok\n"
+        # `none` is `bash --noprofile --norc -c`, `login` a login shell: the
+        # field reached the agent. (What `system` reads is the agent's tests'.)
+        assert c.exec(probe, profile="none").stdout == "plain\n"
+        assert c.exec(probe, profile="login").stdout == "login\n"
+        assert c.exec("echo ok", profile="system").stdout == "ok\n"
+        assert c.exec(probe).stdout == "login\n"
+        with pytest.raises(ValueError, match="invalid exec request"):
+            c.exec(probe, profile="bogus")
     else:
         with pytest.raises(ValueError, match="profile"):
             c.exec("echo ok", profile="none")
-    assert c.exec("echo ok", profile=None).stdout == "ok\n"
+        assert c.exec("echo ok", profile=None).stdout == "ok\n"
 
 
 def test_an_invalid_request_is_a_value_error_before_any_request(agent: Agent) -> None:

@@ -26,15 +26,20 @@ pub fn exec_has_profile() -> bool {
     serde_json::from_str::<ExecRequest>(r#"{"command":"true","profile":"login"}"#).is_ok()
 }
 
-/// The wire type's own parsing (defaults, unknown fields refused).
+/// The wire type's own parsing (defaults, unknown fields refused) and the
+/// agent's request rules (`ExecRequest::validate`, as `labctl exec` checks
+/// them), so a bad request is a `ValueError` before anything is sent.
 fn parse_exec(py: Python<'_>, request: &str) -> PyResult<ExecRequest> {
-    serde_json::from_str(request).map_err(|e| {
+    let invalid = |e: String| {
         plain(
             py,
             PyValueError::new_err(format!("invalid exec request: {e}")),
             None,
         )
-    })
+    };
+    let req: ExecRequest = serde_json::from_str(request).map_err(|e| invalid(e.to_string()))?;
+    req.validate().map_err(|e| invalid(e.to_string()))?;
+    Ok(req)
 }
 
 #[pyclass(frozen, module = "lab_agent")]

@@ -80,3 +80,8 @@ def test_an_invalid_request_is_a_value_error_before_any_request(agent: Agent) ->
         c.exec("true", timeout_secs="soon")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="invalid exec request"):
         c.exec("true", env={"A": 1})  # type: ignore[dict-item]
+    # The agent's rules, checked before sending, as labctl exec does.
+    with pytest.raises(ValueError, match="command is empty"):
+        c.exec("  ")
+    with pytest.raises(ValueError, match="invalid exec request"):
+        c.exec("true", timeout_secs=0)

@@ -6,7 +6,8 @@
 # - into the lab-agent cache, not the system (tests/pydeps.sh): Debian's
 #   cloud-init unpacked for its schema checker and loader (the package is not
 #   installed, no service enabled), and the PyPI validators kubernetes-validate
-#   and schemathesis in a virtualenv;
+#   and schemathesis, with maturin and pytest for the Python package, in a
+#   virtualenv;
 # - system-wide, as Debian packages that start and enable no service:
 #   python3-venv (to make that virtualenv), and the VM tools with the cached
 #   guest image (tests/vm/build-image.sh: qemu from bookworm-backports,

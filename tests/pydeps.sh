@@ -14,8 +14,9 @@
 #     PYTHONPATH=<dir>/root/usr/lib/python3/dist-packages /usr/bin/python3 \
 #       -m cloudinit.cmd.main schema --config-file FILE
 #   busybox is unpacked beside it (root/bin/busybox), for the installer's test.
-# - venv: a virtualenv of Debian's python3 with the PyPI validators pinned
-#   below; their commands are in <dir>/bin.
+# - venv: a virtualenv of Debian's python3 with the PyPI packages pinned
+#   below (the validators; maturin and pytest for the Python package);
+#   their commands are in <dir>/bin.
 #
 # Layout, under ${LAB_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lab-agent}
 # (the cache root of tests/vm/build-image.sh):
@@ -30,8 +31,10 @@
 # missing or stale (for one `apt-get update`). Logs go to stderr.
 set -euo pipefail
 
-# The PyPI validators, pinned: the tests drive their command lines.
-pypi=(kubernetes-validate==1.37.0 schemathesis==4.32.5)
+# From PyPI, pinned: the validators (the tests drive their command lines),
+# and the Python package's build and test tools (tests/tests/python.rs:
+# maturin builds the wheel from python/, pytest runs python/tests).
+pypi=(kubernetes-validate==1.37.0 schemathesis==4.32.5 maturin==1.16.0 pytest==9.2.0)
 # Debian's interpreter: the one the guest runs cloud-init with, and the one
 # the unpacked C extensions are built for (not whatever `python3` is on PATH).
 python=/usr/bin/python3
@@ -189,7 +192,7 @@ build_venv() {
 		"$venv_dir/bin/python" -m pip install -q --no-cache-dir "${pypi[@]}" >&2 ||
 		die "pip install ${pypi[*]} failed" "check the network (pypi.org, or the index in your pip.conf)"
 	local tool
-	for tool in kubernetes-validate schemathesis; do
+	for tool in kubernetes-validate schemathesis maturin pytest; do
 		"$venv_dir/bin/$tool" --version >/dev/null 2>&1 || die "\`$venv_dir/bin/$tool --version\` fails"
 	done
 	{

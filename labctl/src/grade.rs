@@ -163,7 +163,7 @@ async fn ensure_ready(client: &Client, wait: Option<Duration>) -> Result<(), Fai
 
 /// The guest's `LAB_DIR` as the agent reports it, else `/opt/lab` (an
 /// older agent, or an answer that did not come).
-async fn reported_lab_dir(client: &Client) -> String {
+pub async fn reported_lab_dir(client: &Client) -> String {
     match client.info().await {
         Ok(info) => info.lab_dir,
         Err(e) => {

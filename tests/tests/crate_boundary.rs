@@ -68,6 +68,8 @@ fn the_client_library_pulls_in_no_cli_generator_or_process_control() {
             "tempfile",
             "lab-agent-cloudinit",
             "labctl",
+            "pyo3",
+            "lab-agent-python",
         ],
         50,
     );
@@ -87,7 +89,15 @@ fn the_agent_pulls_in_nothing_of_the_client_cli_or_generator() {
             "lab-agent-client",
             "lab-agent-cloudinit",
             "labctl",
+            "pyo3",
+            "lab-agent-python",
         ],
         60,
     );
+}
+
+/// Python stays in `python/`: the CLI links no interpreter binding either.
+#[test]
+fn labctl_pulls_in_no_python_binding() {
+    check("labctl", &["pyo3", "lab-agent-python"], 200);
 }

@@ -1,0 +1,436 @@
+"""lab_agent: the lab-agent client for Python backends.
+
+One implementation, two languages: every call runs the Rust
+``lab-agent-client`` (and, for :func:`render_secret`, what ``labctl secret``
+runs) inside this package's native module, on one tokio runtime per
+process. This file only gives the answers Python types.
+
+- :class:`Client` blocks the calling thread (the GIL is released while it
+  waits, and one client may be shared by many threads);
+- :class:`AsyncClient` has the same methods as coroutines, for asyncio and
+  FastAPI, without blocking the event loop;
+- :func:`wait_all` / :func:`wait_all_async` wait for a session's VMs;
+- :func:`render_secret` makes a lab's Kubernetes Secret, byte-identical to
+  ``labctl secret``;
+- every error is an :class:`AgentError`; catch :class:`Unauthorized`,
+  :class:`SetupFailed`, :class:`Timeout`, :class:`Unreachable`, ... as the
+  Rust client's ``is_*`` predicates would branch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+from . import _native
+from ._native import (
+    AgentError,
+    Lab,
+    LabError,
+    NotReady,
+    Rejected,
+    RenderError,
+    SetupFailed,
+    Timeout,
+    Unauthorized,
+    Unreachable,
+    WaitTimeout,
+)
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "AgentError",
+    "AsyncClient",
+    "CheckResult",
+    "Client",
+    "CloudInit",
+    "ExecResult",
+    "Lab",
+    "LabError",
+    "NotReady",
+    "Ready",
+    "Rejected",
+    "RenderError",
+    "Rendered",
+    "Report",
+    "SetupFailed",
+    "SetupStatus",
+    "Timeout",
+    "Unauthorized",
+    "Unreachable",
+    "WaitTimeout",
+    "render_secret",
+    "wait_all",
+    "wait_all_async",
+]
+
+
+@dataclass(frozen=True)
+class CloudInit:
+    """cloud-init's part of readiness: done this boot, and its warnings."""
+
+    done: bool
+    errors: List[str]
+
+
+@dataclass(frozen=True)
+class SetupStatus:
+    """The lab's setup script: pending, running, succeeded or failed."""
+
+    state: str
+    exit_code: Optional[int] = None
+    duration_ms: Optional[int] = None
+    log_tail: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The agent's ``/v1/ready`` answer.
+
+    ``state`` is one of ``booting``, ``setting_up``,
+    ``waiting_for_cloud_init``, ``ready``, ``failed``.
+    """
+
+    state: str
+    reason: Optional[str]
+    cloud_init: CloudInit
+    setup: SetupStatus
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state == "ready"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Ready":
+        ci = d.get("cloud_init", {})
+        s = d.get("setup", {})
+        return cls(
+            state=d["state"],
+            reason=d.get("reason"),
+            cloud_init=CloudInit(done=ci.get("done", False), errors=list(ci.get("errors", []))),
+            setup=SetupStatus(
+                state=s.get("state", "pending"),
+                exit_code=s.get("exit_code"),
+                duration_ms=s.get("duration_ms"),
+                log_tail=s.get("log_tail"),
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What ``/v1/exec`` returned: a command that ran (whatever its exit)."""
+
+    exit_code: Optional[int]
+    signal: Optional[int]
+    timed_out: bool
+    duration_ms: int
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ExecResult":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check of a :class:`Report`: ``status`` is passed, failed or error."""
+
+    name: str
+    status: str
+    passed: bool
+    points: int
+    exit_code: Optional[int]
+    signal: Optional[int]
+    timed_out: bool
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int
+    fail_message: Optional[str] = None
+    error: Optional[str] = None
+    hint: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CheckResult":
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Report:
+    """A grade, as ``labctl grade --json`` prints it (SPEC section 6).
+
+    ``to_json()`` is that exact text; ``to_dict()`` is it parsed.
+    A check with ``status == "error"`` could not run: the lab's fault, not
+    the student's (see :attr:`has_errors`).
+    """
+
+    lab: str
+    passed: int
+    failed: int
+    errors: int
+    total: int
+    score: int
+    max_score: int
+    checks: List[CheckResult]
+    _json: str = field(repr=False, compare=False)
+
+    @property
+    def all_passed(self) -> bool:
+        return self.passed == self.total
+
+    @property
+    def has_errors(self) -> bool:
+        return self.errors > 0
+
+    def to_dict(self) -> Dict[str, Any]:
+        return json.loads(self._json)
+
+    def to_json(self) -> str:
+        return self._json
+
+    @classmethod
+    def from_json(cls, text: str) -> "Report":
+        d = json.loads(text)
+        return cls(
+            lab=d["lab"],
+            passed=d["passed"],
+            failed=d["failed"],
+            errors=d["errors"],
+            total=d["total"],
+            score=d["score"],
+            max_score=d["max_score"],
+            checks=[CheckResult.from_dict(c) for c in d["checks"]],
+            _json=text,
+        )
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A lab's payload: ``text`` is the Secret manifest ``labctl secret``
+    prints; ``user_data`` what it carries; ``token`` the agent's token;
+    ``budget`` the byte budget (``labctl secret --json``'s ``budget``)."""
+
+    text: str
+    user_data: str
+    token: str
+    token_generated: bool
+    agent_path: str
+    budget: Dict[str, Any]
+
+
+def _ready(text: str) -> Ready:
+    return Ready.from_dict(json.loads(text))
+
+
+def _exec_request(
+    command: str,
+    user: Optional[str],
+    timeout_secs: Optional[int],
+    cwd: Optional[str],
+    env: Optional[Mapping[str, str]],
+    stdin: Optional[str],
+    max_output_bytes: Optional[int],
+    profile: Optional[str],
+) -> str:
+    """The ``/v1/exec`` request as JSON; what is None is left to the wire
+    type's defaults (user root, 60 s, 1 MiB per stream)."""
+    if profile is not None and not _native.EXEC_HAS_PROFILE:
+        raise ValueError(
+            "exec(profile=%r): this build of lab_agent has no `profile` in its exec request "
+            "(the agent it was built with lacks it); leave profile=None" % (profile,)
+        )
+    fields = {
+        "command": command,
+        "user": user,
+        "timeout_secs": timeout_secs,
+        "cwd": cwd,
+        "env": None if env is None else dict(env),
+        "stdin": stdin,
+        "max_output_bytes": max_output_bytes,
+        "profile": profile,
+    }
+    return json.dumps({k: v for k, v in fields.items() if v is not None})
+
+
+def _outcome(o: Union[str, AgentError]) -> Union[Ready, AgentError]:
+    return o if isinstance(o, AgentError) else _ready(o)
+
+
+class _Base:
+    _native: _native.Client
+
+    def __init__(
+        self,
+        url: str,
+        token: Optional[str] = None,
+        token_file: Optional[str] = None,
+    ) -> None:
+        """A client for the agent at ``url`` (``http://HOST:8899``), with its
+        token given, or read from ``token_file``: exactly one of the two."""
+        self._native = _native.Client(url, token=token, token_file=token_file)
+
+    @property
+    def url(self) -> str:
+        return self._native.url
+
+    def __repr__(self) -> str:
+        return "%s(%r)" % (type(self).__name__, self.url)
+
+
+class Client(_Base):
+    """A blocking client for one agent. Thread-safe: share one per VM.
+
+    Every method raises an :class:`AgentError` subclass on failure, and
+    :class:`Unauthorized` whenever the token is refused.
+    """
+
+    def ready(self) -> Ready:
+        """The agent's readiness now (one request, no waiting)."""
+        return _ready(self._native.ready())
+
+    def wait_ready(self, timeout: float) -> Ready:
+        """Waits up to ``timeout`` seconds until the VM is ready.
+
+        Long-polls, and treats "port closed, reset, no answer" as not up
+        yet with bounded backoff. Raises :class:`SetupFailed` at once when
+        setup failed (``exit_code``, ``log_tail``), :class:`Unauthorized`,
+        :class:`WaitTimeout` (the agent answered, not ready) or
+        :class:`Timeout` / :class:`Unreachable` (it never answered).
+        """
+        return _ready(self._native.wait_ready(timeout))
+
+    def exec(
+        self,
+        command: str,
+        user: Optional[str] = None,
+        timeout_secs: Optional[int] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[str] = None,
+        max_output_bytes: Optional[int] = None,
+        profile: Optional[str] = None,
+    ) -> ExecResult:
+        """Runs ``command`` in a login shell as ``user`` (default root).
+
+        ``profile`` picks the shell's startup files: ``"login"`` (the
+        default: the system's and the user's own), ``"system"`` (the
+        system's only: a student cannot change what a check sees by
+        editing their dotfiles) or ``"none"`` (``--noprofile --norc``).
+
+        A non-zero exit is a result, not an exception; a command that
+        cannot start (unknown user, missing cwd) raises :class:`Rejected`.
+        """
+        request = _exec_request(command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile)
+        return ExecResult.from_dict(json.loads(self._native.exec(request)))
+
+    def grade(
+        self,
+        lab: Lab,
+        checks: Optional[Sequence[str]] = None,
+        lab_dir: Optional[str] = None,
+    ) -> Report:
+        """Grades ``lab`` as ``labctl grade`` does: a VM that is not ready
+        is not graded (:class:`NotReady`, or :class:`SetupFailed`);
+        ``checks`` picks checks by name (unknown: :class:`LabError`);
+        ``lab_dir`` is the guest's ``LAB_DIR`` (default: what the agent
+        reports, else ``/opt/lab``)."""
+        return Report.from_json(
+            self._native.grade(lab, checks=None if checks is None else list(checks), lab_dir=lab_dir)
+        )
+
+
+class AsyncClient(_Base):
+    """:class:`Client` for asyncio: every method is a coroutine, run on the
+    package's tokio runtime while the event loop goes on."""
+
+    async def ready(self) -> Ready:
+        return _ready(await self._native.ready_async())
+
+    async def wait_ready(self, timeout: float) -> Ready:
+        """See :meth:`Client.wait_ready`."""
+        return _ready(await self._native.wait_ready_async(timeout))
+
+    async def exec(
+        self,
+        command: str,
+        user: Optional[str] = None,
+        timeout_secs: Optional[int] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[str] = None,
+        max_output_bytes: Optional[int] = None,
+        profile: Optional[str] = None,
+    ) -> ExecResult:
+        """See :meth:`Client.exec`."""
+        request = _exec_request(command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile)
+        return ExecResult.from_dict(json.loads(await self._native.exec_async(request)))
+
+    async def grade(
+        self,
+        lab: Lab,
+        checks: Optional[Sequence[str]] = None,
+        lab_dir: Optional[str] = None,
+    ) -> Report:
+        """See :meth:`Client.grade`."""
+        text = await self._native.grade_async(
+            lab, checks=None if checks is None else list(checks), lab_dir=lab_dir
+        )
+        return Report.from_json(text)
+
+
+def wait_all(clients: Iterable[_Base], timeout: float) -> List[Union[Ready, AgentError]]:
+    """Waits for every client's VM (to the end, even when one fails) up to
+    ``timeout`` seconds; returns, in order, each one's :class:`Ready` or
+    the :class:`AgentError` its ``wait_ready`` would have raised."""
+    return [_outcome(o) for o in _native.wait_all([c._native for c in clients], timeout)]
+
+
+async def wait_all_async(
+    clients: Iterable[_Base], timeout: float
+) -> List[Union[Ready, AgentError]]:
+    """:func:`wait_all` as a coroutine."""
+    outcomes = await _native.wait_all_async([c._native for c in clients], timeout)
+    return [_outcome(o) for o in outcomes]
+
+
+def render_secret(
+    lab: Lab,
+    name: str,
+    namespace: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    agent_path: Optional[str] = None,
+    token: Optional[str] = None,
+    format: str = "yaml",
+) -> Rendered:
+    """Renders ``lab``'s payload into a Kubernetes Secret, exactly as
+    ``labctl secret LAB --name NAME [--namespace NS] [--label K=V]...
+    [--agent PATH] [--token-file F] --format FORMAT`` prints it.
+
+    ``agent_path`` is the static ``lab-agent`` (default: where ``labctl``
+    looks); ``token`` is generated when not given (``.token`` has it).
+    Raises :class:`RenderError` (agent, names, token, over 1 MiB) or
+    :class:`LabError`."""
+    r = _native.render_secret(
+        lab,
+        name,
+        namespace=namespace,
+        labels=None if labels is None else dict(labels),
+        agent_path=agent_path,
+        token=token,
+        format=format,
+    )
+    return Rendered(
+        text=r.text,
+        user_data=r.user_data,
+        token=r.token,
+        token_generated=r.token_generated,
+        agent_path=str(r.agent_path),
+        budget=json.loads(r.budget_json),
+    )

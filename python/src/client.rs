@@ -1,0 +1,390 @@
+//! `Client`: one agent's URL and token over `lab_agent_client::Client`.
+//!
+//! Each call exists twice: `ready()` blocks the calling thread with the GIL
+//! released (so other Python threads run, and one `Client` serves many
+//! threads: the Rust client is a cloneable handle over one connection
+//! pool), and `ready_async()` returns an asyncio awaitable driven by the
+//! same runtime. Answers are JSON text; `lab_agent/__init__.py` types them.
+
+use crate::error::{NotReady, SetupFailed, client_error, plain, with_attrs};
+use crate::lab::Lab;
+use crate::runtime;
+use lab_agent_client::{Error, wait_all as rust_wait_all};
+use lab_agent_proto::exec::ExecRequest;
+use lab_agent_proto::ready::{ReadyResponse, ReadyState};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Whether this build's `ExecRequest` has `profile` (the agent's
+/// `login|system|none`): asked of the wire type itself, so the answer
+/// follows `proto/`. When not, `exec(profile=...)` is refused (Python
+/// says so) rather than dropped silently.
+pub fn exec_has_profile() -> bool {
+    serde_json::from_str::<ExecRequest>(r#"{"command":"true","profile":"login"}"#).is_ok()
+}
+
+/// The wire type's own parsing (defaults, unknown fields refused) and the
+/// agent's request rules (`ExecRequest::validate`, as `labctl exec` checks
+/// them), so a bad request is a `ValueError` before anything is sent.
+fn parse_exec(py: Python<'_>, request: &str) -> PyResult<ExecRequest> {
+    let invalid = |e: String| {
+        plain(
+            py,
+            PyValueError::new_err(format!("invalid exec request: {e}")),
+            None,
+        )
+    };
+    let req: ExecRequest = serde_json::from_str(request).map_err(|e| invalid(e.to_string()))?;
+    req.validate().map_err(|e| invalid(e.to_string()))?;
+    Ok(req)
+}
+
+#[pyclass(frozen, module = "lab_agent")]
+#[derive(Debug)]
+pub struct Client {
+    inner: lab_agent_client::Client,
+}
+
+/// Runs `fut` to completion on the shared runtime with the GIL released.
+fn block<T: Send>(
+    py: Python<'_>,
+    fut: impl Future<Output = Result<T, Error>> + Send,
+) -> PyResult<T> {
+    py.detach(|| runtime().block_on(fut))
+        .map_err(|e| client_error(py, e))
+}
+
+/// `fut` as an asyncio awaitable on the running loop.
+fn awaitable<'py, T>(
+    py: Python<'py>,
+    fut: impl Future<Output = PyResult<T>> + Send + 'static,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    pyo3_async_runtimes::tokio::future_into_py(py, fut)
+}
+
+fn to_py(e: Error) -> PyErr {
+    Python::attach(|py| client_error(py, e))
+}
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("a wire type serializes")
+}
+
+/// A timeout in seconds as a deadline from now.
+fn deadline(py: Python<'_>, timeout: f64) -> PyResult<Instant> {
+    Duration::try_from_secs_f64(timeout)
+        .map(|d| Instant::now() + d)
+        .map_err(|_| {
+            plain(
+                py,
+                PyValueError::new_err(format!(
+                    "timeout must be a number of seconds >= 0, not {timeout}"
+                )),
+                None,
+            )
+        })
+}
+
+/// Why `grade` did not produce a report.
+enum GradeFailure {
+    Client(Error),
+    NotReady(Box<ReadyResponse>, String),
+}
+
+impl GradeFailure {
+    fn into_py(self, py: Python<'_>) -> PyErr {
+        match self {
+            GradeFailure::Client(e) => client_error(py, e),
+            GradeFailure::NotReady(ready, url) => {
+                let reason = ready
+                    .reason
+                    .as_deref()
+                    .map_or(String::new(), |r| format!(": {r}"));
+                let message = format!(
+                    "the VM at {url} is not ready, so it was not graded: its state is `{}`{reason}",
+                    ready.state.as_str()
+                );
+                let (err, hint) = if ready.state == ReadyState::Failed {
+                    (
+                        SetupFailed::new_err(message),
+                        "its setup failed: fix the lab and try it with `labctl try`",
+                    )
+                } else {
+                    (
+                        NotReady::new_err(message),
+                        "grade once it is ready: call wait_ready first",
+                    )
+                };
+                let err = plain(py, err, Some(hint.to_owned()));
+                let attrs = [
+                    (
+                        "ready",
+                        json(&ready).into_pyobject(py).map(|o| o.into_any()),
+                    ),
+                    (
+                        "log_tail",
+                        ready
+                            .setup
+                            .log_tail
+                            .clone()
+                            .into_pyobject(py)
+                            .map(|o| o.into_any()),
+                    ),
+                    (
+                        "exit_code",
+                        ready
+                            .setup
+                            .exit_code
+                            .into_pyobject(py)
+                            .map(|o| o.into_any()),
+                    ),
+                ];
+                with_attrs(py, err, attrs)
+            }
+        }
+    }
+}
+
+/// What `labctl grade` does without `--wait`: refuse a VM that is not
+/// ready, take the guest's `LAB_DIR` from `/v1/info` unless given, grade,
+/// and print the report as `--json` does.
+async fn grade(
+    client: lab_agent_client::Client,
+    lab: lab_agent_proto::lab::Lab,
+    lab_dir: Option<String>,
+) -> Result<String, GradeFailure> {
+    let ready = client.ready().await.map_err(GradeFailure::Client)?;
+    if ready.state != ReadyState::Ready {
+        return Err(GradeFailure::NotReady(
+            Box::new(ready),
+            client.url().to_owned(),
+        ));
+    }
+    let lab_dir = match lab_dir {
+        Some(dir) => dir,
+        None => labctl::grade::reported_lab_dir(&client).await,
+    };
+    let report = client
+        .grade(&lab, &lab_dir)
+        .await
+        .map_err(GradeFailure::Client)?;
+    Ok(serde_json::to_string_pretty(&report).expect("a report serializes"))
+}
+
+impl Client {
+    fn lab_for_grade(
+        py: Python<'_>,
+        lab: &Lab,
+        checks: Option<Vec<String>>,
+    ) -> PyResult<lab_agent_proto::lab::Lab> {
+        let mut lab = lab.inner.clone();
+        labctl::grade::select_checks(&mut lab, &checks.unwrap_or_default())
+            .map_err(|f| plain(py, crate::error::LabError::new_err(f.message), None))?;
+        Ok(lab)
+    }
+}
+
+#[pymethods]
+impl Client {
+    /// A client for the agent at `url`, with the token given or read from
+    /// `token_file` (trailing whitespace trimmed). Exactly one of the two.
+    #[new]
+    #[pyo3(signature = (url, token=None, token_file=None))]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        token: Option<String>,
+        token_file: Option<PathBuf>,
+    ) -> PyResult<Client> {
+        let token = match (token, token_file) {
+            (Some(t), None) => t,
+            (None, Some(path)) => std::fs::read_to_string(&path)
+                .map(|t| t.trim_end().to_owned())
+                .map_err(|e| {
+                    plain(
+                        py,
+                        PyValueError::new_err(format!(
+                            "failed to read the token file `{}`: {e}",
+                            path.display()
+                        )),
+                        None,
+                    )
+                })?,
+            _ => {
+                return Err(plain(
+                    py,
+                    PyValueError::new_err("give exactly one of `token` and `token_file`"),
+                    None,
+                ));
+            }
+        };
+        // hyper-util's pool spawns its connection tasks: enter the runtime.
+        let _guard = runtime().enter();
+        lab_agent_client::Client::new(url, &token)
+            .map(|inner| Client { inner })
+            .map_err(|e| client_error(py, e))
+    }
+
+    #[getter]
+    fn url(&self) -> &str {
+        self.inner.url()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Client({:?})", self.inner.url())
+    }
+
+    fn ready(&self, py: Python<'_>) -> PyResult<String> {
+        block(py, self.inner.ready()).map(|r| json(&r))
+    }
+
+    fn ready_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.inner.clone();
+        awaitable(py, async move {
+            c.ready().await.map(|r| json(&r)).map_err(to_py)
+        })
+    }
+
+    fn wait_ready(&self, py: Python<'_>, timeout: f64) -> PyResult<String> {
+        let deadline = deadline(py, timeout)?;
+        block(py, self.inner.wait_ready(deadline)).map(|r| json(&r))
+    }
+
+    fn wait_ready_async<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyAny>> {
+        let deadline = deadline(py, timeout)?;
+        let c = self.inner.clone();
+        awaitable(py, async move {
+            c.wait_ready(deadline)
+                .await
+                .map(|r| json(&r))
+                .map_err(to_py)
+        })
+    }
+
+    /// `request` is the JSON of an `ExecRequest` (the Python side builds
+    /// it from keyword arguments); an invalid one is a `ValueError`.
+    fn exec(&self, py: Python<'_>, request: &str) -> PyResult<String> {
+        let req = parse_exec(py, request)?;
+        block(py, self.inner.exec(&req)).map(|r| json(&r))
+    }
+
+    fn exec_async<'py>(&self, py: Python<'py>, request: &str) -> PyResult<Bound<'py, PyAny>> {
+        let req = parse_exec(py, request)?;
+        let c = self.inner.clone();
+        awaitable(py, async move {
+            c.exec(&req).await.map(|r| json(&r)).map_err(to_py)
+        })
+    }
+
+    #[pyo3(signature = (lab, checks=None, lab_dir=None))]
+    fn grade(
+        &self,
+        py: Python<'_>,
+        lab: &Lab,
+        checks: Option<Vec<String>>,
+        lab_dir: Option<String>,
+    ) -> PyResult<String> {
+        let lab = Client::lab_for_grade(py, lab, checks)?;
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(grade(c, lab, lab_dir)))
+            .map_err(|f| f.into_py(py))
+    }
+
+    #[pyo3(signature = (lab, checks=None, lab_dir=None))]
+    fn grade_async<'py>(
+        &self,
+        py: Python<'py>,
+        lab: &Lab,
+        checks: Option<Vec<String>>,
+        lab_dir: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let lab = Client::lab_for_grade(py, lab, checks)?;
+        let c = self.inner.clone();
+        awaitable(py, async move {
+            grade(c, lab, lab_dir)
+                .await
+                .map_err(|f| Python::attach(|py| f.into_py(py)))
+        })
+    }
+}
+
+/// Each outcome as Python sees it: the readiness JSON, or the exception
+/// (not raised) that `wait_ready` would have raised.
+fn outcomes(py: Python<'_>, results: Vec<lab_agent_client::WaitOutcome>) -> Vec<Py<PyAny>> {
+    results
+        .into_iter()
+        .map(|o| match o.result {
+            Ok(r) => json(&r)
+                .into_pyobject(py)
+                .expect("a str converts")
+                .into_any()
+                .unbind(),
+            Err(e) => client_error(py, e).into_value(py).into_any(),
+        })
+        .collect()
+}
+
+fn rust_clients(clients: &[PyRef<'_, Client>]) -> Vec<lab_agent_client::Client> {
+    clients.iter().map(|c| c.inner.clone()).collect()
+}
+
+/// Waits for every client until ready, failed or `timeout` seconds; one
+/// outcome per client, in order.
+#[pyfunction]
+pub fn wait_all(
+    py: Python<'_>,
+    clients: Vec<PyRef<'_, Client>>,
+    timeout: f64,
+) -> PyResult<Vec<Py<PyAny>>> {
+    let deadline = deadline(py, timeout)?;
+    let clients = rust_clients(&clients);
+    let results = py.detach(|| runtime().block_on(rust_wait_all(&clients, deadline, |_, _| {})));
+    Ok(outcomes(py, results))
+}
+
+/// `wait_all` as an awaitable.
+#[pyfunction]
+pub fn wait_all_async<'py>(
+    py: Python<'py>,
+    clients: Vec<PyRef<'py, Client>>,
+    timeout: f64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let deadline = deadline(py, timeout)?;
+    let clients = rust_clients(&clients);
+    awaitable(py, async move {
+        let results = rust_wait_all(&clients, deadline, |_, _| {}).await;
+        Ok(Python::attach(|py| outcomes(py, results)))
+    })
+}
+
+/// For `python/bench/exec_overhead.py` only: `n` exec round trips of
+/// `command` by the Rust client itself (same runtime, same connection pool
+/// as `client`'s Python calls), each one's seconds. What Python adds per
+/// call is the difference to `client.exec` timed from Python.
+#[pyfunction]
+pub fn _rust_exec_timings(
+    py: Python<'_>,
+    client: PyRef<'_, Client>,
+    command: String,
+    user: String,
+    cwd: String,
+    n: usize,
+) -> PyResult<Vec<f64>> {
+    let c = client.inner.clone();
+    let req = ExecRequest::new(command).user(user).cwd(cwd);
+    block(py, async move {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            c.exec(&req).await?;
+            out.push(t.elapsed().as_secs_f64());
+        }
+        Ok(out)
+    })
+}

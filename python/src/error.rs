@@ -1,0 +1,160 @@
+//! The exception hierarchy, mirroring `lab_agent_client::Error`'s
+//! predicates: a backend catches `Unauthorized` where Rust code asks
+//! `is_unauthorized()`. Every exception is an `AgentError` and carries
+//! `status` (HTTP status, or None), `code` (the agent's error code, or
+//! None), `hint`, and, when the agent reported one, `ready` (its readiness
+//! answer as JSON text).
+
+use lab_agent_client::Error;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+create_exception!(
+    lab_agent,
+    AgentError,
+    PyException,
+    "Base of every lab_agent error."
+);
+create_exception!(
+    lab_agent,
+    Unauthorized,
+    AgentError,
+    "The agent refused the token (401); retrying will not help."
+);
+create_exception!(
+    lab_agent,
+    Unreachable,
+    AgentError,
+    "No answer from the agent: refused, reset, or a wait that never got one."
+);
+create_exception!(
+    lab_agent,
+    Timeout,
+    AgentError,
+    "A deadline passed: connecting, an answer, or a wait for readiness."
+);
+create_exception!(
+    lab_agent,
+    WaitTimeout,
+    Timeout,
+    "wait_ready's deadline passed while the agent answered, not ready yet."
+);
+create_exception!(
+    lab_agent,
+    SetupFailed,
+    AgentError,
+    "The lab's setup failed (exit_code, log_tail, ready)."
+);
+create_exception!(
+    lab_agent,
+    NotReady,
+    AgentError,
+    "grade() found the VM not ready, so it was not graded."
+);
+create_exception!(
+    lab_agent,
+    Rejected,
+    AgentError,
+    "The agent answered with an error (status and code say which)."
+);
+create_exception!(
+    lab_agent,
+    LabError,
+    AgentError,
+    "lab.toml or the lab's files are wrong, or a check name is unknown."
+);
+create_exception!(
+    lab_agent,
+    RenderError,
+    AgentError,
+    "The payload could not be rendered (agent binary, token, names, size)."
+);
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("AgentError", py.get_type::<AgentError>())?;
+    m.add("Unauthorized", py.get_type::<Unauthorized>())?;
+    m.add("Unreachable", py.get_type::<Unreachable>())?;
+    m.add("Timeout", py.get_type::<Timeout>())?;
+    m.add("WaitTimeout", py.get_type::<WaitTimeout>())?;
+    m.add("SetupFailed", py.get_type::<SetupFailed>())?;
+    m.add("NotReady", py.get_type::<NotReady>())?;
+    m.add("Rejected", py.get_type::<Rejected>())?;
+    m.add("LabError", py.get_type::<LabError>())?;
+    m.add("RenderError", py.get_type::<RenderError>())?;
+    Ok(())
+}
+
+/// The exception for `e`: the first predicate that holds picks the class,
+/// in the order a backend decides (401 first: nothing else will work).
+pub fn client_error(py: Python<'_>, e: Error) -> PyErr {
+    let message = e.to_string();
+    let err = if e.is_unauthorized() {
+        Unauthorized::new_err(message)
+    } else if e.is_setup_failed() {
+        SetupFailed::new_err(message)
+    } else if matches!(e, Error::WaitTimeout { .. }) && !e.is_unreachable() {
+        WaitTimeout::new_err(message)
+    } else if e.is_timeout() {
+        Timeout::new_err(message)
+    } else if e.is_unreachable() {
+        Unreachable::new_err(message)
+    } else if e.status().is_some() {
+        Rejected::new_err(message)
+    } else {
+        AgentError::new_err(message)
+    };
+    let ready = e.ready_response();
+    let setup = ready.map(|r| &r.setup);
+    let attrs = [
+        ("status", e.status().map(|s| s.as_u16()).into_pyobject(py)),
+        ("code", e.error_code().map(|c| c.as_str()).into_pyobject(py)),
+        ("hint", e.hint().into_pyobject(py)),
+        (
+            "ready",
+            ready
+                .map(|r| serde_json::to_string(r).expect("a ReadyResponse serializes"))
+                .into_pyobject(py),
+        ),
+        (
+            "exit_code",
+            setup.and_then(|s| s.exit_code).into_pyobject(py),
+        ),
+        (
+            "log_tail",
+            setup.and_then(|s| s.log_tail.clone()).into_pyobject(py),
+        ),
+    ];
+    with_attrs(py, err, attrs)
+}
+
+/// `err` with attributes set on its value; an attribute that cannot be
+/// made is left out (it would only hide the error itself).
+pub fn with_attrs<'py, E>(
+    py: Python<'py>,
+    err: PyErr,
+    attrs: impl IntoIterator<Item = (&'static str, Result<Bound<'py, PyAny>, E>)>,
+) -> PyErr {
+    let value = err.value(py);
+    for (name, v) in attrs {
+        if let Ok(v) = v {
+            let _ = value.setattr(name, v);
+        }
+    }
+    err
+}
+
+/// A failure that is not the agent's: bad arguments, a lab, a render.
+pub fn plain(py: Python<'_>, err: PyErr, hint: Option<String>) -> PyErr {
+    let none = py.None().into_bound(py);
+    let attrs: [(&str, PyResult<Bound<'_, PyAny>>); 6] = [
+        ("status", Ok(none.clone())),
+        ("code", Ok(none.clone())),
+        ("hint", hint.into_pyobject(py).map_err(PyErr::from)),
+        ("ready", Ok(none.clone())),
+        ("exit_code", Ok(none.clone())),
+        ("log_tail", Ok(none)),
+    ];
+    with_attrs(py, err, attrs)
+}

@@ -1,0 +1,63 @@
+//! `Lab.load(path)`: the `lab.toml` model of `lab-agent-proto`, with its
+//! validation, for `Client.grade` and `render_secret`.
+
+use crate::error::{LabError, plain};
+use lab_agent_proto::lab;
+use pyo3::prelude::*;
+use std::path::PathBuf;
+
+/// A lab loaded from its folder (`lab.toml`), validated as `labctl` does.
+#[pyclass(frozen, module = "lab_agent")]
+#[derive(Debug)]
+pub struct Lab {
+    pub inner: lab::Lab,
+}
+
+#[pymethods]
+impl Lab {
+    /// Loads and validates `DIR/lab.toml`; raises `LabError` naming the
+    /// file, the field and the fix.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Lab> {
+        match lab::Lab::load(&path) {
+            Ok(inner) => Ok(Lab { inner }),
+            Err(e) => {
+                let hint = e.hint().map(str::to_owned);
+                Err(plain(py, LabError::new_err(e.to_string()), hint))
+            }
+        }
+    }
+
+    /// `name` from lab.toml.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The lab's folder.
+    #[getter]
+    fn dir(&self) -> PathBuf {
+        self.inner.dir.clone()
+    }
+
+    /// The checks' names, in order.
+    #[getter]
+    fn check_names(&self) -> Vec<String> {
+        self.inner.checks.iter().map(|c| c.name.clone()).collect()
+    }
+
+    /// The sum of every check's points.
+    #[getter]
+    fn max_score(&self) -> u64 {
+        self.inner.max_score()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Lab(name={:?}, dir={:?}, checks={})",
+            self.inner.name,
+            self.inner.dir,
+            self.inner.checks.len()
+        )
+    }
+}

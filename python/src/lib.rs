@@ -1,0 +1,43 @@
+//! `lab_agent._native`: the Rust half of the `lab_agent` Python package.
+//!
+//! One implementation, two languages: every call here is
+//! `lab-agent-client` (or, for `render_secret`, `labctl::secret::render`)
+//! run on one tokio runtime per process. Answers cross into Python as the
+//! JSON the Rust types serialize to, so `Report.to_json()` is `labctl grade
+//! --json` by construction; `lab_agent/__init__.py` turns them into typed
+//! objects.
+//!
+//! # Layout
+//! - [`client`] — `Client`, blocking methods (GIL released while waiting)
+//!   and `a*` methods returning asyncio awaitables; `wait_all`.
+//! - [`error`] — the exception hierarchy and the one mapping from
+//!   `lab_agent_client::Error` to it.
+//! - [`lab`] — `Lab.load`.
+//! - [`render`] — `render_secret`.
+
+use pyo3::prelude::*;
+
+mod client;
+mod error;
+mod lab;
+mod render;
+
+/// The process's one tokio runtime, shared by blocking and asyncio calls
+/// (pyo3-async-runtimes owns it, so its awaitables and `block_on` agree).
+fn runtime() -> &'static tokio::runtime::Runtime {
+    pyo3_async_runtimes::tokio::get_runtime()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("EXEC_HAS_PROFILE", client::exec_has_profile())?;
+    m.add_class::<client::Client>()?;
+    m.add_class::<lab::Lab>()?;
+    m.add_class::<render::Rendered>()?;
+    m.add_function(wrap_pyfunction!(client::wait_all, m)?)?;
+    m.add_function(wrap_pyfunction!(client::wait_all_async, m)?)?;
+    m.add_function(wrap_pyfunction!(render::render_secret, m)?)?;
+    m.add_function(wrap_pyfunction!(client::_rust_exec_timings, m)?)?;
+    error::register(m)
+}

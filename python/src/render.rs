@@ -1,0 +1,99 @@
+//! `render_secret`: `labctl secret` as a function. It calls what the verb
+//! calls (`labctl::secret::render`, the same agent finder and token
+//! generator), so `.text` is byte-identical to what `labctl secret --format
+//! FORMAT` prints for the same lab, agent and token.
+
+use crate::error::{RenderError, plain};
+use crate::lab::Lab;
+use lab_agent_cloudinit::{Format, SecretMeta};
+use labctl::agent_bin::{self, Linkage};
+use labctl::secret::{BudgetReport, RenderOptions};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// A rendered payload. `budget` is the JSON object `labctl secret --json`
+/// prints as `budget`.
+#[pyclass(frozen, module = "lab_agent", get_all)]
+#[derive(Debug)]
+pub struct Rendered {
+    /// The Secret manifest (YAML or JSON).
+    text: String,
+    /// The raw cloud-init user-data the Secret carries.
+    user_data: String,
+    /// The token the agent will require (generated unless one was given).
+    token: String,
+    /// Whether `token` was generated here.
+    token_generated: bool,
+    /// The agent binary that went in.
+    agent_path: PathBuf,
+    budget_json: String,
+}
+
+fn render_error(py: Python<'_>, message: String, hint: Option<String>) -> PyErr {
+    plain(py, RenderError::new_err(message), hint)
+}
+
+#[pyfunction]
+#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml"))]
+#[allow(clippy::too_many_arguments)] // Python's keyword arguments
+pub fn render_secret(
+    py: Python<'_>,
+    lab: &Lab,
+    name: String,
+    namespace: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    agent_path: Option<PathBuf>,
+    token: Option<String>,
+    format: &str,
+) -> PyResult<Rendered> {
+    let format = match format {
+        "yaml" => Format::Yaml,
+        "json" => Format::Json,
+        other => {
+            let msg = format!("format must be \"yaml\" or \"json\", not {other:?}");
+            return Err(plain(py, PyValueError::new_err(msg), None));
+        }
+    };
+    let meta = SecretMeta {
+        name,
+        namespace,
+        labels: labels.unwrap_or_default(),
+    };
+    meta.validate()
+        .map_err(|e| render_error(py, e.to_string(), e.hint().map(str::to_owned)))?;
+    let agent = agent_bin::load(agent_path.as_deref(), Linkage::Static)
+        .map_err(|e| render_error(py, e.to_string(), e.hint()))?;
+    let (token, token_generated) = match token {
+        Some(t) => (t, false),
+        None => (
+            labctl::token::generate().map_err(|e| {
+                render_error(
+                    py,
+                    format!("failed to get random bytes for the token: {e}"),
+                    None,
+                )
+            })?,
+            true,
+        ),
+    };
+    let opts = RenderOptions {
+        meta,
+        format,
+        serial_autologin: true,
+    };
+    let lab = &lab.inner;
+    let rendered = py
+        .detach(|| labctl::secret::render(lab, &agent, &token, &opts))
+        .map_err(|e| render_error(py, e.to_string(), e.hint()))?;
+    let budget = BudgetReport::from(rendered.user_data.budget());
+    Ok(Rendered {
+        text: rendered.manifest,
+        budget_json: serde_json::to_string(&budget).expect("a budget serializes"),
+        user_data: rendered.user_data.into_string(),
+        token,
+        token_generated,
+        agent_path: agent.path,
+    })
+}

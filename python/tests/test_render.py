@@ -1,0 +1,63 @@
+"""render_secret is `labctl secret`, byte for byte."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import lab_agent
+from conftest import LABCTL_BIN, REPO, new_token
+
+HELLO = REPO / "examples/hello-lab"
+# A static ELF "agent" the harness wrote (labctl's fake_elf): rendering
+# only needs its bytes.
+STATIC_AGENT = os.environ.get("LAB_AGENT_STATIC", "")
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_render_secret_is_byte_identical_to_labctl(fmt: str, tmp_path: Path) -> None:
+    assert STATIC_AGENT, "LAB_AGENT_STATIC is not set (tests/tests/python.rs sets it)"
+    token = new_token()
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    lab = lab_agent.Lab.load(HELLO)
+    r = lab_agent.render_secret(
+        lab, "hello-lab-vm1", namespace="labs", labels={"course": "k8s-101", "lab": "hello"},
+        agent_path=STATIC_AGENT, token=token, format=fmt,
+    )
+    out = subprocess.run(
+        [LABCTL_BIN, "secret", str(HELLO), "--name", "hello-lab-vm1", "--namespace", "labs",
+         "--label", "course=k8s-101", "--label", "lab=hello", "--token-file", str(token_file),
+         "--agent", STATIC_AGENT, "--format", fmt],
+        capture_output=True, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert r.text.encode() == out.stdout
+    assert r.token == token and not r.token_generated
+    assert r.budget["total_bytes"] == len(r.user_data.encode())
+    # agent_bytes counts the agent as the installer carries it (encoded).
+    assert 0 < r.budget["agent_bytes"] < r.budget["total_bytes"] <= r.budget["limit_bytes"]
+    if fmt == "json":
+        data = json.loads(r.text)["data"]["userdata"]
+        assert base64.b64decode(data).decode() == r.user_data
+    assert token in r.user_data
+
+
+def test_render_secret_generates_a_token_and_checks_its_inputs() -> None:
+    lab = lab_agent.Lab.load(HELLO)
+    r = lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT)
+    assert r.token_generated and len(r.token) == 43 and r.token in r.user_data
+    with pytest.raises(lab_agent.RenderError, match="Not_A_Name|name"):
+        lab_agent.render_secret(lab, "Not_A_Name", agent_path=STATIC_AGENT)
+    with pytest.raises(lab_agent.RenderError):
+        lab_agent.render_secret(lab, "vm", agent_path="/nonexistent/lab-agent")
+    with pytest.raises(lab_agent.RenderError):
+        lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, token="short")
+    with pytest.raises(ValueError):
+        lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, format="toml")

@@ -26,7 +26,7 @@ mod wrk;
 use children::User;
 use clap::Parser;
 use exec::{AgentFresh, AgentKeepAlive, FloorV, Qga, Ssh, Variant};
-use peers::{AgentOpts, QemuGa, Sshd, start_agent};
+use peers::{AgentOpts, BenchCgroup, QemuGa, Sshd, start_agent};
 use stats::{Rng, Summary, ms};
 use std::fmt::Write as _;
 use std::io;
@@ -174,6 +174,7 @@ fn run(args: &Args) -> io::Result<String> {
             .arg(&ready_state),
     )?;
     let mut rows = Vec::new();
+    let mut cgroup_skipped: Option<String> = None;
     let mut idle = None;
     // (part, load average when it started, when it ended)
     let mut loads: Vec<(&str, String, String)> = Vec::new();
@@ -187,6 +188,7 @@ fn run(args: &Args) -> io::Result<String> {
                 state_dir: &ready_state,
                 cloud_init_dir: None,
                 cpu: None,
+                cgroup: None,
             },
         )?;
         std::thread::sleep(Duration::from_millis(200));
@@ -203,11 +205,76 @@ fn run(args: &Args) -> io::Result<String> {
                         state_dir: &ready_state,
                         cloud_init_dir: None,
                         cpu: None,
+                        cgroup: None,
                     },
                 )?),
             };
+            // The same agents again, each with a cgroup per exec (a temp
+            // sub-cgroup each, declared before the agents: removed after
+            // they stop).
+            let cgroups = match (
+                BenchCgroup::create("exec"),
+                args.baseline_agent
+                    .as_ref()
+                    .map(|_| BenchCgroup::create("baseline")),
+            ) {
+                (Ok(a), Some(Ok(b))) => Ok((a, Some(b))),
+                (Ok(a), None) => Ok((a, None)),
+                (Err(e), _) | (_, Some(Err(e))) => Err(e),
+            };
+            let cg_agents = match &cgroups {
+                Err(why) => {
+                    eprintln!("bench: skipped the per-exec cgroup variants: {why}");
+                    cgroup_skipped = Some(why.clone());
+                    None
+                }
+                Ok((cg, cg_base)) => {
+                    let a = start_agent(
+                        &args.agent,
+                        w,
+                        &token_path,
+                        AgentOpts {
+                            name: "agent-exec-cgroup",
+                            state_dir: &ready_state,
+                            cloud_init_dir: None,
+                            cpu: None,
+                            cgroup: Some(cg.path()),
+                        },
+                    )?;
+                    let b = match (&args.baseline_agent, cg_base) {
+                        (Some(bin), Some(cgb)) => Some(start_agent(
+                            bin,
+                            w,
+                            &token_path,
+                            AgentOpts {
+                                name: "agent-baseline-cgroup",
+                                state_dir: &ready_state,
+                                cloud_init_dir: None,
+                                cpu: None,
+                                cgroup: Some(cgb.path()),
+                            },
+                        )?),
+                        _ => None,
+                    };
+                    Some((a, b))
+                }
+            };
             let before = loadavg();
-            rows = exec_phase(args, &user, w, &agent, baseline.as_ref(), &token, &mut rng)?;
+            rows = exec_phase(
+                args,
+                &user,
+                w,
+                ExecAgents {
+                    agent: &agent,
+                    baseline: baseline.as_ref(),
+                    cgroup: cg_agents.as_ref().map(|(a, _)| a),
+                    baseline_cgroup: cg_agents.as_ref().and_then(|(_, b)| b.as_ref()),
+                },
+                &token,
+                &mut rng,
+            )?;
+            drop(cg_agents);
+            drop(cgroups);
             loads.push(("exec", before, loadavg()));
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -230,6 +297,7 @@ fn run(args: &Args) -> io::Result<String> {
                 state_dir: markers.state_dir(),
                 cloud_init_dir: Some(markers.cloud_init_dir()),
                 cpu: None,
+                cgroup: None,
             },
         )?;
         let before = loadavg();
@@ -260,6 +328,7 @@ fn run(args: &Args) -> io::Result<String> {
                     state_dir: &ready_state,
                     cloud_init_dir: None,
                     cpu: None,
+                    cgroup: None,
                 },
             )?;
             std::thread::sleep(Duration::from_millis(200));
@@ -288,6 +357,7 @@ fn run(args: &Args) -> io::Result<String> {
                 state_dir: &ready_state,
                 cloud_init_dir: None,
                 cpu: Some(0),
+                cgroup: None,
             },
         )?;
         let before = loadavg();
@@ -350,6 +420,9 @@ fn run(args: &Args) -> io::Result<String> {
                 ms(s.p90),
                 s.median.as_secs_f64() / floor.as_secs_f64()
             );
+        }
+        if let Some(why) = &cgroup_skipped {
+            let _ = writeln!(out, "\nNo per-exec cgroup rows: {why}.");
         }
         let _ = writeln!(out);
     }
@@ -588,15 +661,30 @@ fn targets(
     out
 }
 
+/// The agents the exec phase measures: the one under test and, optionally,
+/// the `--baseline-agent`, each without and (where a cgroup2 mount is
+/// writable) with a per-exec cgroup.
+struct ExecAgents<'a> {
+    agent: &'a peers::Agent,
+    baseline: Option<&'a peers::Agent>,
+    cgroup: Option<&'a peers::Agent>,
+    baseline_cgroup: Option<&'a peers::Agent>,
+}
+
 fn exec_phase(
     args: &Args,
     user: &User,
     w: &Path,
-    agent: &peers::Agent,
-    baseline: Option<&peers::Agent>,
+    agents: ExecAgents<'_>,
     token: &str,
     rng: &mut Rng,
 ) -> io::Result<Vec<ExecRow>> {
+    let ExecAgents {
+        agent,
+        baseline,
+        cgroup,
+        baseline_cgroup,
+    } = agents;
     // Declared before `variants` borrows them, dropped after.
     let peers = if args.no_peers {
         None
@@ -651,6 +739,20 @@ fn exec_phase(
             conn: http::Conn::connect(b.addr, token)?,
             body: exec::exec_body(SHELL_COMMAND, &user.name, None),
             label: "baseline lab-agent (--baseline-agent), kept-alive",
+        }));
+    }
+    if let Some(a) = cgroup {
+        variants.push(Box::new(AgentKeepAlive {
+            conn: http::Conn::connect(a.addr, token)?,
+            body: exec::exec_body(SHELL_COMMAND, &user.name, None),
+            label: "lab-agent, per-exec cgroup, kept-alive",
+        }));
+    }
+    if let Some(b) = baseline_cgroup {
+        variants.push(Box::new(AgentKeepAlive {
+            conn: http::Conn::connect(b.addr, token)?,
+            body: exec::exec_body(SHELL_COMMAND, &user.name, None),
+            label: "baseline lab-agent (--baseline-agent), per-exec cgroup, kept-alive",
         }));
     }
     if args.diagnostic {

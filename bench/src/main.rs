@@ -175,6 +175,7 @@ fn run(args: &Args) -> io::Result<String> {
     )?;
     let mut rows = Vec::new();
     let mut cgroup_skipped: Option<String> = None;
+    let mut cgroup_costs: Vec<CgroupCost> = Vec::new();
     let mut idle = None;
     // (part, load average when it started, when it ended)
     let mut loads: Vec<(&str, String, String)> = Vec::new();
@@ -260,7 +261,7 @@ fn run(args: &Args) -> io::Result<String> {
                 }
             };
             let before = loadavg();
-            rows = exec_phase(
+            (rows, cgroup_costs) = exec_phase(
                 args,
                 &user,
                 w,
@@ -419,6 +420,12 @@ fn run(args: &Args) -> io::Result<String> {
                 ms(s.median),
                 ms(s.p90),
                 s.median.as_secs_f64() / floor.as_secs_f64()
+            );
+        }
+        for (which, r) in &cgroup_costs {
+            let _ = writeln!(
+                out,
+                "\n{which}: with a per-exec cgroup ÷ without, paired by round (median): {r:.3}"
             );
         }
         if let Some(why) = &cgroup_skipped {
@@ -678,7 +685,7 @@ fn exec_phase(
     agents: ExecAgents<'_>,
     token: &str,
     rng: &mut Rng,
-) -> io::Result<Vec<ExecRow>> {
+) -> io::Result<(Vec<ExecRow>, Vec<CgroupCost>)> {
     let ExecAgents {
         agent,
         baseline,
@@ -734,7 +741,12 @@ fn exec_phase(
             &["/bin/bash", "--login", "-c", SHELL_COMMAND],
         )?));
     }
+    // (with a cgroup, the same binary without one, which binary): the
+    // cgroup's own cost, paired by round like the ratios to the floor.
+    let mut pairs: Vec<(usize, usize, &str)> = Vec::new();
+    let mut baseline_at = None;
     if let Some(b) = baseline {
+        baseline_at = Some(variants.len());
         variants.push(Box::new(AgentKeepAlive {
             conn: http::Conn::connect(b.addr, token)?,
             body: exec::exec_body(SHELL_COMMAND, &user.name, None),
@@ -742,13 +754,15 @@ fn exec_phase(
         }));
     }
     if let Some(a) = cgroup {
+        pairs.push((variants.len(), 1, "lab-agent"));
         variants.push(Box::new(AgentKeepAlive {
             conn: http::Conn::connect(a.addr, token)?,
             body: exec::exec_body(SHELL_COMMAND, &user.name, None),
             label: "lab-agent, per-exec cgroup, kept-alive",
         }));
     }
-    if let Some(b) = baseline_cgroup {
+    if let (Some(b), Some(off)) = (baseline_cgroup, baseline_at) {
+        pairs.push((variants.len(), off, "baseline lab-agent"));
         variants.push(Box::new(AgentKeepAlive {
             conn: http::Conn::connect(b.addr, token)?,
             body: exec::exec_body(SHELL_COMMAND, &user.name, None),
@@ -781,21 +795,35 @@ fn exec_phase(
     let samples = exec::interleave(&mut variants, args.warmup, args.rounds, rng)?;
     // Round by round, each variant against the floor of the same round:
     // slow drift of the machine cancels out of these ratios.
+    let costs = pairs
+        .iter()
+        .map(|&(cg, off, which)| (which.to_owned(), paired_median(&samples[cg], &samples[off])))
+        .collect();
     let floor = samples[0].clone();
-    Ok(variants
+    let rows = variants
         .iter()
         .zip(samples)
         .map(|(v, s)| {
-            let mut paired: Vec<f64> = s
-                .iter()
-                .zip(&floor)
-                .map(|(a, f)| a.as_secs_f64() / f.as_secs_f64())
-                .collect();
-            paired.sort_by(f64::total_cmp);
-            let paired = paired.get(paired.len() / 2).copied().unwrap_or(f64::NAN);
+            let paired = paired_median(&s, &floor);
             (v.name(), Summary::of(&s), paired)
         })
-        .collect())
+        .collect();
+    Ok((rows, costs))
+}
+
+/// A per-exec cgroup's cost: (which agent, median over rounds of its
+/// time with a cgroup ÷ without).
+type CgroupCost = (String, f64);
+
+/// The median over rounds of `a[i] / b[i]`.
+fn paired_median(a: &[Duration], b: &[Duration]) -> f64 {
+    let mut paired: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(a, b)| a.as_secs_f64() / b.as_secs_f64())
+        .collect();
+    paired.sort_by(f64::total_cmp);
+    paired.get(paired.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// The temp dir; removed on drop (and by the signal/time-limit path).

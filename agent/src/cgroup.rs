@@ -100,7 +100,7 @@ pub struct Cgroups {
     /// still holding background processes.
     released: Mutex<Vec<ExecCgroup>>,
     /// Left by an earlier agent (a restart keeps what commands left
-    /// running): removed once empty, never reused.
+    /// running), or discarded: removed once empty, never reused.
     stale: Mutex<Vec<PathBuf>>,
 }
 
@@ -235,6 +235,15 @@ impl Cgroups {
     /// need not wait for it.
     pub fn release(&self, cg: ExecCgroup) {
         lock(&self.released).push(cg);
+    }
+
+    /// Removes a cgroup that must not be reused (a failed spawn's), or
+    /// leaves it to the sweep to remove once empty. An error path: the
+    /// `rmdir` here costs nothing that matters.
+    pub fn discard(&self, cg: ExecCgroup) {
+        if remove(&cg.path) {
+            lock(&self.stale).push(cg.path);
+        }
     }
 
     /// Returns released cgroups that are empty to the pool (removes them

@@ -21,10 +21,26 @@
 //! - elsewhere (`labctl try` on a workstation, containers) there is none, and
 //!   [`crate::process`] falls back to killing by session and ancestry.
 //!
-//! Creating a cgroup is a `mkdir` in cgroupfs (tens of µs, more with
-//! controllers): one is made ahead of time, so an exec takes a ready one.
-//! A command that ended normally may have left background processes: its
-//! cgroup is kept until they are gone and removed by a later sweep.
+//! Creating a cgroup is a `mkdir` in cgroupfs and removing one an `rmdir`
+//! (tens of µs each, more with controllers, and on a busy machine the
+//! kernel's cgroup locks make them slower still). So cgroups are recycled:
+//! a finished command's cgroup that is empty goes back into a small pool
+//! ([`POOL`]) with its open directory and is handed to the next command; in
+//! steady state an exec makes and removes none. One that still holds
+//! processes the command left in the background is kept until they are
+//! gone, then recycled or removed. Only [`Cgroups::sweep`] (the agent's
+//! housekeeping, after the answer) looks at them: [`Cgroups::release`] on
+//! the answer's path is a push onto a list.
+//!
+//! Why a recycled cgroup is empty when taken: the sweep saw `populated 0`
+//! in its `cgroup.events`, which counts every process in it and below it,
+//! and nothing can enter it afterwards but a process that can write its
+//! `cgroup.procs` and the agent's root's (root-owned, mode 0644, so only
+//! root) — the agent's own `clone3`, or a root command, which could as well
+//! leave its own cgroup and is not what cgroups contain. What a root command
+//! may have changed in its cgroup is checked too ([`Cgroups::reusable`]):
+//! a cgroup frozen or with child cgroups is removed, not reused, and
+//! `pids.max` is written again.
 
 use std::ffi::CString;
 use std::io::{self, Write};
@@ -78,11 +94,20 @@ pub struct Cgroups {
     /// `pids.max` written into each exec cgroup (when the controller is on).
     pids_max: Option<u64>,
     next: AtomicU64,
-    /// Made ahead of time; see the module docs.
-    spare: Mutex<Option<ExecCgroup>>,
-    /// Cgroups of finished commands that still hold background processes.
-    kept: Mutex<Vec<PathBuf>>,
+    /// Empty and ready for a command: made ahead of time or recycled.
+    free: Mutex<Vec<ExecCgroup>>,
+    /// Cgroups of finished commands: not yet looked at by the sweep, or
+    /// still holding background processes.
+    released: Mutex<Vec<ExecCgroup>>,
+    /// Left by an earlier agent (a restart keeps what commands left
+    /// running), or discarded: removed once empty, never reused.
+    stale: Mutex<Vec<PathBuf>>,
 }
+
+/// How many empty cgroups are kept for reuse. Sequential execs need one
+/// (the sweep after an answer returns it before the next request); the
+/// second covers an exec that comes before the sweep ran, or two at once.
+pub const POOL: usize = 2;
 
 /// One command's cgroup: its path and an open directory (for `clone3`).
 #[derive(Debug)]
@@ -121,16 +146,17 @@ impl Cgroups {
             root,
             pids_max,
             next: AtomicU64::new(0),
-            spare: Mutex::new(None),
-            kept: Mutex::new(Vec::new()),
+            free: Mutex::new(Vec::new()),
+            released: Mutex::new(Vec::new()),
+            stale: Mutex::new(Vec::new()),
         };
-        // Leftovers of an earlier agent (a restart keeps what commands
-        // left running): remove the empty ones now, the rest when empty.
+        // Leftovers of an earlier agent: remove the empty ones now, the
+        // rest when empty.
         if let Ok(dir) = std::fs::read_dir(&cg.root) {
-            let mut kept = lock(&cg.kept);
+            let mut stale = lock(&cg.stale);
             for e in dir.flatten() {
                 if e.file_name().as_bytes().starts_with(b"exec-") {
-                    kept.push(e.path());
+                    stale.push(e.path());
                 }
             }
         }
@@ -146,26 +172,29 @@ impl Cgroups {
         self.pids_max
     }
 
-    /// A fresh, empty cgroup for one command.
+    /// An empty cgroup for one command: from the pool, or made now when
+    /// the pool is empty (the first exec, or one that came before the
+    /// sweep after the previous answer).
     pub fn take(&self) -> Result<ExecCgroup, CgroupError> {
-        if let Some(cg) = lock(&self.spare).take() {
+        if let Some(cg) = lock(&self.free).pop() {
             return Ok(cg);
         }
         self.create()
     }
 
-    /// Makes the next command's cgroup ahead of time (call it off the
-    /// request's critical path).
+    /// Makes a cgroup ahead of time when the pool is empty (call it off the
+    /// request's critical path, after [`Self::sweep`], which refills the
+    /// pool without a `mkdir`).
     pub fn prepare(&self) {
-        if lock(&self.spare).is_some() {
+        if !lock(&self.free).is_empty() {
             return;
         }
         if let Ok(cg) = self.create() {
-            let mut spare = lock(&self.spare);
-            if spare.is_none() {
-                *spare = Some(cg);
+            let mut free = lock(&self.free);
+            if free.len() < POOL {
+                free.push(cg);
             } else {
-                drop(spare);
+                drop(free);
                 let _ = std::fs::remove_dir(&cg.path);
             }
         }
@@ -200,30 +229,105 @@ impl Cgroups {
         Ok(ExecCgroup { path, dir })
     }
 
-    /// Hands a finished command's cgroup to the next [`Self::sweep`], which
-    /// removes it — at once if it is empty, or once the processes the
-    /// command left in the background have ended. Not removed here: an
-    /// `rmdir` in cgroupfs costs more than the rest of the cgroup's part in
-    /// an exec, and the answer need not wait for it.
+    /// Hands a finished command's cgroup to the next [`Self::sweep`].
+    /// Nothing else here: reading its `cgroup.events` or removing it costs
+    /// more than the rest of the cgroup's part in an exec, and the answer
+    /// need not wait for it.
     pub fn release(&self, cg: ExecCgroup) {
-        lock(&self.kept).push(cg.path);
+        lock(&self.released).push(cg);
     }
 
-    /// Removes kept cgroups that have emptied.
+    /// Removes a cgroup that must not be reused (a failed spawn's), or
+    /// leaves it to the sweep to remove once empty. An error path: the
+    /// `rmdir` here costs nothing that matters.
+    pub fn discard(&self, cg: ExecCgroup) {
+        if remove(&cg.path) {
+            lock(&self.stale).push(cg.path);
+        }
+    }
+
+    /// Returns released cgroups that are empty to the pool (removes them
+    /// when it is full, or when they cannot be reused); keeps those that
+    /// still hold processes for a later sweep; removes stale ones that have
+    /// emptied. In steady state: one `cgroup.events` and one `cgroup.stat`
+    /// read per exec, no `mkdir` or `rmdir`.
     pub fn sweep(&self) {
-        lock(&self.kept).retain(|p| match std::fs::remove_dir(p) {
-            Ok(()) => false,
-            Err(e) => e.kind() != io::ErrorKind::NotFound,
+        let done = std::mem::take(&mut *lock(&self.released));
+        let mut busy = Vec::new();
+        for cg in done {
+            match self.reusable(&cg) {
+                None => busy.push(cg),
+                Some(true) => {
+                    let mut free = lock(&self.free);
+                    if free.len() < POOL && self.recycle(&cg) {
+                        free.push(cg);
+                        continue;
+                    }
+                    drop(free);
+                    if remove(&cg.path) {
+                        busy.push(cg);
+                    }
+                }
+                Some(false) => {
+                    if remove(&cg.path) {
+                        busy.push(cg);
+                    }
+                }
+            }
+        }
+        lock(&self.released).extend(busy);
+        lock(&self.stale).retain(|p| remove(p));
+    }
+
+    /// `None`: processes are still in it. `Some(false)`: empty, but a
+    /// (root) command froze it or made cgroups below it, which the next
+    /// command must not inherit, or it is unreadable (gone): it is removed
+    /// instead.
+    fn reusable(&self, cg: &ExecCgroup) -> Option<bool> {
+        let Ok(events) = std::fs::read_to_string(cg.path.join("cgroup.events")) else {
+            return Some(false);
+        };
+        if events.lines().any(|l| l == "populated 1") {
+            return None;
+        }
+        let frozen = events.lines().any(|l| l == "frozen 1");
+        let nested = std::fs::read_to_string(cg.path.join("cgroup.stat")).map_or(true, |s| {
+            s.lines()
+                .any(|l| l.starts_with("nr_descendants ") && l != "nr_descendants 0")
         });
+        Some(!frozen && !nested)
+    }
+
+    /// Readies an empty cgroup for the next command: its `pids.max` again,
+    /// in case a root command changed it. `false`: it cannot be reused.
+    fn recycle(&self, cg: &ExecCgroup) -> bool {
+        match self.pids_max {
+            Some(max) => std::fs::write(cg.path.join("pids.max"), max.to_string()).is_ok(),
+            None => true,
+        }
+    }
+}
+
+/// Removes an empty cgroup; `true` when it is still there (not empty yet,
+/// or something else is wrong: a later sweep tries again).
+fn remove(path: &Path) -> bool {
+    match std::fs::remove_dir(path) {
+        Ok(()) => false,
+        Err(e) => e.kind() != io::ErrorKind::NotFound,
     }
 }
 
 impl Drop for Cgroups {
     fn drop(&mut self) {
-        if let Some(cg) = lock(&self.spare).take() {
+        for cg in lock(&self.free).drain(..) {
             let _ = std::fs::remove_dir(&cg.path);
         }
-        self.sweep();
+        // Removes those that are empty; what still holds processes stays
+        // (as a restart finds it, see `new`).
+        for cg in lock(&self.released).drain(..) {
+            let _ = std::fs::remove_dir(&cg.path);
+        }
+        lock(&self.stale).retain(|p| remove(p));
     }
 }
 

@@ -227,8 +227,8 @@ async fn run(
     let exit =
         exit.map_err(|e| ApiError::Internal(format!("failed to wait for the command: {e}")))?;
     drop(job);
-    // The next command's cgroup is made, and this one's removed, while the
-    // answer is sent.
+    // This command's cgroup goes back into the pool (or a new one is
+    // made) while the answer is sent.
     app.housekeeping.notify_one();
     let held = (out.held() + err.held()) as u64;
     let result = ExecResult {

@@ -389,8 +389,11 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
     let spawned = match spawned {
         Ok(s) => s,
         Err(e) => {
+            // Not back into the pool: if the cgroup is why the spawn failed
+            // (a root command's background process changed it), the next
+            // command would fail the same way.
             if let (Some(cgs), Some(c)) = (&jobs.cgroups, cgroup) {
-                cgs.release(c);
+                cgs.discard(c);
             }
             return Err(start_error(e));
         }

@@ -26,7 +26,7 @@ mod wrk;
 use children::User;
 use clap::Parser;
 use exec::{AgentFresh, AgentKeepAlive, FloorV, Qga, Ssh, Variant};
-use peers::{AgentOpts, QemuGa, Sshd, start_agent};
+use peers::{AgentOpts, BenchCgroup, QemuGa, Sshd, start_agent};
 use stats::{Rng, Summary, ms};
 use std::fmt::Write as _;
 use std::io;
@@ -174,6 +174,8 @@ fn run(args: &Args) -> io::Result<String> {
             .arg(&ready_state),
     )?;
     let mut rows = Vec::new();
+    let mut cgroup_skipped: Option<String> = None;
+    let mut cgroup_costs: Vec<CgroupCost> = Vec::new();
     let mut idle = None;
     // (part, load average when it started, when it ended)
     let mut loads: Vec<(&str, String, String)> = Vec::new();
@@ -187,6 +189,7 @@ fn run(args: &Args) -> io::Result<String> {
                 state_dir: &ready_state,
                 cloud_init_dir: None,
                 cpu: None,
+                cgroup: None,
             },
         )?;
         std::thread::sleep(Duration::from_millis(200));
@@ -203,11 +206,76 @@ fn run(args: &Args) -> io::Result<String> {
                         state_dir: &ready_state,
                         cloud_init_dir: None,
                         cpu: None,
+                        cgroup: None,
                     },
                 )?),
             };
+            // The same agents again, each with a cgroup per exec (a temp
+            // sub-cgroup each, declared before the agents: removed after
+            // they stop).
+            let cgroups = match (
+                BenchCgroup::create("exec"),
+                args.baseline_agent
+                    .as_ref()
+                    .map(|_| BenchCgroup::create("baseline")),
+            ) {
+                (Ok(a), Some(Ok(b))) => Ok((a, Some(b))),
+                (Ok(a), None) => Ok((a, None)),
+                (Err(e), _) | (_, Some(Err(e))) => Err(e),
+            };
+            let cg_agents = match &cgroups {
+                Err(why) => {
+                    eprintln!("bench: skipped the per-exec cgroup variants: {why}");
+                    cgroup_skipped = Some(why.clone());
+                    None
+                }
+                Ok((cg, cg_base)) => {
+                    let a = start_agent(
+                        &args.agent,
+                        w,
+                        &token_path,
+                        AgentOpts {
+                            name: "agent-exec-cgroup",
+                            state_dir: &ready_state,
+                            cloud_init_dir: None,
+                            cpu: None,
+                            cgroup: Some(cg.path()),
+                        },
+                    )?;
+                    let b = match (&args.baseline_agent, cg_base) {
+                        (Some(bin), Some(cgb)) => Some(start_agent(
+                            bin,
+                            w,
+                            &token_path,
+                            AgentOpts {
+                                name: "agent-baseline-cgroup",
+                                state_dir: &ready_state,
+                                cloud_init_dir: None,
+                                cpu: None,
+                                cgroup: Some(cgb.path()),
+                            },
+                        )?),
+                        _ => None,
+                    };
+                    Some((a, b))
+                }
+            };
             let before = loadavg();
-            rows = exec_phase(args, &user, w, &agent, baseline.as_ref(), &token, &mut rng)?;
+            (rows, cgroup_costs) = exec_phase(
+                args,
+                &user,
+                w,
+                ExecAgents {
+                    agent: &agent,
+                    baseline: baseline.as_ref(),
+                    cgroup: cg_agents.as_ref().map(|(a, _)| a),
+                    baseline_cgroup: cg_agents.as_ref().and_then(|(_, b)| b.as_ref()),
+                },
+                &token,
+                &mut rng,
+            )?;
+            drop(cg_agents);
+            drop(cgroups);
             loads.push(("exec", before, loadavg()));
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -230,6 +298,7 @@ fn run(args: &Args) -> io::Result<String> {
                 state_dir: markers.state_dir(),
                 cloud_init_dir: Some(markers.cloud_init_dir()),
                 cpu: None,
+                cgroup: None,
             },
         )?;
         let before = loadavg();
@@ -260,6 +329,7 @@ fn run(args: &Args) -> io::Result<String> {
                     state_dir: &ready_state,
                     cloud_init_dir: None,
                     cpu: None,
+                    cgroup: None,
                 },
             )?;
             std::thread::sleep(Duration::from_millis(200));
@@ -288,6 +358,7 @@ fn run(args: &Args) -> io::Result<String> {
                 state_dir: &ready_state,
                 cloud_init_dir: None,
                 cpu: Some(0),
+                cgroup: None,
             },
         )?;
         let before = loadavg();
@@ -350,6 +421,15 @@ fn run(args: &Args) -> io::Result<String> {
                 ms(s.p90),
                 s.median.as_secs_f64() / floor.as_secs_f64()
             );
+        }
+        for (which, r) in &cgroup_costs {
+            let _ = writeln!(
+                out,
+                "\n{which}: with a per-exec cgroup ÷ without, paired by round (median): {r:.3}"
+            );
+        }
+        if let Some(why) = &cgroup_skipped {
+            let _ = writeln!(out, "\nNo per-exec cgroup rows: {why}.");
         }
         let _ = writeln!(out);
     }
@@ -588,15 +668,30 @@ fn targets(
     out
 }
 
+/// The agents the exec phase measures: the one under test and, optionally,
+/// the `--baseline-agent`, each without and (where a cgroup2 mount is
+/// writable) with a per-exec cgroup.
+struct ExecAgents<'a> {
+    agent: &'a peers::Agent,
+    baseline: Option<&'a peers::Agent>,
+    cgroup: Option<&'a peers::Agent>,
+    baseline_cgroup: Option<&'a peers::Agent>,
+}
+
 fn exec_phase(
     args: &Args,
     user: &User,
     w: &Path,
-    agent: &peers::Agent,
-    baseline: Option<&peers::Agent>,
+    agents: ExecAgents<'_>,
     token: &str,
     rng: &mut Rng,
-) -> io::Result<Vec<ExecRow>> {
+) -> io::Result<(Vec<ExecRow>, Vec<CgroupCost>)> {
+    let ExecAgents {
+        agent,
+        baseline,
+        cgroup,
+        baseline_cgroup,
+    } = agents;
     // Declared before `variants` borrows them, dropped after.
     let peers = if args.no_peers {
         None
@@ -646,11 +741,32 @@ fn exec_phase(
             &["/bin/bash", "--login", "-c", SHELL_COMMAND],
         )?));
     }
+    // (with a cgroup, the same binary without one, which binary): the
+    // cgroup's own cost, paired by round like the ratios to the floor.
+    let mut pairs: Vec<(usize, usize, &str)> = Vec::new();
+    let mut baseline_at = None;
     if let Some(b) = baseline {
+        baseline_at = Some(variants.len());
         variants.push(Box::new(AgentKeepAlive {
             conn: http::Conn::connect(b.addr, token)?,
             body: exec::exec_body(SHELL_COMMAND, &user.name, None),
             label: "baseline lab-agent (--baseline-agent), kept-alive",
+        }));
+    }
+    if let Some(a) = cgroup {
+        pairs.push((variants.len(), 1, "lab-agent"));
+        variants.push(Box::new(AgentKeepAlive {
+            conn: http::Conn::connect(a.addr, token)?,
+            body: exec::exec_body(SHELL_COMMAND, &user.name, None),
+            label: "lab-agent, per-exec cgroup, kept-alive",
+        }));
+    }
+    if let (Some(b), Some(off)) = (baseline_cgroup, baseline_at) {
+        pairs.push((variants.len(), off, "baseline lab-agent"));
+        variants.push(Box::new(AgentKeepAlive {
+            conn: http::Conn::connect(b.addr, token)?,
+            body: exec::exec_body(SHELL_COMMAND, &user.name, None),
+            label: "baseline lab-agent (--baseline-agent), per-exec cgroup, kept-alive",
         }));
     }
     if args.diagnostic {
@@ -679,21 +795,35 @@ fn exec_phase(
     let samples = exec::interleave(&mut variants, args.warmup, args.rounds, rng)?;
     // Round by round, each variant against the floor of the same round:
     // slow drift of the machine cancels out of these ratios.
+    let costs = pairs
+        .iter()
+        .map(|&(cg, off, which)| (which.to_owned(), paired_median(&samples[cg], &samples[off])))
+        .collect();
     let floor = samples[0].clone();
-    Ok(variants
+    let rows = variants
         .iter()
         .zip(samples)
         .map(|(v, s)| {
-            let mut paired: Vec<f64> = s
-                .iter()
-                .zip(&floor)
-                .map(|(a, f)| a.as_secs_f64() / f.as_secs_f64())
-                .collect();
-            paired.sort_by(f64::total_cmp);
-            let paired = paired.get(paired.len() / 2).copied().unwrap_or(f64::NAN);
+            let paired = paired_median(&s, &floor);
             (v.name(), Summary::of(&s), paired)
         })
-        .collect())
+        .collect();
+    Ok((rows, costs))
+}
+
+/// A per-exec cgroup's cost: (which agent, median over rounds of its
+/// time with a cgroup ÷ without).
+type CgroupCost = (String, f64);
+
+/// The median over rounds of `a[i] / b[i]`.
+fn paired_median(a: &[Duration], b: &[Duration]) -> f64 {
+    let mut paired: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(a, b)| a.as_secs_f64() / b.as_secs_f64())
+        .collect();
+    paired.sort_by(f64::total_cmp);
+    paired.get(paired.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// The temp dir; removed on drop (and by the signal/time-limit path).

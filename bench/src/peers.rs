@@ -28,6 +28,70 @@ pub struct AgentOpts<'a> {
     pub cloud_init_dir: Option<&'a Path>,
     /// Pin to this CPU with taskset.
     pub cpu: Option<u32>,
+    /// `--cgroup PATH`: a cgroup per exec (`None`: the default, `auto`,
+    /// which is none where the bench runs outside a delegated unit).
+    pub cgroup: Option<&'a Path>,
+}
+
+/// A temp sub-cgroup of this machine's cgroup2 mount, for an agent's
+/// `--cgroup`: the bench's agents run in whatever cgroup the bench does
+/// (the root one on a lab VM's shell), where `--cgroup auto` gives none, so
+/// the per-exec cgroup path is measured only in one made for it. Removed
+/// on drop, with the exec cgroups the agent left in it.
+#[derive(Debug)]
+pub struct BenchCgroup(PathBuf);
+
+impl BenchCgroup {
+    /// `Err`: why there is none (printed; the variant is skipped).
+    pub fn create(tag: &str) -> Result<BenchCgroup, String> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("failed to read /proc/self/mountinfo: {e}"))?;
+        let mount = info
+            .lines()
+            .find_map(|l| {
+                let (pre, post) = l.split_once(" - ")?;
+                if post.split_whitespace().next()? != "cgroup2" {
+                    return None;
+                }
+                Some(PathBuf::from(pre.split_whitespace().nth(4)?))
+            })
+            .ok_or("no cgroup2 mount")?;
+        let dir = mount.join(format!("lab-agent-bench-{tag}-{}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|e| {
+            format!(
+                "the cgroup2 mount is not writable (`mkdir {}`: {e})",
+                dir.display()
+            )
+        })?;
+        Ok(BenchCgroup(dir))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for BenchCgroup {
+    fn drop(&mut self) {
+        if let Ok(dir) = std::fs::read_dir(&self.0) {
+            for child in dir
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            {
+                let child = child.path();
+                let _ = std::fs::write(child.join("cgroup.kill"), "1");
+                for _ in 0..100 {
+                    if std::fs::remove_dir(&child).is_ok() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        if let Err(e) = std::fs::remove_dir(&self.0) {
+            eprintln!("bench: failed to remove `{}`: {e}", self.0.display());
+        }
+    }
 }
 
 pub fn start_agent(bin: &Path, work: &Path, token: &Path, o: AgentOpts<'_>) -> io::Result<Agent> {
@@ -47,6 +111,10 @@ pub fn start_agent(bin: &Path, work: &Path, token: &Path, o: AgentOpts<'_>) -> i
         "--shutdown-grace".into(),
         "1".into(),
     ];
+    if let Some(cg) = o.cgroup {
+        args.push("--cgroup".into());
+        args.push(cg.into());
+    }
     match o.cloud_init_dir {
         None => args.push("--no-cloud-init".into()),
         Some(d) => {

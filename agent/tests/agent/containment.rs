@@ -184,16 +184,103 @@ fn with_a_cgroup_nothing_survives_a_timeout() {
         left.is_empty(),
         "survived the timeout: {left:?} of {pids:?}"
     );
-    // And the command's cgroup goes with them (removed just after the
-    // answer): what is left is at most the one made ahead for the next
-    // command, empty.
-    let children = eventually(5, "the exec cgroup to be removed", || {
+    // And the command's cgroup is emptied with them (and goes back into
+    // the pool just after the answer): what is left is at most the pool,
+    // all of it empty.
+    let children = eventually(5, "the exec cgroup to be emptied", || {
         let c = cg.children();
-        (c.len() <= 1).then_some(c)
+        (c.len() <= POOL && c.iter().all(|c| populated(c) == Some(false))).then_some(c)
     });
     for c in &children {
         assert_eq!(std::fs::read_to_string(c.join("cgroup.procs")).unwrap(), "");
     }
+}
+
+/// The agent's pool cap (`lab_agent::cgroup::POOL`; the tests do not link
+/// the agent).
+const POOL: usize = 2;
+
+/// `cgroup.events`' `populated`; `None` when the cgroup is gone.
+fn populated(cg: &Path) -> Option<bool> {
+    let events = std::fs::read_to_string(cg.join("cgroup.events")).ok()?;
+    Some(events.lines().any(|l| l == "populated 1"))
+}
+
+/// The command's own cgroup v2 path, as the command sees it (the `0::`
+/// line: a hybrid host lists its v1 hierarchies too).
+fn own_cgroup(agent: &Agent) -> String {
+    let out = agent.run(json!({"command": "cat /proc/self/cgroup", "profile": "none"}));
+    assert_eq!(out["exit_code"], 0, "{out}");
+    v2_line(out["stdout"].as_str().unwrap())
+}
+
+fn v2_line(proc_self_cgroup: &str) -> String {
+    proc_self_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or_else(|| panic!("no cgroup v2 line: {proc_self_cgroup}"))
+        .to_owned()
+}
+
+/// Sequential execs reuse one empty cgroup (no `mkdir`/`rmdir` per exec);
+/// a cgroup that a command left a background process in is not handed to
+/// another command while that process lives, and is reused (or removed)
+/// once it has ended.
+#[test]
+fn empty_exec_cgroups_are_reused_and_populated_ones_are_not() {
+    let Some(cg) = TestCgroup::new("reuse") else {
+        return;
+    };
+    let dir = TempDir::new("contain-reuse");
+    let agent = Agent::builder("contain-reuse")
+        .no_cloud_init()
+        .args(["--cgroup", cg.path().to_str().unwrap()])
+        .start();
+    // The sweep that returns a cgroup to the pool runs just after the
+    // answer; the client's next request may beat it, so look for reuse
+    // over a few execs rather than between two exact ones.
+    let seen: Vec<String> = (0..6).map(|_| own_cgroup(&agent)).collect();
+    let mut distinct = seen.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert!(
+        distinct.len() <= POOL,
+        "6 sequential execs ran in {} cgroups (pool {POOL}): {seen:?}",
+        distinct.len()
+    );
+    assert!(cg.children().len() <= POOL, "{:?}", cg.children());
+
+    // A command leaves a server behind in its cgroup.
+    let pids_file = dir.join("pids");
+    let out = agent.run(json!({"command": format!(
+        "setsid -f sh -c 'echo $$ server >> {}; exec sleep 600'; cat /proc/self/cgroup",
+        pids_file.display()
+    ), "profile": "none"}));
+    assert_eq!(out["exit_code"], 0, "{out}");
+    let busy = v2_line(out["stdout"].as_str().unwrap());
+    let pid = eventually(5, "the server's pid", || {
+        recorded(&pids_file).first().copied()
+    });
+    let busy_dir = cg.path().join(busy.rsplit('/').next().unwrap());
+    assert_eq!(populated(&busy_dir), Some(true), "{busy}");
+    // However many execs follow, none runs there while the server lives.
+    for i in 0..6 {
+        let other = own_cgroup(&agent);
+        if other == busy {
+            kill_all(&[pid]);
+            panic!("exec {i} ran in the cgroup the server is still in: {other}");
+        }
+    }
+    assert!(alive(pid), "the background process was killed");
+    kill_all(&[pid]);
+    eventually(5, "the server to die", || (!alive(pid)).then_some(()));
+    // Once empty it is recycled (taken again) or removed (the pool was
+    // full); either way the exec cgroups are back to at most the pool.
+    agent.run(json!({"command": "true", "profile": "none"}));
+    eventually(15, "the emptied cgroup to be recycled or removed", || {
+        let c = cg.children();
+        (c.len() <= POOL && c.iter().all(|c| populated(c) == Some(false))).then_some(())
+    });
 }
 
 #[test]
@@ -273,7 +360,7 @@ fn without_a_cgroup_the_session_kill_reaches_all_but_orphaned_new_sessions() {
 
 /// A command that ends normally may leave a server running (a lab may
 /// start one): it stays in the command's cgroup, which is kept until it is
-/// empty and then removed by a later sweep.
+/// empty and then recycled or removed by a later sweep.
 #[test]
 fn a_normal_end_leaves_background_processes_in_their_cgroup() {
     let Some(cg) = TestCgroup::new("background") else {
@@ -288,7 +375,7 @@ fn a_normal_end_leaves_background_processes_in_their_cgroup() {
     let out = agent.run(json!({"command": format!(
         "setsid -f sh -c 'echo $$ server >> {}; exec sleep 600'; sleep 0.2",
         pids_file.display()
-    )}));
+    ), "profile": "none"}));
     assert_eq!(out["exit_code"], 0, "{out}");
     let pid = eventually(5, "the server's pid", || {
         recorded(&pids_file).first().copied()
@@ -307,10 +394,15 @@ fn a_normal_end_leaves_background_processes_in_their_cgroup() {
         .unwrap_or_else(|| panic!("pid {pid} is in no exec cgroup: {own}"));
     kill_all(&[pid]);
     eventually(5, "the server to die", || (!alive(pid)).then_some(()));
-    // The next exec's end sweeps emptied cgroups.
-    agent.run(json!({"command": "true"}));
-    eventually(5, "the emptied cgroup to be removed", || {
-        (!kept.exists()).then_some(())
+    // The next exec's end sweeps emptied cgroups: back into the pool or
+    // removed, never more than the pool left, all empty.
+    agent.run(json!({"command": "true", "profile": "none"}));
+    eventually(5, "the emptied cgroup to be recycled or removed", || {
+        let c = cg.children();
+        (populated(&kept) != Some(true)
+            && c.len() <= POOL
+            && c.iter().all(|c| populated(c) == Some(false)))
+        .then_some(())
     });
 }
 

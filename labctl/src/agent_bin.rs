@@ -113,6 +113,52 @@ pub fn find(explicit: Option<&Path>, linkage: Linkage) -> Result<PathBuf, AgentB
     load(explicit, linkage).map(|agent| agent.path)
 }
 
+/// A warning when `path` is a build in the source tree `labctl` was built
+/// from and an agent source file changed after it: `try` would otherwise
+/// test, and `secret` ship, yesterday's agent without a word (cargo rebuilds
+/// `labctl`, never the agent beside it). `None` for a binary elsewhere (an
+/// installed pair, `--agent`), or when nothing is newer.
+pub fn stale_warning(path: &Path) -> Option<String> {
+    let tree = normalize(&Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    let source = newer_source(path, &tree)?;
+    Some(format!(
+        "the agent `{}` is older than `{}`: rebuild it (`packaging/build-agent.sh` for the static one, `cargo build -p lab-agent`) or pass `--agent PATH`",
+        path.display(),
+        source.display()
+    ))
+}
+
+/// The newest file of the agent's sources (`agent/`, `proto/`) in `tree`
+/// changed after `path`, if `path` is under `tree/target`.
+fn newer_source(path: &Path, tree: &Path) -> Option<PathBuf> {
+    if !normalize(path).starts_with(tree.join("target")) {
+        return None;
+    }
+    let built = std::fs::metadata(path).ok()?.modified().ok()?;
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    let mut dirs: Vec<PathBuf> = vec![tree.join("agent/src"), tree.join("proto/src")];
+    let mut files: Vec<PathBuf> =
+        vec![tree.join("agent/Cargo.toml"), tree.join("proto/Cargo.toml")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(entry.path()),
+                Ok(t) if t.is_file() => files.push(entry.path()),
+                _ => {}
+            }
+        }
+    }
+    for file in files {
+        let Some(modified) = std::fs::metadata(&file).and_then(|m| m.modified()).ok() else {
+            continue;
+        };
+        if modified > built && newest.as_ref().is_none_or(|(t, _)| modified > *t) {
+            newest = Some((modified, file));
+        }
+    }
+    newest.map(|(_, file)| file)
+}
+
 /// The implicit places, in order.
 fn candidates() -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -295,6 +341,30 @@ pub fn fake_elf(dynamic: bool, payload: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agent_older_than_its_source_is_stale() {
+        let tree = crate::tempdir::create("labctl-stale", 0o700).unwrap();
+        let src = tree.path().join("agent/src");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("main.rs"), "fn main() {}").unwrap();
+        let bin = tree.path().join("target/release/lab-agent");
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        let f = std::fs::File::create(&bin).unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        f.set_modified(std::time::SystemTime::now() - hour).unwrap();
+        assert_eq!(newer_source(&bin, tree.path()), Some(src.join("main.rs")));
+        f.set_modified(std::time::SystemTime::now() + hour).unwrap();
+        assert_eq!(newer_source(&bin, tree.path()), None);
+        // Outside the tree's target/: someone else's build, not judged.
+        let elsewhere = tree.path().join("bin/lab-agent");
+        std::fs::create_dir_all(elsewhere.parent().unwrap()).unwrap();
+        std::fs::File::create(&elsewhere)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - hour)
+            .unwrap();
+        assert_eq!(newer_source(&elsewhere, tree.path()), None);
+    }
 
     #[test]
     fn static_and_dynamic_fakes() {

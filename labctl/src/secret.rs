@@ -320,6 +320,11 @@ pub fn execute(
         TokenSource::Generate => (crate::token::generate().map_err(SecretError::Random)?, true),
     };
     let agent = agent_bin::load(config.agent.as_deref(), Linkage::Static)?;
+    if config.agent.is_none() {
+        if let Some(w) = agent_bin::stale_warning(&agent.path) {
+            let _ = writeln!(log, "warning: {w}");
+        }
+    }
     let opts = RenderOptions {
         meta: config.meta.clone(),
         format: config.format,

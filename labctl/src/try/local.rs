@@ -391,7 +391,12 @@ pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
         return agent_bin::find(Some(&path), Linkage::Any).map_err(agent_bin_failure);
     }
     let not_found = match agent_bin::find(None, Linkage::Any) {
-        Ok(p) => return Ok(p),
+        Ok(p) => {
+            if let Some(w) = agent_bin::stale_warning(&p) {
+                eprintln!("warning: {w}");
+            }
+            return Ok(p);
+        }
         Err(e) => e,
     };
     let workspace = source_workspace();

@@ -232,7 +232,12 @@ fn existing_file(flag: &str, path: &Path) -> Result<PathBuf, Failure> {
 
 /// The agent a VM gets: the static build (as `labctl secret` ships it).
 pub fn find_static_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
-    agent_bin::find(explicit, Linkage::Static).map_err(super::local::agent_bin_failure)
+    let path =
+        agent_bin::find(explicit, Linkage::Static).map_err(super::local::agent_bin_failure)?;
+    if let Some(w) = explicit.map_or_else(|| agent_bin::stale_warning(&path), |_| None) {
+        eprintln!("warning: {w}");
+    }
+    Ok(path)
 }
 
 /// Boots, waits, grades, reports; stops the VM (or leaves it with `--keep`).

@@ -213,11 +213,20 @@ fn run(args: &Args) -> io::Result<String> {
             // The same agents again, each with a cgroup per exec (a temp
             // sub-cgroup each, declared before the agents: removed after
             // they stop).
+            // A baseline from before containment has no `--cgroup`: it gets
+            // no cgroup row, the comparison without one still stands.
+            let baseline_cg = args.baseline_agent.as_ref().filter(|bin| {
+                let knows = knows_cgroup_flag(bin);
+                if !knows {
+                    eprintln!(
+                        "bench: the baseline agent has no `--cgroup`: no baseline cgroup row"
+                    );
+                }
+                knows
+            });
             let cgroups = match (
                 BenchCgroup::create("exec"),
-                args.baseline_agent
-                    .as_ref()
-                    .map(|_| BenchCgroup::create("baseline")),
+                baseline_cg.map(|_| BenchCgroup::create("baseline")),
             ) {
                 (Ok(a), Some(Ok(b))) => Ok((a, Some(b))),
                 (Ok(a), None) => Ok((a, None)),
@@ -242,7 +251,7 @@ fn run(args: &Args) -> io::Result<String> {
                             cgroup: Some(cg.path()),
                         },
                     )?;
-                    let b = match (&args.baseline_agent, cg_base) {
+                    let b = match (baseline_cg, cg_base) {
                         (Some(bin), Some(cgb)) => Some(start_agent(
                             bin,
                             w,
@@ -875,4 +884,15 @@ fn cpu_model() -> String {
         .find_map(|l| l.strip_prefix("model name"))
         .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned())
         .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Whether `bin serve --help` lists `--cgroup` (agents since issue #12).
+fn knows_cgroup_flag(bin: &std::path::Path) -> bool {
+    std::process::Command::new(bin)
+        .args(["serve", "--help"])
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout).contains("--cgroup")
+                || String::from_utf8_lossy(&o.stderr).contains("--cgroup")
+        })
 }

@@ -135,8 +135,11 @@ impl AgentBuilder {
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
+            // The address file comes before the start-up log lines; a test
+            // that measures what it adds to the log starts after them.
             if let Ok(text) = std::fs::read_to_string(&addr_file)
                 && let Ok(addr) = text.trim().parse()
+                && agent.log().contains(" listening ")
             {
                 agent.addr = addr;
                 return agent;

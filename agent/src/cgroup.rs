@@ -109,11 +109,17 @@ pub struct Cgroups {
 /// second covers an exec that comes before the sweep ran, or two at once.
 pub const POOL: usize = 2;
 
-/// One command's cgroup: its path and an open directory (for `clone3`).
+/// One command's cgroup: its path, an open directory (for `clone3`), and
+/// its `cgroup.events` and `cgroup.stat` kept open: the sweep reads both
+/// after every exec, and a `pread` of an open cgroupfs file is one syscall
+/// where opening it again is five (kernfs lookup and permission checks
+/// included) — on a 2-vCPU lab VM that is CPU the next check wants.
 #[derive(Debug)]
 pub struct ExecCgroup {
     path: PathBuf,
     dir: OwnedFd,
+    events: std::fs::File,
+    stat: std::fs::File,
 }
 
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
@@ -213,20 +219,17 @@ impl Cgroups {
             // Best effort: without it the command still runs contained.
             let _ = std::fs::write(path.join("pids.max"), max.to_string());
         }
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| io_err("open", io::Error::from(io::ErrorKind::InvalidInput)))?;
-        let dir = nix::fcntl::open(
-            c.as_c_str(),
-            nix::fcntl::OFlag::O_RDONLY
-                | nix::fcntl::OFlag::O_DIRECTORY
-                | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .map_err(|e| {
+        let opened = open_parts(&path).map_err(|e| {
             let _ = std::fs::remove_dir(&path);
-            io_err("open", e.into())
+            io_err("open", e)
         })?;
-        Ok(ExecCgroup { path, dir })
+        let (dir, events, stat) = opened;
+        Ok(ExecCgroup {
+            path,
+            dir,
+            events,
+            stat,
+        })
     }
 
     /// Hands a finished command's cgroup to the next [`Self::sweep`].
@@ -284,16 +287,18 @@ impl Cgroups {
     /// command must not inherit, or it is unreadable (gone): it is removed
     /// instead.
     fn reusable(&self, cg: &ExecCgroup) -> Option<bool> {
-        let Ok(events) = std::fs::read_to_string(cg.path.join("cgroup.events")) else {
+        let mut buf = [0u8; 256];
+        let Ok(events) = read_fresh(&cg.events, &mut buf) else {
             return Some(false);
         };
-        if events.lines().any(|l| l == "populated 1") {
+        if has_line(events, b"populated 1") {
             return None;
         }
-        let frozen = events.lines().any(|l| l == "frozen 1");
-        let nested = std::fs::read_to_string(cg.path.join("cgroup.stat")).map_or(true, |s| {
-            s.lines()
-                .any(|l| l.starts_with("nr_descendants ") && l != "nr_descendants 0")
+        let frozen = has_line(events, b"frozen 1");
+        let mut buf = [0u8; 1024];
+        let nested = read_fresh(&cg.stat, &mut buf).map_or(true, |s| {
+            s.split(|b| *b == b'\n')
+                .any(|l| l.starts_with(b"nr_descendants ") && l != b"nr_descendants 0")
         });
         Some(!frozen && !nested)
     }
@@ -359,11 +364,59 @@ impl ExecCgroup {
 
     /// Whether any process is left in it.
     pub fn populated(&self) -> bool {
-        match std::fs::read_to_string(self.path.join("cgroup.events")) {
-            Ok(text) => text.lines().any(|l| l == "populated 1"),
-            Err(_) => false,
+        let mut buf = [0u8; 256];
+        read_fresh(&self.events, &mut buf).is_ok_and(|t| has_line(t, b"populated 1"))
+    }
+}
+
+/// The cgroup's directory, `cgroup.events` and `cgroup.stat`, all opened
+/// through the directory (so all three are the same cgroup).
+fn open_parts(path: &Path) -> io::Result<(OwnedFd, std::fs::File, std::fs::File)> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let dir = nix::fcntl::open(
+        c.as_c_str(),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let file = |name: &str| -> io::Result<std::fs::File> {
+        let fd = nix::fcntl::openat(
+            dir.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        )?;
+        Ok(std::fs::File::from(fd))
+    };
+    let events = file("cgroup.events")?;
+    let stat = file("cgroup.stat")?;
+    Ok((dir, events, stat))
+}
+
+/// The whole current content of a cgroupfs file kept open: reading from
+/// offset 0 makes the kernel render it again (a seq file restarts when the
+/// offset is not where the last read ended). Content longer than `buf` is
+/// an error, not a silent cut.
+fn read_fresh<'a>(f: &std::fs::File, buf: &'a mut [u8]) -> io::Result<&'a [u8]> {
+    use std::os::unix::fs::FileExt;
+    let mut n = 0;
+    loop {
+        if n == buf.len() {
+            return Err(io::Error::other("cgroup file larger than expected"));
+        }
+        match f.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => return Ok(&buf[..n]),
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
+}
+
+fn has_line(text: &[u8], line: &[u8]) -> bool {
+    text.split(|b| *b == b'\n').any(|l| l == line)
 }
 
 fn kill_path(path: &Path) -> io::Result<()> {
@@ -488,5 +541,43 @@ mod tests {
             Ok(Mode::Path("/sys/fs/cgroup/x".into()))
         );
         assert!("relative".parse::<Mode>().is_err());
+    }
+
+    /// The sweep reads `cgroup.events` through one fd for the cgroup's
+    /// whole life: each read must show the state now, not the first one.
+    #[test]
+    fn a_kept_open_events_file_shows_each_change() {
+        let Some(mount) = cgroup2_mount() else {
+            eprintln!("skipped: no cgroup2 mount");
+            return;
+        };
+        let path = mount.join(format!("lab-agent-unit-{}", std::process::id()));
+        if std::fs::create_dir(&path).is_err() {
+            eprintln!("skipped: cannot create a cgroup under {}", mount.display());
+            return;
+        }
+        let (_dir, events, _stat) = open_parts(&path).unwrap();
+        let populated = || {
+            let mut buf = [0u8; 256];
+            has_line(read_fresh(&events, &mut buf).unwrap(), b"populated 1")
+        };
+        assert!(!populated());
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        std::fs::write(path.join("cgroup.procs"), child.id().to_string()).unwrap();
+        let in_it = populated();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The kernel updates `populated` once the exit is complete.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while populated() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let after = populated();
+        std::fs::remove_dir(&path).unwrap();
+        assert!(in_it, "a process in the cgroup read as not populated");
+        assert!(!after, "an emptied cgroup still read as populated");
     }
 }

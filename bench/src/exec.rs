@@ -36,6 +36,10 @@ impl Variant for FloorV {
             crate::floor::Mode::VforkSameSession => {
                 "(diag.) local vfork + setuid, no setsid, no HTTP".into()
             }
+            crate::floor::Mode::Clone3 => "(diag.) local clone3 + setsid + setuid, no HTTP".into(),
+            crate::floor::Mode::Clone3Cgroup => {
+                "(diag.) the same into a cgroup of its own (CLONE_INTO_CGROUP)".into()
+            }
         }
     }
     fn sample(&mut self) -> io::Result<Duration> {
@@ -105,6 +109,50 @@ impl Variant for AgentReady {
             return Err(io::Error::other(format!("ready answered {}", resp.status)));
         }
         Ok(d)
+    }
+}
+
+/// Diagnostic: what any TCP service pays, with no HTTP and no agent: one
+/// byte to an echo thread on loopback and one back, on a kept connection.
+/// Sampled in the same rounds as the rest, so it meets the machine as
+/// they do (after the same idle gap: on a VM, waking an idle vCPU is most
+/// of it).
+pub struct TcpPingPong {
+    conn: std::net::TcpStream,
+}
+
+impl TcpPingPong {
+    pub fn start() -> io::Result<TcpPingPong> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        // Ends when the bench's end closes (read returns 0).
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = listener.accept() {
+                let _ = s.set_nodelay(true);
+                let mut b = [0u8; 1];
+                while let Ok(1) = std::io::Read::read(&mut s, &mut b) {
+                    if s.write_all(&b).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let conn = std::net::TcpStream::connect(addr)?;
+        conn.set_nodelay(true)?;
+        Ok(TcpPingPong { conn })
+    }
+}
+
+impl Variant for TcpPingPong {
+    fn name(&self) -> String {
+        "(diag.) loopback TCP, 1 byte there and back (no HTTP, no agent)".into()
+    }
+    fn sample(&mut self) -> io::Result<Duration> {
+        let mut b = [0u8; 1];
+        let t = Instant::now();
+        self.conn.write_all(b"p")?;
+        std::io::Read::read_exact(&mut self.conn, &mut b)?;
+        Ok(t.elapsed())
     }
 }
 

@@ -41,6 +41,14 @@ pub enum Mode {
     Vfork,
     /// Diagnostic: as `Vfork`, but without the new session.
     VforkSameSession,
+    /// Diagnostic: `clone3(CLONE_VFORK)` (a fork that waits for the exec),
+    /// then the agent's switch: the partner of [`Mode::Clone3Cgroup`].
+    Clone3,
+    /// Diagnostic: the same with `CLONE_INTO_CGROUP` into a cgroup of its
+    /// own, as the agent starts a command where it has a subtree. Paired
+    /// with [`Mode::Clone3`], this is the kernel's part of a per-exec
+    /// cgroup, with no agent code in it.
+    Clone3Cgroup,
 }
 
 impl Mode {
@@ -51,6 +59,8 @@ impl Mode {
             Mode::Fork => "fork",
             Mode::Vfork => "vfork",
             Mode::VforkSameSession => "vfork-same-session",
+            Mode::Clone3 => "clone3",
+            Mode::Clone3Cgroup => "clone3-cgroup",
         }
     }
 
@@ -61,6 +71,8 @@ impl Mode {
             Mode::Fork,
             Mode::Vfork,
             Mode::VforkSameSession,
+            Mode::Clone3,
+            Mode::Clone3Cgroup,
         ]
         .into_iter()
         .find(|m| m.arg() == s)
@@ -69,6 +81,16 @@ impl Mode {
 
 impl Floor {
     pub fn start(user: &User, shell_command: &str, mode: Mode) -> io::Result<Floor> {
+        Floor::start_in(user, shell_command, mode, None)
+    }
+
+    /// `cgroup`: where [`Mode::Clone3Cgroup`] starts each shell.
+    pub fn start_in(
+        user: &User,
+        shell_command: &str,
+        mode: Mode,
+        cgroup: Option<&std::path::Path>,
+    ) -> io::Result<Floor> {
         let exe = std::env::current_exe()?;
         let mut cmd = Command::new(exe);
         cmd.arg("floor-helper")
@@ -95,6 +117,9 @@ impl Floor {
                         .join(",")
                 ),
             );
+        }
+        if let Some(cg) = cgroup {
+            cmd.env("BENCH_CGROUP", cg);
         }
         let as_user = matches!(mode, Mode::PosixSpawn | Mode::PosixSpawnSetsid);
         prepare(&mut cmd, as_user.then_some(user));
@@ -136,7 +161,7 @@ pub fn helper_main(mode: Mode, command: &str) -> io::Result<()> {
         .map(|s| CString::new(*s).map_err(io::Error::other))
         .collect::<io::Result<_>>()?;
     let env_owned: Vec<CString> = std::env::vars()
-        .filter(|(k, _)| k != "BENCH_IDS")
+        .filter(|(k, _)| k != "BENCH_IDS" && k != "BENCH_CGROUP")
         .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(io::Error::other))
         .collect::<io::Result<_>>()?;
     let mut argv: Vec<*mut libc::c_char> =
@@ -150,6 +175,11 @@ pub fn helper_main(mode: Mode, command: &str) -> io::Result<()> {
         .transpose()?;
     let home = CString::new(std::env::var("HOME").unwrap_or_else(|_| "/".into()))
         .map_err(io::Error::other)?;
+    let cgroup = match (mode, std::env::var_os("BENCH_CGROUP")) {
+        (Mode::Clone3Cgroup, Some(p)) => Some(std::fs::File::open(p)?),
+        (Mode::Clone3Cgroup, None) => return Err(io::Error::other("BENCH_CGROUP is not set")),
+        _ => None,
+    };
 
     let mut stdin = io::stdin().lock();
     let mut stdout = io::stdout().lock();
@@ -161,6 +191,10 @@ pub fn helper_main(mode: Mode, command: &str) -> io::Result<()> {
             (Mode::Fork, Some(ids)) => fork_once(command, ids, &home),
             (Mode::Vfork, Some(ids)) => vfork_once(&argv, &envp, ids, &home, false),
             (Mode::VforkSameSession, Some(ids)) => vfork_once(&argv, &envp, ids, &home, true),
+            (Mode::Clone3 | Mode::Clone3Cgroup, Some(ids)) => {
+                let cg = cgroup.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+                clone3_once(&argv, &envp, ids, &home, cg)
+            }
             (_, None) => Err(io::Error::other("BENCH_IDS is not set")),
         };
         let ns = match r {
@@ -335,6 +369,105 @@ fn vfork_once(
     let mut status = 0;
     // SAFETY: waiting for our child.
     if unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((started.elapsed(), status))
+}
+
+/// The kernel's `struct clone_args` up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `clone3` without `CLONE_VM`: the child has its own copy of memory (as
+/// after `fork`), so it may return from the system call and run the same
+/// raw calls as [`vfork_child`]; `CLONE_VFORK` still holds the parent
+/// until it has exec'd, as the agent's spawn does. A failure in the child
+/// shows as exit status 127.
+fn clone3_once(
+    argv: &[*mut libc::c_char],
+    envp: &[*mut libc::c_char],
+    ids: &Ids,
+    home: &CString,
+    cgroup: Option<libc::c_int>,
+) -> io::Result<(Duration, libc::c_int)> {
+    let started = Instant::now();
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    // SAFETY: plain open of /dev/null.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let mut args = CloneArgs {
+        flags: libc::CLONE_VFORK as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    if let Some(fd) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = fd as u64;
+    }
+    // SAFETY: a fork-like clone3 (no CLONE_VM, no new stack); the child
+    // makes only raw system calls on its copy of our memory, then execs or
+    // exits.
+    let pid = unsafe {
+        let pid = libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        );
+        if pid == 0 {
+            let sys = |r: libc::c_long| r >= 0;
+            let _ = sys(libc::syscall(libc::SYS_setsid))
+                && sys(libc::syscall(
+                    libc::SYS_setgroups,
+                    ids.groups.len(),
+                    ids.groups.as_ptr(),
+                ))
+                && sys(libc::syscall(libc::SYS_setgid, ids.gid))
+                && sys(libc::syscall(libc::SYS_setuid, ids.uid))
+                && sys(libc::syscall(libc::SYS_chdir, home.as_ptr()))
+                && sys(libc::syscall(libc::SYS_dup2, null, 0))
+                && sys(libc::syscall(libc::SYS_dup2, out_w, 1))
+                && sys(libc::syscall(libc::SYS_dup2, err_w, 2))
+                && sys(libc::syscall(
+                    libc::SYS_execve,
+                    argv[0],
+                    argv.as_ptr(),
+                    envp.as_ptr(),
+                ));
+            libc::syscall(libc::SYS_exit, 127);
+        }
+        libc::close(out_w);
+        libc::close(err_w);
+        libc::close(null);
+        pid
+    };
+    if pid < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: our descriptors.
+        unsafe {
+            libc::close(out_r);
+            libc::close(err_r);
+        }
+        return Err(e);
+    }
+    drain(out_r, err_r)?;
+    let mut status = 0;
+    // SAFETY: waiting for our child.
+    if unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok((started.elapsed(), status))

@@ -711,6 +711,8 @@ fn exec_phase(
         let qga = QemuGa::start(w, user)?;
         Some((sshd, master, qga))
     };
+    // Declared before `variants`: its helper's shells run in it.
+    let diag_cgroup = args.diagnostic.then(|| BenchCgroup::create("diag"));
     let body = exec::exec_body(SHELL_COMMAND, &user.name, None);
     let mut variants: Vec<Box<dyn Variant + '_>> = vec![
         Box::new(FloorV(floor::Floor::start(
@@ -779,9 +781,33 @@ fn exec_phase(
         }));
     }
     if args.diagnostic {
+        variants.push(Box::new(exec::TcpPingPong::start()?));
         variants.push(Box::new(exec::AgentReady {
             conn: http::Conn::connect(agent.addr, token)?,
         }));
+        match &diag_cgroup {
+            Some(Ok(cg)) => {
+                let plain = variants.len();
+                variants.push(Box::new(FloorV(floor::Floor::start(
+                    user,
+                    SHELL_COMMAND,
+                    floor::Mode::Clone3,
+                )?)));
+                pairs.push((
+                    variants.len(),
+                    plain,
+                    "local spawn, no agent (the kernel's part)",
+                ));
+                variants.push(Box::new(FloorV(floor::Floor::start_in(
+                    user,
+                    SHELL_COMMAND,
+                    floor::Mode::Clone3Cgroup,
+                    Some(cg.path()),
+                )?)));
+            }
+            Some(Err(why)) => eprintln!("bench: no local cgroup diagnostic: {why}"),
+            None => {}
+        }
         for mode in [
             floor::Mode::PosixSpawnSetsid,
             floor::Mode::Fork,

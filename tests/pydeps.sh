@@ -20,12 +20,15 @@
 #
 # Layout, under ${LAB_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lab-agent}
 # (the cache root of tests/vm/build-image.sh):
-#   cloud-init/<hash>/   root/ (the unpacked packages), manifest.txt
-#   cloud-init/current   -> <hash>
-#   venv/<hash>/         the virtualenv, manifest.txt
-#   venv/current         -> <hash>
-# <hash> is of this script, so editing it (a pin, say) rebuilds both; the tests
-# use `current` (tests/src/pydeps.rs, agent/tests/agent/contract.rs).
+#   cloud-init/<hash>/   root/ (the unpacked packages), manifest.txt, .last-used
+#   cloud-init/current   -> <hash> of the latest run (for people; tests ignore it)
+#   venv/<hash>/         the virtualenv, manifest.txt, .last-used
+#   venv/current         -> <hash> of the latest run
+# <hash> is the first 16 hex digits of this script's sha256, so editing it (a
+# pin, say) rebuilds both; the tests find <hash> the same way from their own
+# checkout's copy (tests/src/pydeps.rs, agent/tests/agent/contract.rs), so two
+# checkouts with different versions of this script each keep theirs. A <hash>
+# no run has used for 14 days is removed.
 #
 # Needs the network on a cold run, and root only if the apt package lists are
 # missing or stale (for one `apt-get update`). Logs go to stderr.
@@ -76,12 +79,19 @@ point_current() {
 	mv -T "$kind_dir/.current.tmp" "$kind_dir/current"
 }
 
-# Removes what older versions of this script (and killed runs) left in <kind>/.
+# Removes what killed runs left in <kind>/, and what other versions of this
+# script made there and no run has used for 14 days (another checkout may
+# still be on an older or newer version: its tests use its own <hash>).
 remove_stale() {
 	local d
+	touch "$cache_root/$1/$hash/.last-used"
 	for d in "$cache_root/$1"/.tmp-* "$cache_root/$1"/*/; do
 		d=${d%/}
 		[ -e "$d" ] && [ ! -L "$d" ] && [ "$d" != "$cache_root/$1/$hash" ] || continue
+		case ${d##*/} in
+		.tmp-*) ;;
+		*) [ -z "$(find "$d" -maxdepth 1 -name .last-used -mtime -14)" ] || continue ;;
+		esac
 		log "removing stale $d"
 		rm -rf --one-file-system "$d"
 	done

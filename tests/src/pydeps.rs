@@ -3,16 +3,18 @@
 //! missing tool is a panic that says how to get it.
 //!
 //! - cloud-init: Debian's package (the guest's version) and its Python
-//!   dependencies, unpacked in `<cache>/cloud-init/current/root/`, run by
+//!   dependencies, unpacked in `<cache>/cloud-init/<hash>/root/`, run by
 //!   Debian's `/usr/bin/python3` with `PYTHONPATH` pointing there
 //!   ([`cloud_init_python`], [`cloud_init_schema`]). The host has no
 //!   cloud-init package and no cloud-init service.
 //! - the PyPI validators (`kubernetes-validate`, `schemathesis`): a
-//!   virtualenv in `<cache>/venv/current/` ([`venv_tool`]).
+//!   virtualenv in `<cache>/venv/<hash>/` ([`venv_tool`]).
 //!
 //! `<cache>` is `$LAB_AGENT_CACHE`, else `$XDG_CACHE_HOME/lab-agent`, else
 //! `$HOME/.cache/lab-agent`: the rule of the shell scripts (an empty
-//! variable counts as unset).
+//! variable counts as unset). `<hash>` is that of this checkout's
+//! `tests/pydeps.sh` ([`script_hash`]): another checkout with another
+//! version of the script has its own, and neither removes the other's.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -40,18 +42,33 @@ pub fn cache_root() -> PathBuf {
     PathBuf::from(home).join(".cache/lab-agent")
 }
 
-/// `<cache>/<kind>/current`, resolved; panics with [`HINT`] if absent.
-fn current(kind: &str, what: &str) -> PathBuf {
-    let link = cache_root().join(kind).join("current");
-    let dir = std::fs::canonicalize(&link).unwrap_or_else(|e| {
-        panic!(
-            "{what} for the tests is missing: `{}`: {e}\nhint: {HINT}",
-            link.display()
-        )
-    });
+/// The first 16 hex digits of the sha256 of this checkout's
+/// `tests/pydeps.sh`: the name it gives what it builds.
+pub fn script_hash() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("pydeps.sh");
+    let out = Command::new("sha256sum")
+        .arg(&script)
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run sha256sum (coreutils): {e}"));
+    assert!(
+        out.status.success(),
+        "sha256sum {}: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .chars()
+        .take(16)
+        .collect()
+}
+
+/// `<cache>/<kind>/<hash>`; panics with [`HINT`] if absent or incomplete.
+fn built(kind: &str, what: &str) -> PathBuf {
+    let dir = cache_root().join(kind).join(script_hash());
     assert!(
         dir.join("manifest.txt").is_file(),
-        "{what} in `{}` is incomplete (no manifest.txt)\nhint: {HINT}",
+        "{what} for the tests is missing or incomplete: `{}` has no manifest.txt \
+         (tests/pydeps.sh was edited since it last ran, or never ran)\nhint: {HINT}",
         dir.display()
     );
     dir
@@ -59,13 +76,13 @@ fn current(kind: &str, what: &str) -> PathBuf {
 
 /// Where the unpacked cloud-init and its dependencies import from.
 pub fn cloud_init_site_packages() -> PathBuf {
-    current("cloud-init", "the unpacked cloud-init").join("root/usr/lib/python3/dist-packages")
+    built("cloud-init", "the unpacked cloud-init").join("root/usr/lib/python3/dist-packages")
 }
 
 /// Debian's busybox, unpacked beside cloud-init: the payload's installer
 /// is tried with its `sh`, `base64` and `gzip` alone, as on Alpine.
 pub fn busybox() -> PathBuf {
-    let path = current("cloud-init", "the unpacked cloud-init").join("root/bin/busybox");
+    let path = built("cloud-init", "the unpacked cloud-init").join("root/bin/busybox");
     assert!(
         path.is_file(),
         "`{}` is missing: the cache predates it\nhint: {HINT}",
@@ -103,7 +120,7 @@ pub fn cloud_init_schema(file: &Path) -> Command {
 
 /// The virtualenv of the PyPI validators.
 pub fn venv_dir() -> PathBuf {
-    current("venv", "the virtualenv of the PyPI validators")
+    built("venv", "the virtualenv of the PyPI validators")
 }
 
 /// A command of the virtualenv, e.g. `venv_tool("kubernetes-validate")`;

@@ -21,10 +21,11 @@ const HINT: &str = "run tests/install-deps.sh (or tests/pydeps.sh alone, which n
      it puts schemathesis in a virtualenv in the lab-agent cache";
 
 /// `schemathesis` from the virtualenv `tests/pydeps.sh` makes:
-/// `<cache>/venv/current/bin/schemathesis`, where `<cache>` is
+/// `<cache>/venv/<hash>/bin/schemathesis`, where `<cache>` is
 /// `$LAB_AGENT_CACHE`, else `$XDG_CACHE_HOME/lab-agent`, else
-/// `$HOME/.cache/lab-agent` (empty counts as unset). The rule of
-/// `lab_agent_tests::pydeps`, which this package cannot depend on.
+/// `$HOME/.cache/lab-agent` (empty counts as unset), and `<hash>` the first
+/// 16 hex digits of the sha256 of this checkout's `tests/pydeps.sh`. The
+/// rule of `lab_agent_tests::pydeps`, which this package cannot depend on.
 fn schemathesis_command() -> Command {
     let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
     let cache = var("LAB_AGENT_CACHE")
@@ -32,7 +33,17 @@ fn schemathesis_command() -> Command {
         .or_else(|| var("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("lab-agent")))
         .or_else(|| var("HOME").map(|d| PathBuf::from(d).join(".cache/lab-agent")))
         .expect("neither LAB_AGENT_CACHE, XDG_CACHE_HOME nor HOME is set");
-    let bin = cache.join("venv/current/bin/schemathesis");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/pydeps.sh");
+    let sum = Command::new("sha256sum")
+        .arg(&script)
+        .output()
+        .expect("failed to run sha256sum (coreutils)");
+    assert!(sum.status.success(), "sha256sum {}", script.display());
+    let hash: String = String::from_utf8_lossy(&sum.stdout)
+        .chars()
+        .take(16)
+        .collect();
+    let bin = cache.join("venv").join(hash).join("bin/schemathesis");
     assert!(
         bin.is_file(),
         "`{}` is missing\nhint: {HINT}",

@@ -229,6 +229,10 @@ def _ready(text: str) -> Ready:
     return Ready.from_dict(json.loads(text))
 
 
+def _exec_result(text: str) -> ExecResult:
+    return ExecResult.from_dict(json.loads(text))
+
+
 def _exec_request(
     command: str,
     user: Optional[str],
@@ -328,7 +332,7 @@ class Client(_Base):
         cannot start (unknown user, missing cwd) raises :class:`Rejected`.
         """
         request = _exec_request(command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile)
-        return ExecResult.from_dict(json.loads(self._native.exec(request)))
+        return _exec_result(self._native.exec(request))
 
     def grade(
         self,
@@ -370,7 +374,7 @@ class AsyncClient(_Base):
     ) -> ExecResult:
         """See :meth:`Client.exec`."""
         request = _exec_request(command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile)
-        return ExecResult.from_dict(json.loads(await self._native.exec_async(request)))
+        return _exec_result(await self._native.exec_async(request))
 
     async def grade(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
@@ -27,3 +28,22 @@ def test_one_exception_hierarchy() -> None:
         assert cls.__module__ == "lab_agent", cls.__module__
     assert issubclass(lab_agent.WaitTimeout, lab_agent.Timeout)
     assert issubclass(lab_agent.AgentError, Exception)
+
+
+def test_async_client_has_client_s_methods_as_coroutines() -> None:
+    # Each public signature is written twice (a coroutine cannot share a
+    # `def` with a blocking call); this keeps the two copies in step.
+    public = [n for n in vars(lab_agent.Client) if not n.startswith("_")]
+    assert public, vars(lab_agent.Client)
+    for name in public:
+        blocking = getattr(lab_agent.Client, name)
+        coroutine = getattr(lab_agent.AsyncClient, name)
+        assert inspect.iscoroutinefunction(coroutine), name
+        assert inspect.signature(coroutine) == inspect.signature(blocking), name
+
+
+def test_exec_forwards_every_parameter() -> None:
+    # Positional forwarding: a parameter exec gained but the request lacks
+    # would be dropped without a word.
+    exec_params = list(inspect.signature(lab_agent.Client.exec).parameters)[1:]
+    assert list(inspect.signature(lab_agent._exec_request).parameters) == exec_params

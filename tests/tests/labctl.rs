@@ -76,6 +76,29 @@ impl Watched {
     }
 }
 
+/// A lab folder holding this `lab.toml`; a test adds what else it needs.
+fn lab_folder(tag: &str, lab_toml: &str) -> TempDir {
+    let dir = TempDir::new(tag);
+    dir.write("lab.toml", lab_toml, 0o644);
+    dir
+}
+
+/// `labctl try LAB --agent AGENT` with this tree's agent, then `extra`.
+fn try_args(lab: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "try".to_owned(),
+        lab.display().to_string(),
+        "--agent".into(),
+        agent_bin().display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn try_lab(lab: &Path, extra: &[&str]) -> std::process::Output {
+    labctl(try_args(lab, extra))
+}
+
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -381,8 +404,7 @@ fail_message = "Run the last step of the lab."
 "#;
 
     fn lab() -> TempDir {
-        let dir = TempDir::new("labctl-grade");
-        dir.write("lab.toml", LAB, 0o644);
+        let dir = lab_folder("labctl-grade", LAB);
         dir.write("files/greeting", "hello\n", 0o644);
         dir
     }
@@ -498,11 +520,9 @@ fail_message = "Run the last step of the lab."
     #[test]
     fn all_passing_exits_0() {
         let agent = Agent::start(AgentOptions::default());
-        let dir = TempDir::new("labctl-grade-ok");
-        dir.write(
-            "lab.toml",
+        let dir = lab_folder(
+            "labctl-grade-ok",
             "name = \"ok\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
-            0o644,
         );
         let mut args = vec!["grade".to_owned(), dir.path.display().to_string()];
         args.extend(conn(&agent));
@@ -552,8 +572,7 @@ mod lab_toml {
         let token = tf.join("token");
         write_token(&token, &new_token());
         for (text, wants) in cases {
-            let dir = TempDir::new("labctl-badlab");
-            dir.write("lab.toml", text, 0o644);
+            let dir = lab_folder("labctl-badlab", text);
             let file = dir.join("lab.toml").display().to_string();
             let lab = dir.path.display().to_string();
             for args in [
@@ -596,17 +615,6 @@ mod lab_toml {
 
 mod r#try {
     use super::*;
-
-    fn try_lab(lab: &Path, extra: &[&str]) -> std::process::Output {
-        let mut args = vec![
-            "try".to_owned(),
-            lab.display().to_string(),
-            "--agent".into(),
-            agent_bin().display().to_string(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        labctl(args)
-    }
 
     /// The temp dir `try` used, from its "staged … in `DIR/lab`" line.
     fn staged_dir(err: &str) -> PathBuf {
@@ -676,12 +684,10 @@ mod r#try {
     }
 
     fn failing_lab() -> TempDir {
-        let dir = TempDir::new("labctl-try-fail");
-        dir.write(
-            "lab.toml",
+        let dir = lab_folder(
+            "labctl-try-fail",
             "name = \"broken\"\n[setup]\nscript = \"setup.sh\"\n[files]\nsource = \"files\"\n\
              [[checks]]\nname = \"files staged\"\nrun = 'test -x \"$LAB_DIR/bin/tool\"'\n",
-            0o644,
         );
         dir.write(
             "setup.sh",
@@ -740,9 +746,7 @@ mod grading {
     use std::time::{Duration, Instant};
 
     fn lab(toml: &str) -> TempDir {
-        let dir = TempDir::new("labctl-author");
-        dir.write("lab.toml", toml, 0o644);
-        dir
+        lab_folder("labctl-author", toml)
     }
 
     fn grade(agent: &Agent, lab: &TempDir, extra: &[&str]) -> std::process::Output {
@@ -1027,11 +1031,9 @@ mod lint {
 
     #[test]
     fn a_clean_lab_passes_with_its_budget() {
-        let lab = TempDir::new("labctl-lint-ok");
-        lab.write(
-            "lab.toml",
+        let lab = lab_folder(
+            "labctl-lint-ok",
             "name = \"ok\"\n[setup]\nscript = \"setup.sh\"\n[[checks]]\nname = \"a\"\nrun = \"test -d /\"\n",
-            0o644,
         );
         lab.write("setup.sh", "echo ok\n", 0o755);
         let out = lint(&lab);
@@ -1046,14 +1048,12 @@ mod lint {
 
     #[test]
     fn model_problems_are_listed_together() {
-        let lab = TempDir::new("labctl-lint-model");
-        lab.write(
-            "lab.toml",
+        let lab = lab_folder(
+            "labctl-lint-model",
             "name = \"x\"\n[setup]\nscript = \"setup.sh\"\ntimeout_secs = 0\n\
              [[checks]]\nname = \"a\"\nrun = \"true\"\npoints = -1\n\
              [[checks]]\nname = \"b\"\nrun = \"true\"\ncwd = \"rel\"\n\
              [[checks]]\nname = \"c\"\nrun = \"echo $(\"\n",
-            0o644,
         );
         let out = lint(&lab);
         assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
@@ -1075,14 +1075,12 @@ mod lint {
     /// limit: `try` would pass such a lab only to have `secret` refuse it.
     #[test]
     fn syntax_and_size_problems_are_listed_together() {
-        let lab = TempDir::new("labctl-lint-syntax");
-        lab.write(
-            "lab.toml",
+        let lab = lab_folder(
+            "labctl-lint-syntax",
             "name = \"x\"\n[setup]\nscript = \"setup.sh\"\n[files]\nsource = \"files\"\n\
              [[checks]]\nname = \"broken if\"\nrun = \"if true; then echo\"\n\
              [[checks]]\nname = \"fine\"\nrun = \"true\"\n\
              [[checks]]\nname = \"broken quote\"\nrun = \"echo 'x\"\n",
-            0o644,
         );
         lab.write("setup.sh", "case x in\n", 0o755);
         // Incompressible: 1.1 MB of it cannot fit a 1 MiB Secret.
@@ -1135,18 +1133,14 @@ mod try_as_author {
             eprintln!("skipped: needs root to run labctl as another user");
             return;
         }
-        let lab = TempDir::new("labctl-try-user");
-        lab.write(
-            "lab.toml",
+        let lab = lab_folder(
+            "labctl-try-user",
             "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
-            0o644,
         );
         let out = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
             .arg(labctl_bin())
-            .args(["try", lab.path.to_str().unwrap()])
-            .arg("--agent")
-            .arg(agent_bin())
+            .args(try_args(&lab.path, &[]))
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .output()
@@ -1168,21 +1162,11 @@ mod try_as_author {
             eprintln!("skipped: `labctl try` needs root");
             return;
         }
-        let lab = TempDir::new("labctl-try-nosetup");
-        lab.write(
-            "lab.toml",
+        let lab = lab_folder(
+            "labctl-try-nosetup",
             "name = \"bare\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n[[checks]]\nname = \"b\"\nrun = \"false\"\n",
-            0o644,
         );
-        let out = labctl([
-            "try",
-            lab.path.to_str().unwrap(),
-            "--agent",
-            agent_bin().to_str().unwrap(),
-            "--check",
-            "a",
-            "--json",
-        ]);
+        let out = try_lab(&lab.path, &["--check", "a", "--json"]);
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(check_outcomes(&v), [("a", true)]);
@@ -1221,12 +1205,7 @@ mod output {
 
     #[test]
     fn colour_follows_no_color_and_term() {
-        let lab = TempDir::new("labctl-colour");
-        lab.write(
-            "lab.toml",
-            "name = \"x\"\n[setup]\ntimeout_secs = 0\n",
-            0o644,
-        );
+        let lab = lab_folder("labctl-colour", "name = \"x\"\n[setup]\ntimeout_secs = 0\n");
         assert!(coloured(&lab, &[]), "a terminal gets colour");
         assert!(
             coloured(&lab, &[("NO_COLOR", "")]),
@@ -1239,8 +1218,7 @@ mod output {
     /// `labctl secret … | head`: the reader leaves; labctl ends quietly.
     #[test]
     fn a_closed_stdout_is_not_an_error() {
-        let lab = TempDir::new("labctl-pipe");
-        lab.write("lab.toml", "name = \"pipe\"\n", 0o644);
+        let lab = lab_folder("labctl-pipe", "name = \"pipe\"\n");
         let token_out = lab.join("token");
         let mut child = Command::new(labctl_bin())
             .args(["secret", lab.path.to_str().unwrap(), "--name", "pipe"])

@@ -69,6 +69,62 @@ impl Drop for TestCgroup {
     }
 }
 
+/// An agent whose execs run in a test cgroup, and a temp dir for the pid
+/// files their commands write. `None` where cgroup tests cannot run.
+struct CgroupAgent {
+    // Fields drop in this order: the agent stops before the cgroup is
+    // killed and removed, so it cannot make an exec cgroup meanwhile.
+    agent: Agent,
+    dir: TempDir,
+    cg: TestCgroup,
+}
+
+impl CgroupAgent {
+    fn start(tag: &str) -> Option<CgroupAgent> {
+        CgroupAgent::start_with(tag, &[])
+    }
+
+    fn start_with(tag: &str, args: &[&str]) -> Option<CgroupAgent> {
+        let cg = TestCgroup::new(tag)?;
+        let name = format!("contain-{tag}");
+        let dir = TempDir::new(&name);
+        let agent = Agent::builder(&name)
+            .no_cloud_init()
+            .args(["--cgroup", cg.path().to_str().unwrap()])
+            .args(args.iter().copied())
+            .start();
+        Some(CgroupAgent { agent, dir, cg })
+    }
+
+    /// Runs a command that leaves a server (a `sleep` in a session of its
+    /// own) behind, then `then`; its answer, which must be exit 0, and the
+    /// server's pid.
+    fn leave_a_server(&self, then: &str) -> (serde_json::Value, u32) {
+        let pids_file = self.dir.join("pids");
+        let out = self.agent.run(json!({"command": format!(
+            "setsid -f sh -c 'echo $$ server >> {}; exec sleep 600'; {then}",
+            pids_file.display()
+        ), "profile": "none"}));
+        assert_eq!(out["exit_code"], 0, "{out}");
+        let pid = eventually(5, "the server's pid", || {
+            recorded(&pids_file).first().copied()
+        });
+        (out, pid)
+    }
+}
+
+/// Whether the exec cgroups are down to what the pool may keep, all of
+/// them empty.
+fn only_an_empty_pool(children: &[PathBuf]) -> bool {
+    children.len() <= POOL && children.iter().all(|c| populated(c) == Some(false))
+}
+
+/// Kills a server that a test left behind and waits until it is gone.
+fn stop_server(pid: u32) {
+    kill_all(&[pid]);
+    eventually(5, "the server to die", || (!alive(pid)).then_some(()));
+}
+
 /// Each escape starts a process that records its pid in `$PIDS` and then
 /// sleeps for ten minutes. (`E` is the body every escapee runs.)
 const ESCAPES: &[(&str, &str)] = &[
@@ -167,15 +223,11 @@ fn timeout_case(agent: &Agent, dir: &TempDir) -> (serde_json::Value, Vec<u32>) {
 
 #[test]
 fn with_a_cgroup_nothing_survives_a_timeout() {
-    let Some(cg) = TestCgroup::new("timeout") else {
+    let Some(t) = CgroupAgent::start("timeout") else {
         return;
     };
-    let dir = TempDir::new("contain-cg");
-    let agent = Agent::builder("contain-cg")
-        .no_cloud_init()
-        .args(["--cgroup", cg.path().to_str().unwrap()])
-        .start();
-    let (out, pids) = timeout_case(&agent, &dir);
+    let CgroupAgent { agent, dir, cg } = &t;
+    let (out, pids) = timeout_case(agent, dir);
     assert_eq!(out["timed_out"], true, "{out}");
     // The answer comes once everything is gone: no waiting here.
     let left = survivors(&pids);
@@ -189,7 +241,7 @@ fn with_a_cgroup_nothing_survives_a_timeout() {
     // all of it empty.
     let children = eventually(5, "the exec cgroup to be emptied", || {
         let c = cg.children();
-        (c.len() <= POOL && c.iter().all(|c| populated(c) == Some(false))).then_some(c)
+        only_an_empty_pool(&c).then_some(c)
     });
     for c in &children {
         assert_eq!(std::fs::read_to_string(c.join("cgroup.procs")).unwrap(), "");
@@ -228,18 +280,14 @@ fn v2_line(proc_self_cgroup: &str) -> String {
 /// once it has ended.
 #[test]
 fn empty_exec_cgroups_are_reused_and_populated_ones_are_not() {
-    let Some(cg) = TestCgroup::new("reuse") else {
+    let Some(t) = CgroupAgent::start("reuse") else {
         return;
     };
-    let dir = TempDir::new("contain-reuse");
-    let agent = Agent::builder("contain-reuse")
-        .no_cloud_init()
-        .args(["--cgroup", cg.path().to_str().unwrap()])
-        .start();
+    let CgroupAgent { agent, cg, .. } = &t;
     // The sweep that returns a cgroup to the pool runs just after the
     // answer; the client's next request may beat it, so look for reuse
     // over a few execs rather than between two exact ones.
-    let seen: Vec<String> = (0..6).map(|_| own_cgroup(&agent)).collect();
+    let seen: Vec<String> = (0..6).map(|_| own_cgroup(agent)).collect();
     let mut distinct = seen.clone();
     distinct.sort();
     distinct.dedup();
@@ -251,48 +299,34 @@ fn empty_exec_cgroups_are_reused_and_populated_ones_are_not() {
     assert!(cg.children().len() <= POOL, "{:?}", cg.children());
 
     // A command leaves a server behind in its cgroup.
-    let pids_file = dir.join("pids");
-    let out = agent.run(json!({"command": format!(
-        "setsid -f sh -c 'echo $$ server >> {}; exec sleep 600'; cat /proc/self/cgroup",
-        pids_file.display()
-    ), "profile": "none"}));
-    assert_eq!(out["exit_code"], 0, "{out}");
+    let (out, pid) = t.leave_a_server("cat /proc/self/cgroup");
     let busy = v2_line(out["stdout"].as_str().unwrap());
-    let pid = eventually(5, "the server's pid", || {
-        recorded(&pids_file).first().copied()
-    });
     let busy_dir = cg.path().join(busy.rsplit('/').next().unwrap());
     assert_eq!(populated(&busy_dir), Some(true), "{busy}");
     // However many execs follow, none runs there while the server lives.
     for i in 0..6 {
-        let other = own_cgroup(&agent);
+        let other = own_cgroup(agent);
         if other == busy {
             kill_all(&[pid]);
             panic!("exec {i} ran in the cgroup the server is still in: {other}");
         }
     }
     assert!(alive(pid), "the background process was killed");
-    kill_all(&[pid]);
-    eventually(5, "the server to die", || (!alive(pid)).then_some(()));
+    stop_server(pid);
     // Once empty it is recycled (taken again) or removed (the pool was
     // full); either way the exec cgroups are back to at most the pool.
     agent.run(json!({"command": "true", "profile": "none"}));
     eventually(15, "the emptied cgroup to be recycled or removed", || {
-        let c = cg.children();
-        (c.len() <= POOL && c.iter().all(|c| populated(c) == Some(false))).then_some(())
+        only_an_empty_pool(&cg.children()).then_some(())
     });
 }
 
 #[test]
 fn with_a_cgroup_nothing_survives_an_abandoned_request() {
-    let Some(cg) = TestCgroup::new("abandon") else {
+    let Some(t) = CgroupAgent::start("abandon") else {
         return;
     };
-    let dir = TempDir::new("contain-abandon");
-    let agent = Agent::builder("contain-abandon")
-        .no_cloud_init()
-        .args(["--cgroup", cg.path().to_str().unwrap()])
-        .start();
+    let CgroupAgent { agent, dir, .. } = &t;
     let pids_file = dir.join("pids");
     let body = json!({
         "command": escape_command(&pids_file),
@@ -363,23 +397,11 @@ fn without_a_cgroup_the_session_kill_reaches_all_but_orphaned_new_sessions() {
 /// empty and then recycled or removed by a later sweep.
 #[test]
 fn a_normal_end_leaves_background_processes_in_their_cgroup() {
-    let Some(cg) = TestCgroup::new("background") else {
+    let Some(t) = CgroupAgent::start("background") else {
         return;
     };
-    let dir = TempDir::new("contain-bg");
-    let agent = Agent::builder("contain-bg")
-        .no_cloud_init()
-        .args(["--cgroup", cg.path().to_str().unwrap()])
-        .start();
-    let pids_file = dir.join("pids");
-    let out = agent.run(json!({"command": format!(
-        "setsid -f sh -c 'echo $$ server >> {}; exec sleep 600'; sleep 0.2",
-        pids_file.display()
-    ), "profile": "none"}));
-    assert_eq!(out["exit_code"], 0, "{out}");
-    let pid = eventually(5, "the server's pid", || {
-        recorded(&pids_file).first().copied()
-    });
+    let CgroupAgent { agent, cg, .. } = &t;
+    let (_, pid) = t.leave_a_server("sleep 0.2");
     assert!(alive(pid), "the background process was killed");
     let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     let kept = cg
@@ -392,17 +414,12 @@ fn a_normal_end_leaves_background_processes_in_their_cgroup() {
                 .any(|l| l == pid.to_string())
         })
         .unwrap_or_else(|| panic!("pid {pid} is in no exec cgroup: {own}"));
-    kill_all(&[pid]);
-    eventually(5, "the server to die", || (!alive(pid)).then_some(()));
+    stop_server(pid);
     // The next exec's end sweeps emptied cgroups: back into the pool or
     // removed, never more than the pool left, all empty.
     agent.run(json!({"command": "true", "profile": "none"}));
     eventually(5, "the emptied cgroup to be recycled or removed", || {
-        let c = cg.children();
-        (populated(&kept) != Some(true)
-            && c.len() <= POOL
-            && c.iter().all(|c| populated(c) == Some(false)))
-        .then_some(())
+        (populated(&kept) != Some(true) && only_an_empty_pool(&cg.children())).then_some(())
     });
 }
 
@@ -411,18 +428,15 @@ fn a_normal_end_leaves_background_processes_in_their_cgroup() {
 /// the test says so and checks only that execs still run).
 #[test]
 fn pids_max_stops_a_fork_bomb_where_the_controller_exists() {
-    let Some(cg) = TestCgroup::new("pids") else {
+    let Some(t) = CgroupAgent::start_with("pids", &["--pids-max", "20"]) else {
         return;
     };
+    let CgroupAgent { agent, cg, .. } = &t;
     let parent_has_pids =
         std::fs::read_to_string(cg.path().parent().unwrap().join("cgroup.subtree_control"))
             .unwrap_or_default()
             .split_whitespace()
             .any(|c| c == "pids");
-    let agent = Agent::builder("contain-pids")
-        .no_cloud_init()
-        .args(["--cgroup", cg.path().to_str().unwrap(), "--pids-max", "20"])
-        .start();
     let out = agent.run(json!({
         "command": "for i in $(seq 40); do sleep 5 & done 2>/dev/null; jobs -p | wc -l",
         "timeout_secs": 2

@@ -1,13 +1,17 @@
 //! Requests turned away before anyone was authenticated — 401s, and
 //! connections refused at the connection cap — are counted and summarised
-//! in one log line per [`SUMMARY_EVERY`], never one line each: logging
-//! each (with a 15 KB path) let a client without a token write 200 MB of
-//! log in 3 s, and journald would rotate the real exec lines away.
+//! in at most one log line per [`SUMMARY_EVERY`], never one line each:
+//! logging each (with a 15 KB path) let a client without a token write
+//! 200 MB of log in 3 s, and journald would rotate the real exec lines away.
+//! The first rejection after a quiet [`SUMMARY_EVERY`] is written at once
+//! (a summary of one): an operator looking into a backend that gets 401s
+//! sees it now, not a minute later; what follows within the minute goes
+//! into the next summary.
 
 use crate::logging::cut;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often a summary is written when something was rejected.
 pub const SUMMARY_EVERY: Duration = Duration::from_secs(60);
@@ -29,6 +33,8 @@ struct Counts {
     /// One example of a rejected request (method and path, escaped and
     /// cut), so a misconfigured backend can still be recognised.
     example: Option<String>,
+    /// When the last summary line was written.
+    last_line: Option<Instant>,
 }
 
 impl Rejections {
@@ -39,20 +45,50 @@ impl Rejections {
         if c.example.is_none() {
             c.example = Some(format!("{} {}", cut(method, 16), cut(path, 100)));
         }
+        c.write_if_due();
     }
 
     pub fn refused_connection(&self, peer: SocketAddr) {
         let mut c = self.lock();
         c.refused += 1;
         c.note_peer(peer.ip());
+        c.write_if_due();
     }
 
-    /// Writes the summary line if anything was rejected since the last one.
+    /// Writes the summary once [`SUMMARY_EVERY`] has passed since the last
+    /// line (the agent's housekeeping calls this every few seconds).
+    pub fn flush_due(&self) {
+        self.lock().write_if_due();
+    }
+
+    /// Writes the summary of what is counted now, due or not (at shutdown).
     pub fn flush(&self) {
-        let c = std::mem::take(&mut *self.lock());
-        if c.unauthorized == 0 && c.refused == 0 {
+        self.lock().write();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Counts {
+    fn write_if_due(&mut self) {
+        if self.last_line.is_none_or(|t| t.elapsed() >= SUMMARY_EVERY) {
+            self.write();
+        }
+    }
+
+    fn write(&mut self) {
+        if self.unauthorized == 0 && self.refused == 0 {
             return;
         }
+        let c = std::mem::replace(
+            self,
+            Counts {
+                last_line: Some(Instant::now()),
+                ..Counts::default()
+            },
+        );
         let mut peers: String = c
             .peers
             .iter()
@@ -71,12 +107,6 @@ impl Rejections {
         );
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Counts {
     fn note_peer(&mut self, ip: IpAddr) {
         if !self.peers.contains(&ip) {
             if self.peers.len() < PEERS_NAMED {

@@ -171,8 +171,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
 /// ([`App::housekeeping`]) its cgroup goes back into the pool if it is
 /// empty, and one is made only if the pool is still empty; cgroups that
 /// commands left background processes in are recycled or removed once
-/// those end; the summary of rejected requests is written every
-/// [`crate::rejections::SUMMARY_EVERY`].
+/// those end; the summary of rejected requests is written once due (at
+/// most one line per [`crate::rejections::SUMMARY_EVERY`]).
 ///
 /// The cgroupfs calls here block the runtime's one thread (the agent has
 /// no blocking pool: binary size). In steady state they are two small
@@ -182,7 +182,6 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
 /// has no room for, and one read per kept cgroup every 10 s.
 async fn housekeeping(app: Arc<App>) {
     const EVERY: Duration = Duration::from_secs(10);
-    let mut last_summary = Instant::now();
     loop {
         tokio::select! {
             _ = app.housekeeping.notified() => {}
@@ -193,10 +192,7 @@ async fn housekeeping(app: Arc<App>) {
             cg.sweep();
             cg.prepare();
         }
-        if last_summary.elapsed() >= crate::rejections::SUMMARY_EVERY {
-            app.rejections.flush();
-            last_summary = Instant::now();
-        }
+        app.rejections.flush_due();
     }
 }
 

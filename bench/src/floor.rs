@@ -352,19 +352,36 @@ fn vfork_once(
         libc::close(null);
         pid
     };
-    if pid < 0 || args.errno != 0 {
-        let e = if pid < 0 {
-            io::Error::last_os_error()
-        } else {
-            io::Error::from_raw_os_error(args.errno)
-        };
-        // SAFETY: our descriptors.
-        unsafe {
-            libc::close(out_r);
-            libc::close(err_r);
+    let started_ok = if pid < 0 {
+        Err(io::Error::last_os_error())
+    } else if args.errno != 0 {
+        Err(io::Error::from_raw_os_error(args.errno))
+    } else {
+        Ok(pid)
+    };
+    collect(started, started_ok, out_r, err_r)
+}
+
+/// After a spawn (`pid`, or why it failed): reads both pipes to EOF and
+/// reaps the child; the sample's time and wait status. Closes the pipes
+/// either way.
+fn collect(
+    started: Instant,
+    pid: io::Result<libc::pid_t>,
+    out_r: libc::c_int,
+    err_r: libc::c_int,
+) -> io::Result<(Duration, libc::c_int)> {
+    let pid = match pid {
+        Ok(pid) => pid,
+        Err(e) => {
+            // SAFETY: our descriptors.
+            unsafe {
+                libc::close(out_r);
+                libc::close(err_r);
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
+    };
     drain(out_r, err_r)?;
     let mut status = 0;
     // SAFETY: waiting for our child.
@@ -372,23 +389,6 @@ fn vfork_once(
         return Err(io::Error::last_os_error());
     }
     Ok((started.elapsed(), status))
-}
-
-/// The kernel's `struct clone_args` up to `cgroup` (CLONE_ARGS_SIZE_VER2).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
 }
 
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
@@ -410,11 +410,10 @@ fn clone3_once(
     let (err_r, err_w) = pipe()?;
     // SAFETY: plain open of /dev/null.
     let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    let mut args = CloneArgs {
-        flags: libc::CLONE_VFORK as u64,
-        exit_signal: libc::SIGCHLD as u64,
-        ..CloneArgs::default()
-    };
+    // SAFETY: integers only; zero is "not used" for every field.
+    let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+    args.flags = libc::CLONE_VFORK as u64;
+    args.exit_signal = libc::SIGCHLD as u64;
     if let Some(fd) = cgroup {
         args.flags |= CLONE_INTO_CGROUP;
         args.cgroup = fd as u64;
@@ -425,8 +424,8 @@ fn clone3_once(
     let pid = unsafe {
         let pid = libc::syscall(
             libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
+            &mut args as *mut libc::clone_args,
+            std::mem::size_of::<libc::clone_args>(),
         );
         if pid == 0 {
             let sys = |r: libc::c_long| r >= 0;
@@ -455,22 +454,12 @@ fn clone3_once(
         libc::close(null);
         pid
     };
-    if pid < 0 {
-        let e = io::Error::last_os_error();
-        // SAFETY: our descriptors.
-        unsafe {
-            libc::close(out_r);
-            libc::close(err_r);
-        }
-        return Err(e);
-    }
-    drain(out_r, err_r)?;
-    let mut status = 0;
-    // SAFETY: waiting for our child.
-    if unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((started.elapsed(), status))
+    let pid = if pid < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(pid as libc::pid_t)
+    };
+    collect(started, pid, out_r, err_r)
 }
 
 fn spawn_once(
@@ -508,21 +497,12 @@ fn spawn_once(
         libc::close(err_w);
         rc
     };
-    if rc != 0 {
-        // SAFETY: our descriptors.
-        unsafe {
-            libc::close(out_r);
-            libc::close(err_r);
-        }
-        return Err(io::Error::from_raw_os_error(rc));
-    }
-    drain(out_r, err_r)?;
-    let mut status = 0;
-    // SAFETY: waiting for the child we just spawned.
-    if unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((started.elapsed(), status))
+    let pid = if rc != 0 {
+        Err(io::Error::from_raw_os_error(rc))
+    } else {
+        Ok(pid)
+    };
+    collect(started, pid, out_r, err_r)
 }
 
 /// Reads both pipes until EOF on each (what a caller capturing output does).

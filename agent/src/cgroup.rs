@@ -219,11 +219,10 @@ impl Cgroups {
             // Best effort: without it the command still runs contained.
             let _ = std::fs::write(path.join("pids.max"), max.to_string());
         }
-        let opened = open_parts(&path).map_err(|e| {
+        let (dir, events, stat) = open_parts(&path).map_err(|e| {
             let _ = std::fs::remove_dir(&path);
             io_err("open", e)
         })?;
-        let (dir, events, stat) = opened;
         Ok(ExecCgroup {
             path,
             dir,

@@ -43,23 +43,27 @@ pub fn cache_root() -> PathBuf {
 }
 
 /// The first 16 hex digits of the sha256 of this checkout's
-/// `tests/pydeps.sh`: the name it gives what it builds.
-pub fn script_hash() -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("pydeps.sh");
-    let out = Command::new("sha256sum")
-        .arg(&script)
-        .output()
-        .unwrap_or_else(|e| panic!("failed to run sha256sum (coreutils): {e}"));
-    assert!(
-        out.status.success(),
-        "sha256sum {}: {}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .chars()
-        .take(16)
-        .collect()
+/// `tests/pydeps.sh`: the name it gives what it builds. Hashed once per
+/// test process (every tool lookup needs it).
+pub fn script_hash() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("pydeps.sh");
+        let out = Command::new("sha256sum")
+            .arg(&script)
+            .output()
+            .unwrap_or_else(|e| panic!("failed to run sha256sum (coreutils): {e}"));
+        assert!(
+            out.status.success(),
+            "sha256sum {}: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .chars()
+            .take(16)
+            .collect()
+    })
 }
 
 /// `<cache>/<kind>/<hash>`; panics with [`HINT`] if absent or incomplete.

@@ -10,7 +10,7 @@
 #   virtualenv;
 # - system-wide, as Debian packages that start and enable no service:
 #   python3-venv (to make that virtualenv), and the VM tools with the cached
-#   guest image (tests/vm/build-image.sh: qemu from bookworm-backports,
+#   guest images (tests/vm/build-image.sh: qemu from bookworm-backports,
 #   mmdebstrap, cloud-image-utils, genisoimage);
 # - the static agent the VM tests boot.
 # Needs root for apt when a package is missing; nothing is downloaded at test
@@ -32,8 +32,10 @@ done
 # cloud-init and the PyPI validators, in the cache.
 "$root/tests/pydeps.sh"
 
-# The guest image for the VM tests (cached; ~1 min cold) and the static agent
-# they boot with.
-"$root/tests/vm/build-image.sh" >/dev/null
+# The guest images for the VM tests (cached; ~2 min each cold: Debian 12 and
+# Debian 13) and the static agent they boot with.
+for guest in debian-12 debian-13; do
+  "$root/tests/vm/build-image.sh" --guest "$guest" >/dev/null
+done
 "$root/packaging/build-agent.sh" >/dev/null
 log "done"

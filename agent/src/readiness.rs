@@ -39,6 +39,8 @@ pub struct CloudInit {
     pub done: bool,
     pub watched: bool,
     pub errors: Vec<String>,
+    /// `status.json`'s recoverable errors ("degraded done").
+    pub warnings: Vec<String>,
 }
 
 /// What the setup record says, with the liveness facts `decide` needs.
@@ -68,6 +70,7 @@ pub fn observe(cfg: &ReadinessConfig) -> Observation {
             done: true,
             watched: false,
             errors: Vec::new(),
+            warnings: Vec::new(),
         },
         Some(dir) => observe_cloud_init(dir),
     };
@@ -109,6 +112,7 @@ fn observe_cloud_init(dir: &Path) -> CloudInit {
             done: false,
             watched: true,
             errors: Vec::new(),
+            warnings: Vec::new(),
         };
     }
     let errors = match setup_record::read_followed(&path, MAX_STATE_FILE_BYTES) {
@@ -132,7 +136,65 @@ fn observe_cloud_init(dir: &Path) -> CloudInit {
         done: true,
         watched: true,
         errors,
+        warnings: recoverable_errors(&dir.join("status.json")),
     }
+}
+
+/// At most this many warnings, each cut to this many bytes: they go into
+/// every `/v1/ready` answer, and a guest can log any number of them.
+const MAX_WARNINGS: usize = 16;
+const MAX_WARNING_BYTES: usize = 512;
+
+/// cloud-init ≥ 23.4 keeps what it logged at WARNING (and DEPRECATED, which
+/// Debian 13 logs as warnings) per stage in `status.json`, under
+/// `v1.<stage>.recoverable_errors.<LEVEL>`; `result.json`'s `errors` has
+/// none of it, yet `cloud-init status` calls such a boot "degraded". Older
+/// cloud-init has no such key, and an unreadable file is no warning: the
+/// readiness signal is `result.json` alone.
+fn recoverable_errors(path: &Path) -> Vec<String> {
+    let bytes = match setup_record::read_followed(path, MAX_STATE_FILE_BYTES) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => return vec![format!("cannot read `{}`: {e}", path.display())],
+    };
+    let Ok(serde_json::Value::Object(v1)) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .map(|mut v| v.get_mut("v1").map(serde_json::Value::take).unwrap_or_default())
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut more = 0usize;
+    for stage in v1.values() {
+        let Some(serde_json::Value::Object(levels)) = stage.get("recoverable_errors") else {
+            continue;
+        };
+        for (level, items) in levels {
+            for item in items.as_array().into_iter().flatten() {
+                if out.len() == MAX_WARNINGS {
+                    more += 1;
+                    continue;
+                }
+                let text = match item {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                let mut line = format!("{level}: {text}");
+                if line.len() > MAX_WARNING_BYTES {
+                    let mut cut = MAX_WARNING_BYTES;
+                    while !line.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    line.truncate(cut);
+                    line.push('…');
+                }
+                out.push(line);
+            }
+        }
+    }
+    if more > 0 {
+        out.push(format!("… and {more} more (see `cloud-init status --long`)"));
+    }
+    out
 }
 
 fn process_alive(pid: u32) -> bool {
@@ -193,6 +255,7 @@ pub fn decide(cfg: &ReadinessConfig, obs: Observation) -> ReadyResponse {
     let cloud_init = CloudInitStatus {
         done: obs.cloud_init.done,
         errors: obs.cloud_init.errors.clone(),
+        warnings: obs.cloud_init.warnings.clone(),
     };
     let ci_done = obs.cloud_init.done;
     let ci_reason = "cloud-init's final stage has not finished yet";
@@ -387,6 +450,7 @@ mod tests {
             done,
             watched: true,
             errors: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -540,6 +604,7 @@ mod tests {
             done: true,
             watched: false,
             errors: vec![],
+            warnings: vec![],
         };
         let obs = |setup| Observation {
             cloud_init: unwatched.clone(),
@@ -601,6 +666,73 @@ mod tests {
             "{:?}",
             seen.errors
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A degraded boot (cloud-init ≥ 23.4: warnings, no errors) is ready,
+    /// with its warnings shown: `status.json`'s shape as Debian 13's
+    /// cloud-init 25.1 writes it.
+    #[test]
+    fn recoverable_errors_are_warnings_and_bounded() {
+        let dir = std::env::temp_dir().join(format!("lab-agent-ci-warn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("status.json"),
+            r#"{"v1":{"datasource":"x","stage":null,
+               "init":{"errors":[],"recoverable_errors":{}},
+               "modules-config":{"errors":[],"recoverable_errors":{
+                  "WARNING":["Invalid cloud-config provided"],
+                  "DEPRECATED":["Key 'x' is deprecated"]}}}}"#,
+        )
+        .unwrap();
+        std::fs::write(dir.join("data.json"), r#"{"v1":{"errors":[]}}"#).unwrap();
+        std::os::unix::fs::symlink(dir.join("data.json"), dir.join("result.json")).unwrap();
+        let observed = observe_cloud_init(&dir);
+        assert!(observed.done);
+        assert!(observed.errors.is_empty());
+        let mut w = observed.warnings.clone();
+        w.sort();
+        assert_eq!(
+            w,
+            [
+                "DEPRECATED: Key 'x' is deprecated",
+                "WARNING: Invalid cloud-config provided"
+            ]
+        );
+        let r = decide(
+            &cfg(),
+            Observation {
+                cloud_init: observed,
+                setup: seen({
+                    let mut ok = rec(SetupState::Succeeded);
+                    ok.exit_code = Some(0);
+                    ok
+                }),
+                log_tail: None,
+            },
+        );
+        assert_eq!(r.state, ReadyState::Ready);
+        assert_eq!(r.cloud_init.warnings.len(), 2);
+
+        // Hundreds of long warnings: 16 shown, cut, and a count of the rest.
+        let many: Vec<String> = (0..400).map(|i| format!("{i} {}", "w".repeat(2000))).collect();
+        let status = serde_json::json!({"v1": {"init": {"recoverable_errors": {"WARNING": many}}}});
+        std::fs::write(dir.join("status.json"), status.to_string()).unwrap();
+        let w = observe_cloud_init(&dir).warnings;
+        assert_eq!(w.len(), MAX_WARNINGS + 1, "{:?}", w.last());
+        assert!(w[..MAX_WARNINGS].iter().all(|w| w.len() <= MAX_WARNING_BYTES + 3));
+        assert!(w[MAX_WARNINGS].contains("384 more"), "{:?}", w.last());
+        // One too large to read says so, once.
+        let huge = "x".repeat(MAX_STATE_FILE_BYTES as usize + 1);
+        std::fs::write(dir.join("status.json"), huge).unwrap();
+        let w = observe_cloud_init(&dir).warnings;
+        assert!(w.len() == 1 && w[0].contains("larger than"), "{w:?}");
+
+        // cloud-init 22.4 (no such key) and no status.json at all: none.
+        std::fs::write(dir.join("status.json"), r#"{"v1":{"init":{"errors":[]}}}"#).unwrap();
+        assert!(observe_cloud_init(&dir).warnings.is_empty());
+        std::fs::remove_file(dir.join("status.json")).unwrap();
+        assert!(observe_cloud_init(&dir).warnings.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

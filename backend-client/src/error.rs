@@ -335,6 +335,7 @@ mod tests {
             state: ReadyState::Failed,
             reason: Some("setup script exited with status 7".into()),
             cloud_init: CloudInitStatus {
+                warnings: vec![],
                 done: true,
                 errors: vec![],
             },

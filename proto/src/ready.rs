@@ -79,6 +79,11 @@ pub struct CloudInitStatus {
     /// Errors cloud-init recorded in `result.json`. Warnings, not fatal.
     #[serde(default)]
     pub errors: Vec<String>,
+    /// What cloud-init ≥ 23.4 recorded as recoverable in `status.json`
+    /// (each prefixed with its level, e.g. `WARNING: …`): the boot it calls
+    /// "degraded done". Not fatal either; empty for older cloud-init.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -69,10 +69,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CloudInit:
-    """cloud-init's part of readiness: done this boot, and its warnings."""
+    """cloud-init's part of readiness: done this boot, the errors it
+    recorded, and (cloud-init 23.4 and later) what it kept as recoverable:
+    a "degraded" boot. Neither holds readiness back."""
 
     done: bool
     errors: List[str]
+    warnings: List[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,11 @@ class Ready:
         return cls(
             state=d["state"],
             reason=d.get("reason"),
-            cloud_init=CloudInit(done=ci.get("done", False), errors=list(ci.get("errors", []))),
+            cloud_init=CloudInit(
+                done=ci.get("done", False),
+                errors=list(ci.get("errors", [])),
+                warnings=list(ci.get("warnings", [])),
+            ),
             setup=SetupStatus(
                 state=s.get("state", "pending"),
                 exit_code=s.get("exit_code"),

@@ -3,12 +3,12 @@
 //! HTTP, ACPI power-off works) is the minimal-payload baseline in
 //! `vm_lifecycle/try_vm.rs`, so CI boots one VM fewer.
 
-use lab_agent_tests::vm::{BootOptions, Vm, VmImage};
+use lab_agent_tests::vm::{BootOptions, GuestOs, Vm, VmImage};
 
 /// Bad qemu arguments fail fast and say why, instead of hanging a test.
 #[test]
 fn qemu_failure_is_reported_with_its_stderr() {
-    let image = VmImage::ensure().expect("the guest image");
+    let image = VmImage::ensure(GuestOs::Debian12).expect("the guest image");
     let mut opts = BootOptions::new("vm-bad-args", "#cloud-config\n");
     opts.extra_qemu_args = vec!["-no-such-option".into()];
     let err = Vm::boot(&image, opts).expect_err("qemu must refuse");

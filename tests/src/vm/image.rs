@@ -1,5 +1,6 @@
-//! The guest image: kernel, initrd and a read-only ext4 root filesystem, built
-//! by `tests/vm/build-image.sh` into a cache dir outside the repo.
+//! The guest images: kernel, initrd, a read-only ext4 root filesystem and the
+//! same tree as a bootable disk, built per guest by `tests/vm/build-image.sh`
+//! into a cache dir outside the repo.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -9,20 +10,97 @@ use std::time::Instant;
 use super::VmError;
 use labctl::qemu::{self, Guest, tail_lines};
 
+/// The guests the VM tests boot: the Debian releases whose cloud-init and
+/// systemd generations the platform meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GuestOs {
+    /// bookworm: cloud-init 22.4 (one process per stage, the classic units),
+    /// systemd 252 (no `DelegateSubgroup=`), kernel 6.1.
+    Debian12,
+    /// trixie: cloud-init 25.1 (all stages in `cloud-init-main.service`;
+    /// warnings make a "degraded" boot), systemd 257 (cgroup v2 only,
+    /// `DelegateSubgroup=`, `.control` subgroups), kernel 6.12.
+    Debian13,
+}
+
+impl GuestOs {
+    pub const ALL: [GuestOs; 2] = [GuestOs::Debian12, GuestOs::Debian13];
+
+    /// The build script's `--guest` name, also used in VM names and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            GuestOs::Debian12 => "debian-12",
+            GuestOs::Debian13 => "debian-13",
+        }
+    }
+
+    /// The unit whose end is the end of cloud-init's network stage
+    /// (trixie renamed `cloud-init.service`; with single-process
+    /// cloud-init it is a shim that finishes when that stage does).
+    pub fn network_stage_unit(self) -> &'static str {
+        match self {
+            GuestOs::Debian12 => "cloud-init.service",
+            GuestOs::Debian13 => "cloud-init-network.service",
+        }
+    }
+
+    /// Whether cloud-init keeps what it logged as recoverable (≥ 23.4: a
+    /// warning makes the boot "degraded done" and fills `status.json`'s
+    /// `recoverable_errors`).
+    pub fn cloud_init_reports_degraded(self) -> bool {
+        self == GuestOs::Debian13
+    }
+
+    /// Whether the guest's systemd has `DelegateSubgroup=` (≥ 254).
+    pub fn has_delegate_subgroup(self) -> bool {
+        self == GuestOs::Debian13
+    }
+
+    /// Whether `LAB_AGENT_VM_GUESTS` (comma-separated names; unset: all)
+    /// asks for this guest. A test for a guest left out says so and passes:
+    /// a developer iterating on one guest saves half the boots; CI sets
+    /// nothing and runs both.
+    pub fn selected(self) -> bool {
+        match std::env::var("LAB_AGENT_VM_GUESTS") {
+            Ok(list) if !list.trim().is_empty() => {
+                let names: Vec<&str> = list.split(',').map(str::trim).collect();
+                for n in &names {
+                    assert!(
+                        GuestOs::ALL.iter().any(|g| g.name() == *n),
+                        "LAB_AGENT_VM_GUESTS names `{n}`, not one of debian-12, debian-13"
+                    );
+                }
+                names.contains(&self.name())
+            }
+            _ => true,
+        }
+    }
+}
+
+impl std::fmt::Display for GuestOs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Paths of a built guest image. Never written to: each VM boots from its own
-/// qcow2 overlay on `rootfs`.
+/// qcow2 overlay on `rootfs` (or `disk`).
 #[derive(Debug, Clone)]
 pub struct VmImage {
-    /// The image dir (`<cache>/vm/<hash of the build script>/`).
+    pub os: GuestOs,
+    /// The image dir (`<cache>/vm/<guest>-<hash of the build script>/`).
     pub dir: PathBuf,
     pub kernel: PathBuf,
     pub initrd: PathBuf,
     /// Raw ext4, booted as `root=/dev/vda`.
     pub rootfs: PathBuf,
+    /// The same tree as a BIOS-bootable raw disk (MBR, GRUB, root in
+    /// partition 1), for `labctl try --vm`, as a cloud image is booted.
+    pub disk: PathBuf,
 }
 
-/// Checked once per test process; later calls reuse it.
-static ENSURED: Mutex<Option<VmImage>> = Mutex::new(None);
+/// Checked once per guest and test process; later calls reuse it.
+static ENSURED: Mutex<Vec<VmImage>> = Mutex::new(Vec::new());
 
 impl VmImage {
     /// The build script, in the source tree.
@@ -30,22 +108,27 @@ impl VmImage {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("vm/build-image.sh")
     }
 
-    /// Makes sure the host can run the guest and the image exists: runs the
-    /// build script (fast when cached; ~1–2 min cold, also installs qemu and
-    /// friends when missing), or takes `LAB_AGENT_VM_IMAGE` as is.
+    /// Makes sure the host can run the guest and its image exists: runs the
+    /// build script (fast when cached; ~2 min cold, also installs qemu and
+    /// friends when missing), or takes `LAB_AGENT_VM_IMAGE_DEBIAN_12` /
+    /// `LAB_AGENT_VM_IMAGE_DEBIAN_13` as is.
     ///
     /// Fails loudly, with the reason, when the host cannot build or run it.
-    pub fn ensure() -> Result<VmImage, VmError> {
+    pub fn ensure(os: GuestOs) -> Result<VmImage, VmError> {
         let mut cached = ENSURED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(image) = cached.as_ref() {
+        if let Some(image) = cached.iter().find(|i| i.os == os) {
             return Ok(image.clone());
         }
-        let image = match std::env::var_os("LAB_AGENT_VM_IMAGE") {
-            Some(dir) => VmImage::from_dir(dir)?,
-            None => VmImage::from_dir(run_build_script()?)?,
+        let var = format!(
+            "LAB_AGENT_VM_IMAGE_{}",
+            os.name().to_uppercase().replace('-', "_")
+        );
+        let image = match std::env::var_os(&var) {
+            Some(dir) => VmImage::from_dir(os, dir)?,
+            None => VmImage::from_dir(os, run_build_script(os)?)?,
         };
         check_qemu_runs()?;
-        *cached = Some(image.clone());
+        cached.push(image.clone());
         Ok(image)
     }
 
@@ -59,18 +142,20 @@ impl VmImage {
     }
 
     /// An image dir as the build script leaves it.
-    pub fn from_dir(dir: impl Into<PathBuf>) -> Result<VmImage, VmError> {
+    pub fn from_dir(os: GuestOs, dir: impl Into<PathBuf>) -> Result<VmImage, VmError> {
         let dir = dir.into();
         let image = VmImage {
+            os,
             kernel: dir.join("vmlinuz"),
             initrd: dir.join("initrd.img"),
             rootfs: dir.join("rootfs.raw"),
+            disk: dir.join("disk.raw"),
             dir,
         };
-        for path in [&image.kernel, &image.initrd, &image.rootfs] {
+        for path in [&image.kernel, &image.initrd, &image.rootfs, &image.disk] {
             if !path.is_file() {
                 return Err(VmError::HostUnsupported(format!(
-                    "the guest image is incomplete: `{}` is missing (rebuild with `{} --rebuild`)",
+                    "the {os} guest image is incomplete: `{}` is missing (rebuild with `{} --guest {os} --rebuild`)",
                     path.display(),
                     Self::build_script().display()
                 )));
@@ -80,18 +165,19 @@ impl VmImage {
     }
 }
 
-fn run_build_script() -> Result<PathBuf, VmError> {
+fn run_build_script(os: GuestOs) -> Result<PathBuf, VmError> {
     let script = VmImage::build_script();
     let started = Instant::now();
     eprintln!(
-        "vm: preparing the guest image with `{}` (cached: instant; cold: ~1-2 min)",
+        "vm: preparing the {os} guest image with `{} --guest {os}` (cached: instant; cold: ~2 min)",
         script.display()
     );
     let output = Command::new("bash")
         .arg(&script)
+        .args(["--guest", os.name()])
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| VmError::io(format!("run `bash {}`", script.display()), e))?;
+        .map_err(|e| VmError::io(format!("run `bash {} --guest {os}`", script.display()), e))?;
     let log = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
         return Err(VmError::ImageBuild {
@@ -108,7 +194,7 @@ fn run_build_script() -> Result<PathBuf, VmError> {
         });
     }
     eprintln!(
-        "vm: guest image `{dir}` ready after {:.1?}",
+        "vm: {os} guest image `{dir}` ready after {:.1?}",
         started.elapsed()
     );
     Ok(PathBuf::from(dir))

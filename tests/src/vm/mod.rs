@@ -1,19 +1,21 @@
-//! A real Debian 12 guest with real cloud-init, booted under qemu, for the
-//! end-to-end tests.
+//! Real Debian 12 and Debian 13 guests with real cloud-init, booted under
+//! qemu, for the end-to-end tests.
 //!
 //! The machine itself (overlay, NoCloud seed, qemu arguments, accelerator
 //! probe, free port, console log, QMP power-off) is `labctl try --vm`'s:
 //! [`labctl::qemu`]. This layer adds what tests need on top.
 //!
 //! # Layout
-//! - [`image`]: [`VmImage::ensure`] runs `tests/vm/build-image.sh`, which
-//!   installs the host packages and builds (or finds cached) kernel, initrd and
-//!   root filesystem.
-//! - [`machine`]: [`Vm::boot`] — one qemu per test on the shared core, under
-//!   the machine-wide lock; its console log is kept when the test fails.
+//! - [`image`]: [`GuestOs`] (the guests: Debian 12, Debian 13) and
+//!   [`VmImage::ensure`], which runs `tests/vm/build-image.sh --guest NAME`:
+//!   it installs the host packages and builds (or finds cached) kernel,
+//!   initrd, root filesystem and a bootable disk.
+//! - [`machine`]: [`Vm::boot`] — one qemu per test on the shared cores, in
+//!   a machine-wide VM slot; its console log is kept when the test fails.
 //! - [`http`]: a minimal HTTP probe (slirp accepts TCP long before the guest
 //!   listens, so only an HTTP answer means "up").
-//! - [`lock`]: one VM at a time on the machine, across test binaries.
+//! - [`lock`]: how many VMs run at once on the machine (two slots on two
+//!   cores), across test binaries; a side-by-side measurement takes all.
 //! - [`accel_mode`]: how the accelerator is chosen; the core's
 //!   `accel::start` then proves KVM on each boot's real guest and falls
 //!   back to TCG (once KVM fails, the rest of the process uses TCG).
@@ -21,7 +23,11 @@
 //! # Environment
 //! - `LAB_AGENT_CACHE`: cache root (default `$XDG_CACHE_HOME/lab-agent` or
 //!   `~/.cache/lab-agent`); images live in `vm/<hash of the build script>/`.
-//! - `LAB_AGENT_VM_IMAGE=DIR`: use this image dir, skip the build script.
+//! - `LAB_AGENT_VM_IMAGE_DEBIAN_12=DIR`, `LAB_AGENT_VM_IMAGE_DEBIAN_13=DIR`:
+//!   use this image dir for that guest, skip the build script.
+//! - `LAB_AGENT_VM_GUESTS=debian-12,debian-13`: the guests whose scenarios
+//!   run (default: both; a test for a guest left out passes, saying so).
+//! - `LAB_AGENT_VM_SLOTS=N`: VMs at once (default 2 on ≥ 2 cores).
 //! - `LAB_AGENT_VM_ACCEL=auto|kvm|tcg`: the accelerator (default `auto`: KVM
 //!   if the guest's kernel prints under it within seconds, else TCG); the
 //!   same switch `labctl try` obeys, read by the same code.
@@ -37,7 +43,7 @@ use std::time::Duration;
 
 use labctl::qemu::AccelMode;
 
-pub use image::VmImage;
+pub use image::{GuestOs, VmImage};
 pub use labctl::qemu::{self as core, Accel, ConsoleMark, PowerOff, QemuError};
 pub use lock::VmLock;
 pub use machine::{BootOptions, Vm};

@@ -14,7 +14,7 @@ use lab_agent_tests::local::{TempDir, labctl_bin};
 use lab_agent_tests::vm::core::accel::{self, KERNEL_PROOF_GRACE, Trial};
 use lab_agent_tests::vm::core::machine::make_run_dir;
 use lab_agent_tests::vm::core::{Accel, MachineSpec, seed};
-use lab_agent_tests::vm::{VmImage, VmLock};
+use lab_agent_tests::vm::{GuestOs, VmImage, VmLock};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -61,7 +61,9 @@ fn spec_with(image: &VmImage, name: &str, kernel: &Path) -> MachineSpec {
 
 #[test]
 fn a_trial_proves_a_printing_kernel_and_fails_a_silent_one() {
-    let image = image();
+    // The accelerator is the host's, not the guest's: one guest's kernel
+    // proves the trial.
+    let image = image(GuestOs::Debian12);
     let tmp = TempDir::new("accel-trial");
     let silent = write_silent_kernel(&tmp);
     let _lock = VmLock::acquire("accel-trial").expect("the VM lock");
@@ -132,7 +134,7 @@ fn a_trial_proves_a_printing_kernel_and_fails_a_silent_one() {
 
 #[test]
 fn try_falls_back_from_a_kvm_that_runs_nothing_and_gives_up_on_silence() {
-    let image = image();
+    let image = image(GuestOs::Debian12);
     let tmp = TempDir::new("accel-fallback");
     let silent = write_silent_kernel(&tmp);
     let hello = repo_root().join("examples/hello-lab");

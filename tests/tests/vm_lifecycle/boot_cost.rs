@@ -23,7 +23,7 @@
 use crate::failing::{agent_line, process_is_qemu, qemu_pid};
 use crate::support::*;
 use lab_agent_tests::local::{describe, labctl_bin};
-use lab_agent_tests::vm::{BootOptions, Vm, VmImage, VmLock};
+use lab_agent_tests::vm::{BootOptions, GuestOs, Vm, VmImage, VmLock};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -60,18 +60,22 @@ bootcmd:
 const BOOT: Duration = Duration::from_secs(600);
 const RESTART: &str = "reboot: Restarting system";
 
-#[test]
-fn payload_boot_cost_first_boot_and_reboot() {
-    let image = image();
+per_guest!(payload_boot_cost_first_boot_and_reboot);
+
+/// Alone on the machine (every VM slot): its figures are ratios between
+/// boots, which a second guest beside one of them would skew.
+fn payload_boot_cost_first_boot_and_reboot(guest: GuestOs) {
+    let image = image(guest);
     let hello = repo_root().join("examples/hello-lab");
     // Both brought up to date now: a build during a boot would slow it.
     static_agent();
     labctl_bin();
-    let lock = VmLock::acquire("vm-boot-cost").expect("the VM lock");
+    let lock = VmLock::acquire_all(&format!("vm-boot-cost-{guest}")).expect("every VM slot");
 
     // ── 1. The minimal user-data: first boot, then its own reboot ────────
     let vm =
-        Vm::boot_with(&image, BootOptions::new("vm-minimal", MINIMAL), lock).expect("qemu starts");
+        Vm::boot_with(&image, BootOptions::new(format!("vm-minimal-{guest}"), MINIMAL), lock)
+            .expect("qemu starts");
     // slirp accepts TCP at once; the harness must not take that for "up".
     assert!(
         vm.http_get("/", None).is_err(),
@@ -120,7 +124,8 @@ fn payload_boot_cost_first_boot_and_reboot() {
     let full = full_payload(&labctl_bin(), &hello, &image, true);
     drop(lock);
     let before = std::env::var_os("LAB_AGENT_BOOT_COST_BEFORE").map(|labctl| {
-        let lock = VmLock::acquire("vm-boot-cost-before").expect("the VM lock");
+        let lock = VmLock::acquire_all(&format!("vm-boot-cost-before-{guest}"))
+            .expect("every VM slot");
         let before = full_payload(Path::new(&labctl), &hello, &image, false);
         drop(lock);
         before
@@ -182,7 +187,7 @@ fn payload_boot_cost_first_boot_and_reboot() {
             Some(b.again),
         );
     }
-    figures.print("boot-cost");
+    figures.print(&format!("boot-cost, {guest}"));
     let ratio = |full: Duration, min: Duration| {
         format!(
             "{} vs {}: {:+.1} s (×{:.2}; target ≤ ×1.10)",

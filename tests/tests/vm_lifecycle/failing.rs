@@ -1,11 +1,14 @@
-//! A lab whose setup fails (scenario 2), booted by `labctl try --kernel …`
-//! (its failure path: exit 4, the setup log, the VM stopped, the console
-//! log kept) while a backend's `labctl wait` runs beside it: that wait ends
-//! at once with the exit code and the log tail, long before its timeout.
+//! A lab whose setup fails (scenario 2), booted by `labctl try --vm DISK`
+//! from the guest's bootable disk image, the way a lab author boots a cloud
+//! image (BIOS, GRUB, the kernel from the disk; `try`'s failure path: exit
+//! 4, the setup log, the VM stopped, the console log kept) while a
+//! backend's `labctl wait` runs beside it: that wait ends at once with the
+//! exit code and the log tail, long before its timeout. On each guest, so
+//! `try --vm` with a bootloader is proven on both.
 
 use crate::support::*;
 use lab_agent_tests::local::TempDir;
-use lab_agent_tests::vm::VmLock;
+use lab_agent_tests::vm::{GuestOs, VmLock};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -18,9 +21,10 @@ const SETUP: &str = "#!/bin/sh\n\
     echo 'fatal: cannot reach the package mirror' >&2\n\
     exit 7\n";
 
-#[test]
-fn a_failing_setup_fails_fast_with_exit_code_and_log_tail() {
-    let image = image();
+per_guest!(a_failing_setup_fails_fast_with_exit_code_and_log_tail);
+
+fn a_failing_setup_fails_fast_with_exit_code_and_log_tail(guest: GuestOs) {
+    let image = image(guest);
     let lab = TempDir::new("vm-failing-lab");
     lab.write(
         "lab.toml",
@@ -31,8 +35,8 @@ fn a_failing_setup_fails_fast_with_exit_code_and_log_tail() {
     lab.write("setup.sh", SETUP, 0o755);
     static_agent();
 
-    let lock = VmLock::acquire("vm-failing").expect("the VM lock");
-    let mut tried = Running::spawn(try_kernel(&lab.path, &image), "try");
+    let lock = VmLock::acquire(&format!("vm-failing-{guest}")).expect("a VM slot");
+    let mut tried = Running::spawn(try_disk(&lab.path, &image), "try");
     let line = tried.wait_for_line("agent at http://", Duration::from_secs(60));
     let (url, token_file) = agent_line(&line);
     let qemu_pid = qemu_pid(&tried.wait_for_line("qemu pid ", Duration::from_secs(5)));
@@ -110,6 +114,13 @@ fn a_failing_setup_fails_fast_with_exit_code_and_log_tail() {
     let console = kept_console(&tried.stderr);
     let text = std::fs::read_to_string(&console).unwrap();
     assert!(text.contains("Linux version"), "{}", console.display());
+    // GRUB from the disk booted it, with its own command line (the kernel
+    // path passes `root=/dev/vda`).
+    assert!(
+        text.contains("root=/dev/vda1"),
+        "not booted by the disk's GRUB: {}",
+        console.display()
+    );
     let run_dir = console.parent().unwrap().to_owned();
     let left: Vec<String> = std::fs::read_dir(&run_dir)
         .unwrap()
@@ -130,7 +141,7 @@ fn a_failing_setup_fails_fast_with_exit_code_and_log_tail() {
         t_answer,
         Some(t_returned),
     );
-    figures.print("failing");
+    figures.print(&format!("failing, {guest}, try --vm"));
     eprintln!(
         "failing: setup seen running {} after qemu start, `failed` seen {}; `labctl wait` \
          exited 4 {} after qemu start ({} after it started, timeout {WAIT_TIMEOUT_SECS} s)",

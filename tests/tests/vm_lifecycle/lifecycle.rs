@@ -17,7 +17,7 @@ use lab_agent_tests::local::{
     HELLO_LAB_BEFORE_THE_STEP, TempDir, check_outcomes, describe, new_token, write_token,
 };
 use lab_agent_tests::vm::http;
-use lab_agent_tests::vm::{BootOptions, PowerOff, Vm};
+use lab_agent_tests::vm::{BootOptions, GuestOs, PowerOff, Vm};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -28,9 +28,26 @@ const BOOT: Duration = Duration::from_secs(600);
 /// The banner hello-lab installs for the student's interactive shells.
 const BANNER: &str = "Your task is in ~/welcome.txt";
 
-#[test]
-fn hello_lab_first_boot_crash_wrong_token_reboot() {
-    let image = image();
+/// A cloud-config part added to the payload so that this boot is, on
+/// purpose, what operators meet in the wild: a deprecated key (cloud-init
+/// ≥ 23.4 then calls the boot "degraded done", and `cloud-init status`
+/// exits 2; on Debian 13 deprecations are logged as warnings) and a module
+/// that fails (an unknown time zone: `cc_timezone` raises, `result.json`
+/// lists it). Neither may hold readiness back (SPEC: cloud-init's errors
+/// are warnings, not fatal), and both must be visible in `/v1/ready`. A
+/// separate part, so the payload's own lists (`runcmd`, `bootcmd`) are not
+/// replaced by cloud-init's merge.
+const DEGRADING_PART: &str = "#cloud-config\n\
+    # lab-agent VM test: a deprecated key and a failing module, on purpose\n\
+    apt_update: false\n\
+    timezone: Lab/No-Such-Zone\n";
+const TIMEZONE_ERROR: &str = "No-Such-Zone";
+
+per_guest!(hello_lab_first_boot_crash_wrong_token_reboot);
+
+fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
+    let image = image(guest);
+    let name = format!("vm-lc-{guest}");
     let dir = TempDir::new("vm-lifecycle");
     let lab = dir.join("hello-lab");
     copy_lab(&repo_root().join("examples/hello-lab"), &lab);
@@ -41,12 +58,10 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
     .unwrap();
     let lab_arg = lab.to_str().unwrap();
     let payload = render_payload(&lab, &dir);
+    let user_data = with_part(&payload.user_data, "text/cloud-config", DEGRADING_PART);
     let mut figures = Figures::default();
 
-    let vm = Vm::boot(
-        &image,
-        BootOptions::new("vm-lifecycle", payload.user_data.clone()),
-    )
+    let vm = Vm::boot(&image, BootOptions::new(&name, user_data))
     .expect("qemu starts");
     let conn = Conn {
         url: vm.agent_url(),
@@ -115,12 +130,46 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
             clock.uncertainty
         );
     }
+    // Ready although cloud-init reported an error and (cloud-init ≥ 23.4)
+    // a degraded boot; both in `/v1/ready`. Had readiness been decided
+    // from `cloud-init status` (exit 1 here, 2 when only degraded) or
+    // from `errors` being empty, `labctl wait` above would not have
+    // returned 0.
     let result: Value = serde_json::from_str(&conn.run("cat /run/cloud-init/result.json")).unwrap();
-    assert_eq!(
-        result["v1"]["errors"],
-        serde_json::json!([]),
-        "cloud-init reported errors: {result}"
+    let errors = result["v1"]["errors"].as_array().expect("errors in result.json");
+    assert!(
+        errors.iter().any(|e| e.to_string().contains("timezone")),
+        "the failing module is in result.json: {result}"
     );
+    let ready = http::get(vm.addr(), "/v1/ready", Some(&payload.token)).expect("/v1/ready");
+    assert_eq!(ready.status, 200, "{}", ready.raw);
+    let ready: Value = serde_json::from_str(ready.body()).unwrap();
+    assert_eq!(ready["state"], "ready", "{ready}");
+    let shown = |key: &str| -> Vec<String> {
+        ready["cloud_init"][key]
+            .as_array()
+            .unwrap_or_else(|| panic!("no cloud_init.{key}: {ready}"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (errors, warnings) = (shown("errors"), shown("warnings"));
+    assert!(
+        errors.iter().any(|e| e.contains(TIMEZONE_ERROR)),
+        "the module's failure is shown: {ready}"
+    );
+    eprintln!("lifecycle: cloud-init errors {errors:?}, warnings {warnings:?}");
+    let status = conn.run("cloud-init status >/dev/null 2>&1; echo $?");
+    if guest.cloud_init_reports_degraded() {
+        assert!(
+            warnings.iter().any(|w| w.contains("apt_update")),
+            "the deprecated key is shown as a warning: {ready}"
+        );
+    } else {
+        // cloud-init 22.4 keeps no recoverable errors: nothing to show.
+        assert_eq!(warnings, Vec::<String>::new(), "{ready}");
+    }
+    assert_eq!(status.trim(), "1", "`cloud-init status` calls this boot an error");
     figures.row(
         &format!("1. first boot, hello-lab, {SETUP_DELAY_SECS} s setup"),
         "qemu start",
@@ -188,7 +237,7 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
     // The serial console (the student's web terminal) logs root in.
     vm.wait_for_console("login: root (automatic login)", Duration::from_secs(60))
         .expect("serial-console autologin");
-    vm.wait_for_console("root@vm-lifecycle:~#", Duration::from_secs(60))
+    vm.wait_for_console(&format!("root@{name}:~#"), Duration::from_secs(60))
         .expect("a root shell prompt on the serial console");
 
     // ── 4. The agent is killed (-9) ───────────────────────────────────────
@@ -246,6 +295,43 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
         "kill scheduled",
         Some(back.at),
         Some(back.at),
+    );
+
+    // `systemctl restart` (an operator's, or a package upgrade's): the
+    // agent stops on SIGTERM and is started again into its delegated
+    // leaf, a new process, still ready. On systemd 257 a delegated unit's
+    // cgroup must have no process beside enabled controllers, or the
+    // restart fails with EBUSY.
+    let (pid, _) = unit(&conn);
+    conn.run(
+        "systemd-run --no-block --unit=lab-test-restart-agent \
+         sh -c 'sleep 1; systemctl restart lab-agent.service'",
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        // The agent is away for a moment: a failed exec is "not yet".
+        let out = conn.exec(None, "systemctl show -p MainPID --value lab-agent.service");
+        let now: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+        if out.status.success() && now != pid && now != 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`systemctl restart` did not replace the agent (MainPID {pid})"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let waited = conn.labctl("wait", &["--timeout", "60"]);
+    assert_eq!(waited.status.code(), Some(0), "{}", describe(&waited));
+    let restarted = conn.run(
+        "systemctl show -p Result -p ActiveState lab-agent.service; \
+         cat /proc/$(systemctl show -p MainPID --value lab-agent.service)/cgroup",
+    );
+    assert!(
+        restarted.contains("ActiveState=active")
+            && restarted.contains("Result=success")
+            && restarted.contains("/system.slice/lab-agent.service/agent\n"),
+        "after `systemctl restart`: {restarted}"
     );
     eprintln!(
         "lifecycle: agent unreachable from {} to {} after the kill was scheduled",
@@ -379,10 +465,11 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
     // The unit does not wait for sysinit.target, so the agent was up before
     // cloud-init's network stage (which parses the whole payload, tens of
     // seconds here) had finished: not held back by its own size.
-    let entered = conn.run(
+    let network_stage = guest.network_stage_unit();
+    let entered = conn.run(&format!(
         "systemctl show -p ActiveEnterTimestampMonotonic --value \
-         lab-agent.service cloud-init.service",
-    );
+         lab-agent.service {network_stage}"
+    ));
     let entered: Vec<u64> = entered
         .split_whitespace()
         .map(|v| v.parse().unwrap_or_else(|e| panic!("{e}: {entered:?}")))
@@ -393,12 +480,12 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
     assert!(
         0 < agent_up && agent_up < init_done,
         "after the reboot the agent became active at {:.1} s, cloud-init's network \
-         stage finished at {:.1} s (monotonic)",
+         stage ({network_stage}) finished at {:.1} s (monotonic)",
         agent_up as f64 / 1e6,
         init_done as f64 / 1e6
     );
     eprintln!(
-        "after the reboot: agent active at {:.1} s, cloud-init.service done at {:.1} s \
+        "after the reboot: agent active at {:.1} s, {network_stage} done at {:.1} s \
          (guest monotonic clock)",
         agent_up as f64 / 1e6,
         init_done as f64 / 1e6
@@ -427,7 +514,7 @@ fn hello_lab_first_boot_crash_wrong_token_reboot() {
 
     let off = vm.powerdown(Duration::from_secs(30)).expect("power-off");
     assert!(matches!(off, PowerOff::Clean(_)), "{off:?}");
-    figures.print("lifecycle");
+    figures.print(&format!("lifecycle, {guest}"));
 }
 
 /// No check's output carries hello-lab's interactive-only banner.

@@ -23,9 +23,10 @@
 //! Each prints its figures (`--nocapture` shows them):
 //! `cargo test -p lab-agent-tests --test vm_lifecycle -- --nocapture`.
 
+#[macro_use]
+mod support;
 mod accel;
 mod boot_cost;
 mod failing;
 mod lifecycle;
-mod support;
 mod try_vm;

@@ -3,7 +3,7 @@
 //! guest's clock, and `labctl` children whose stderr is read as it comes.
 
 use lab_agent_tests::local::{TempDir, describe, labctl_bin};
-use lab_agent_tests::vm::VmImage;
+use lab_agent_tests::vm::{GuestOs, VmImage};
 use lab_agent_tests::vm::http;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -26,9 +26,38 @@ pub fn repo_root() -> PathBuf {
         .to_owned()
 }
 
-/// The guest image; a host that cannot run it fails here, saying why.
-pub fn image() -> VmImage {
-    VmImage::ensure().unwrap_or_else(|e| panic!("{e}"))
+/// The guest's image; a host that cannot run it fails here, saying why.
+pub fn image(guest: GuestOs) -> VmImage {
+    VmImage::ensure(guest).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs a scenario on `guest` unless `LAB_AGENT_VM_GUESTS` leaves it out.
+pub fn on_guest(guest: GuestOs, scenario: fn(GuestOs)) {
+    if !guest.selected() {
+        eprintln!("skipped on {guest}: LAB_AGENT_VM_GUESTS leaves it out");
+        return;
+    }
+    eprintln!("── on {guest} ──");
+    scenario(guest);
+}
+
+/// One test per guest for each scenario `fn NAME(guest: GuestOs)`:
+/// `NAME::debian_12` and `NAME::debian_13`, so a filter on the scenario's
+/// name runs it on both and a filter on `debian_13` runs one guest's.
+macro_rules! per_guest {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            use lab_agent_tests::vm::GuestOs;
+            #[test]
+            fn debian_12() {
+                $crate::support::on_guest(GuestOs::Debian12, super::$scenario)
+            }
+            #[test]
+            fn debian_13() {
+                $crate::support::on_guest(GuestOs::Debian13, super::$scenario)
+            }
+        }
+    )*};
 }
 
 /// The static agent the payload carries, brought up to date once per
@@ -53,13 +82,21 @@ pub fn static_agent() -> &'static Path {
     })
 }
 
-/// `labctl try LAB` booting the test image from its kernel, with the static
-/// agent: what a lab author runs, as the VM tests run it.
-pub fn try_kernel(lab: &Path, image: &VmImage) -> Command {
-    try_kernel_with(&labctl_bin(), lab, image)
+/// `labctl try LAB --vm DISK` booting the guest's bootable disk image
+/// (BIOS, GRUB, the kernel from the disk), as an author boots a cloud image.
+pub fn try_disk(lab: &Path, image: &VmImage) -> Command {
+    let mut cmd = Command::new(labctl_bin());
+    cmd.arg("try")
+        .arg(lab)
+        .arg("--agent")
+        .arg(static_agent())
+        .arg("--vm")
+        .arg(&image.disk);
+    cmd
 }
 
-/// [`try_kernel`] with another build of `labctl` (an older one, to compare).
+/// `labctl try LAB` booting the test image from its kernel, with the static
+/// agent, by this `labctl` (the tree's, or an older build to compare).
 pub fn try_kernel_with(labctl: &Path, lab: &Path, image: &VmImage) -> Command {
     let mut cmd = Command::new(labctl);
     cmd.arg("try")
@@ -73,6 +110,21 @@ pub fn try_kernel_with(labctl: &Path, lab: &Path, image: &VmImage) -> Command {
         .arg("--rootfs")
         .arg(&image.rootfs);
     cmd
+}
+
+/// `user_data` (a MIME multipart message as `labctl secret` renders it)
+/// with one more part, appended before the closing boundary.
+pub fn with_part(user_data: &[u8], content_type: &str, body: &str) -> Vec<u8> {
+    let text = std::str::from_utf8(user_data).expect("the user-data is ASCII");
+    let boundary = text
+        .lines()
+        .next()
+        .and_then(|l| l.split("boundary=\"").nth(1))
+        .and_then(|b| b.split('"').next())
+        .expect("a multipart user-data");
+    let closing = format!("--{boundary}--\n");
+    let head = text.strip_suffix(&closing).expect("ends with its closing boundary");
+    format!("{head}--{boundary}\nContent-Type: {content_type}\n\n{body}\n{closing}").into_bytes()
 }
 
 /// A copy of `src` (a lab folder) at `dst`, modes kept.

@@ -9,7 +9,7 @@
 use crate::failing::{kept_console, process_is_qemu, qemu_pid};
 use crate::support::*;
 use lab_agent_tests::local::{TempDir, describe, labctl};
-use lab_agent_tests::vm::VmLock;
+use lab_agent_tests::vm::{GuestOs, VmLock};
 use std::process::Command;
 
 /// A disk image that "boots" only a boot sector printing a line on the
@@ -19,7 +19,7 @@ use std::process::Command;
 #[test]
 fn try_vm_image_boots_its_bootloader_and_a_silent_vm_times_out() {
     // Not booted, but it installs qemu, or fails saying why it cannot.
-    image();
+    image(GuestOs::Debian12);
     let dir = TempDir::new("vm-disk-image");
     let raw = dir.join("disk.raw");
     std::fs::write(&raw, printing_boot_sector("LABCTL-DISK-BOOTED")).unwrap();

@@ -6,7 +6,8 @@
 //!
 //! Two kinds of guest ([`Guest`]):
 //! - `--vm IMAGE`: a disk image with a bootloader, e.g. a Debian or Ubuntu
-//!   cloud image (qcow2 or raw, BIOS boot);
+//!   cloud image (qcow2 or raw, BIOS boot; `tests/vm/build-image.sh` makes
+//!   `disk.raw`, one laid out the same way, which the VM tests boot);
 //! - `--kernel K --initrd I --rootfs R`: a kernel booted directly with its
 //!   root filesystem as `/dev/vda`, as the project's VM tests do
 //!   (`tests/vm/build-image.sh` makes one).

@@ -158,7 +158,11 @@ fn recoverable_errors(path: &Path) -> Vec<String> {
         Err(e) => return vec![format!("cannot read `{}`: {e}", path.display())],
     };
     let Ok(serde_json::Value::Object(v1)) = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .map(|mut v| v.get_mut("v1").map(serde_json::Value::take).unwrap_or_default())
+        .map(|mut v| {
+            v.get_mut("v1")
+                .map(serde_json::Value::take)
+                .unwrap_or_default()
+        })
     else {
         return Vec::new();
     };
@@ -192,7 +196,9 @@ fn recoverable_errors(path: &Path) -> Vec<String> {
         }
     }
     if more > 0 {
-        out.push(format!("… and {more} more (see `cloud-init status --long`)"));
+        out.push(format!(
+            "… and {more} more (see `cloud-init status --long`)"
+        ));
     }
     out
 }
@@ -715,12 +721,18 @@ mod tests {
         assert_eq!(r.cloud_init.warnings.len(), 2);
 
         // Hundreds of long warnings: 16 shown, cut, and a count of the rest.
-        let many: Vec<String> = (0..400).map(|i| format!("{i} {}", "w".repeat(2000))).collect();
+        let many: Vec<String> = (0..400)
+            .map(|i| format!("{i} {}", "w".repeat(2000)))
+            .collect();
         let status = serde_json::json!({"v1": {"init": {"recoverable_errors": {"WARNING": many}}}});
         std::fs::write(dir.join("status.json"), status.to_string()).unwrap();
         let w = observe_cloud_init(&dir).warnings;
         assert_eq!(w.len(), MAX_WARNINGS + 1, "{:?}", w.last());
-        assert!(w[..MAX_WARNINGS].iter().all(|w| w.len() <= MAX_WARNING_BYTES + 3));
+        assert!(
+            w[..MAX_WARNINGS]
+                .iter()
+                .all(|w| w.len() <= MAX_WARNING_BYTES + 3)
+        );
         assert!(w[MAX_WARNINGS].contains("384 more"), "{:?}", w.last());
         // One too large to read says so, once.
         let huge = "x".repeat(MAX_STATE_FILE_BYTES as usize + 1);

@@ -76,9 +76,13 @@ codename=${VERSION_CODENAME:?/etc/os-release has no VERSION_CODENAME}
 [ "$codename" = bookworm ] || log "warning: host is $codename, this script was written for a bookworm host"
 # grub-pc-bin: GRUB's BIOS modules and grub-mkimage for disk.raw's boot
 # loader; it installs nothing to a disk by itself (grub-pc would).
+# e2fsprogs and openssh-client, as every cloud image has them: without
+# them cloud-init's resizefs and ssh (host keys) modules fail on every
+# first boot (trixie's minbase has neither), and on Debian 13 that makes
+# every boot "degraded" before the payload does anything.
 guest_packages=(
 	linux-image-cloud-amd64 initramfs-tools systemd-sysv udev dbus cloud-init
-	sudo bash iproute2 procps less locales grub-pc-bin
+	sudo bash iproute2 procps less locales grub-pc-bin e2fsprogs openssh-client
 )
 
 # --- host packages ----------------------------------------------------------

@@ -68,14 +68,9 @@ impl VmLock {
             for n in 0..slots {
                 if let Some(lock) = try_slot(n)? {
                     if said {
-                        eprintln!(
-                            "vm[{who}]: got VM slot {n} after {:.1?}",
-                            started.elapsed()
-                        );
+                        eprintln!("vm[{who}]: got VM slot {n} after {:.1?}", started.elapsed());
                     }
-                    return Ok(VmLock {
-                        _slots: vec![lock],
-                    });
+                    return Ok(VmLock { _slots: vec![lock] });
                 }
             }
             if !said {

@@ -73,9 +73,12 @@ fn payload_boot_cost_first_boot_and_reboot(guest: GuestOs) {
     let lock = VmLock::acquire_all(&format!("vm-boot-cost-{guest}")).expect("every VM slot");
 
     // ── 1. The minimal user-data: first boot, then its own reboot ────────
-    let vm =
-        Vm::boot_with(&image, BootOptions::new(format!("vm-minimal-{guest}"), MINIMAL), lock)
-            .expect("qemu starts");
+    let vm = Vm::boot_with(
+        &image,
+        BootOptions::new(format!("vm-minimal-{guest}"), MINIMAL),
+        lock,
+    )
+    .expect("qemu starts");
     // slirp accepts TCP at once; the harness must not take that for "up".
     assert!(
         vm.http_get("/", None).is_err(),
@@ -124,8 +127,8 @@ fn payload_boot_cost_first_boot_and_reboot(guest: GuestOs) {
     let full = full_payload(&labctl_bin(), &hello, &image, true);
     drop(lock);
     let before = std::env::var_os("LAB_AGENT_BOOT_COST_BEFORE").map(|labctl| {
-        let lock = VmLock::acquire_all(&format!("vm-boot-cost-before-{guest}"))
-            .expect("every VM slot");
+        let lock =
+            VmLock::acquire_all(&format!("vm-boot-cost-before-{guest}")).expect("every VM slot");
         let before = full_payload(Path::new(&labctl), &hello, &image, false);
         drop(lock);
         before

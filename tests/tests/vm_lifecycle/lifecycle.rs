@@ -61,8 +61,7 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     let user_data = with_part(&payload.user_data, "text/cloud-config", DEGRADING_PART);
     let mut figures = Figures::default();
 
-    let vm = Vm::boot(&image, BootOptions::new(&name, user_data))
-    .expect("qemu starts");
+    let vm = Vm::boot(&image, BootOptions::new(&name, user_data)).expect("qemu starts");
     let conn = Conn {
         url: vm.agent_url(),
         token_file: payload.token_file.clone(),
@@ -136,7 +135,9 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     // from `errors` being empty, `labctl wait` above would not have
     // returned 0.
     let result: Value = serde_json::from_str(&conn.run("cat /run/cloud-init/result.json")).unwrap();
-    let errors = result["v1"]["errors"].as_array().expect("errors in result.json");
+    let errors = result["v1"]["errors"]
+        .as_array()
+        .expect("errors in result.json");
     assert!(
         errors.iter().any(|e| e.to_string().contains("timezone")),
         "the failing module is in result.json: {result}"
@@ -169,7 +170,11 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
         // cloud-init 22.4 keeps no recoverable errors: nothing to show.
         assert_eq!(warnings, Vec::<String>::new(), "{ready}");
     }
-    assert_eq!(status.trim(), "1", "`cloud-init status` calls this boot an error");
+    assert_eq!(
+        status.trim(),
+        "1",
+        "`cloud-init status` calls this boot an error"
+    );
     figures.row(
         &format!("1. first boot, hello-lab, {SETUP_DELAY_SECS} s setup"),
         "qemu start",
@@ -311,7 +316,10 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     loop {
         // The agent is away for a moment: a failed exec is "not yet".
         let out = conn.exec(None, "systemctl show -p MainPID --value lab-agent.service");
-        let now: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+        let now: u32 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0);
         if out.status.success() && now != pid && now != 0 {
             break;
         }
@@ -466,9 +474,11 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     // cloud-init's network stage (which parses the whole payload, tens of
     // seconds here) had finished: not held back by its own size.
     let network_stage = guest.network_stage_unit();
+    // When the stage's process exited: on Debian 13 the unit is a oneshot
+    // shim that never enters `active` (its ActiveEnterTimestamp stays 0).
     let entered = conn.run(&format!(
-        "systemctl show -p ActiveEnterTimestampMonotonic --value \
-         lab-agent.service {network_stage}"
+        "systemctl show -p ActiveEnterTimestampMonotonic --value lab-agent.service; \
+         systemctl show -p ExecMainExitTimestampMonotonic --value {network_stage}"
     ));
     let entered: Vec<u64> = entered
         .split_whitespace()

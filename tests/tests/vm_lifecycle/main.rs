@@ -1,6 +1,7 @@
 //! The whole lifecycle in a real VM with real cloud-init: the payload
 //! `labctl secret` renders (the real static agent, its unit, the lab), booted
-//! by Debian 12's cloud-init from a NoCloud seed, reached from the host only
+//! by the cloud-init of Debian 12 and of Debian 13 (each scenario runs on
+//! both: `NAME::debian_12`, `NAME::debian_13`) from a NoCloud seed, reached from the host only
 //! through `labctl` and a loopback port forward.
 //!
 //! - [`lifecycle`]: hello-lab on one VM, step by step: first boot with a slow
@@ -16,10 +17,14 @@
 //! - [`accel`]: the accelerator's fallback: a KVM trial of the real machine
 //!   that fails (a kernel that never prints) falls back to TCG, within the
 //!   grace; a guest that stays silent ends `labctl try` (exit 3).
+//! - [`runaway`]: fork bombs, memory hogs, spinners and a full disk, as
+//!   root and as the student: each costs its own command, readiness and
+//!   grading stay right.
 //! - [`try_vm`]: `labctl try --vm IMAGE` on a boot-sector image, an
 //!   unreachable VM; argument errors.
 //!
-//! One VM at a time (the harness's lock): the tests of this binary queue.
+//! Two VMs at a time (the harness's slots; `boot_cost` alone): the tests
+//! of this binary queue for them.
 //! Each prints its figures (`--nocapture` shows them):
 //! `cargo test -p lab-agent-tests --test vm_lifecycle -- --nocapture`.
 
@@ -29,4 +34,5 @@ mod accel;
 mod boot_cost;
 mod failing;
 mod lifecycle;
+mod runaway;
 mod try_vm;

@@ -3,8 +3,8 @@
 //! guest's clock, and `labctl` children whose stderr is read as it comes.
 
 use lab_agent_tests::local::{TempDir, describe, labctl_bin};
-use lab_agent_tests::vm::{GuestOs, VmImage};
 use lab_agent_tests::vm::http;
+use lab_agent_tests::vm::{GuestOs, VmImage};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -123,7 +123,9 @@ pub fn with_part(user_data: &[u8], content_type: &str, body: &str) -> Vec<u8> {
         .and_then(|b| b.split('"').next())
         .expect("a multipart user-data");
     let closing = format!("--{boundary}--\n");
-    let head = text.strip_suffix(&closing).expect("ends with its closing boundary");
+    let head = text
+        .strip_suffix(&closing)
+        .expect("ends with its closing boundary");
     format!("{head}--{boundary}\nContent-Type: {content_type}\n\n{body}\n{closing}").into_bytes()
 }
 

@@ -74,9 +74,15 @@ Flags:
                          under PATH, or under the agent's own cgroup when
                          systemd delegated it (auto); off: kill by session
                          [default: auto]
-  --pids-max N           pids.max of each command's cgroup under
-                         --cgroup PATH, where the pids controller is
-                         available to PATH; 0: no limit [default: 4096]
+  --pids-max N           Process limit of each command (pids.max of its
+                         cgroup where the pids controller is delegated,
+                         else RLIMIT_NPROC for non-root users); a request
+                         may ask for another (max_pids); 0: none
+                         [default: 4096]
+  --memory-max MIB       memory.max of each command's cgroup, where the
+                         memory controller is delegated; the most a request
+                         may ask for; 0: none [default: the guest's memory
+                         less max(256 MiB, 1/8 of it)]
   --addr-file PATH       After binding, write the bound address here
   --shutdown-grace SECS  On SIGTERM, time running commands get before they
                          are killed [default: 10]
@@ -149,7 +155,8 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
         shutdown_grace: Duration::from_secs(10),
         output_budget: 256 * 1024 * 1024,
         cgroup: crate::cgroup::Mode::Auto,
-        pids_max: Some(4096),
+        pids_max: Some(lab_agent_proto::exec::DEFAULT_MAX_PIDS),
+        memory_max: None,
     };
     let mut cloud_init_dir: PathBuf = guest::CLOUD_INIT_DIR.into();
     let mut no_cloud_init = false;
@@ -172,7 +179,19 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
             }
             "--cgroup" => c.cgroup = args.value(&flag, USAGE)?,
             "--pids-max" => {
-                c.pids_max = Some(args.number(&flag, 0, 1 << 22, USAGE)?).filter(|&n| n > 0);
+                c.pids_max = Some(args.number(&flag, 0, 1 << 22, USAGE)? as u32).filter(|&n| n > 0);
+            }
+            "--memory-max" => {
+                let mib = args.number(&flag, 0, 1 << 30, USAGE)?;
+                if (1..16).contains(&mib) {
+                    return Err(UsageError {
+                        message: format!(
+                            "`--memory-max {mib}` is below 16 MiB, less than a login shell needs: give at least 16, or 0 for no limit"
+                        ),
+                        usage: USAGE,
+                    });
+                }
+                c.memory_max = Some((mib > 0).then_some(mib << 20));
             }
             _ => return Err(args.unknown(&flag, USAGE)),
         }

@@ -10,6 +10,7 @@ use crate::identity::Identity;
 use crate::process::{self, Cwd, Script, ShellCommand, Stdio};
 use hyper::StatusCode;
 use hyper::body::Incoming;
+use lab_agent_proto::exec::{LIMIT_MEMORY, LIMIT_PIDS};
 use lab_agent_proto::{ExecRequest, ExecResult, MAX_BODY_BYTES};
 use std::path::Path;
 use std::time::Duration;
@@ -117,6 +118,9 @@ fn respond(r: ExecResult) -> Response {
         stderr,
         stdout_truncated,
         stderr_truncated,
+        limits_hit,
+        max_pids,
+        max_memory_bytes,
     } = r;
     let opt = |v: Option<i32>| v.map_or_else(|| "null".to_owned(), |n| n.to_string());
     let mut body = Body::default();
@@ -128,9 +132,24 @@ fn respond(r: ExecResult) -> Response {
     body.push_json_str(stdout);
     body.push_bytes(&br#"","stderr":""#[..]);
     body.push_json_str(stderr);
-    body.push_bytes(format!(
-        r#"","stdout_truncated":{stdout_truncated},"stderr_truncated":{stderr_truncated}}}"#
-    ));
+    let mut tail =
+        format!(r#"","stdout_truncated":{stdout_truncated},"stderr_truncated":{stderr_truncated}"#);
+    // Only when a limit was hit (as serde skips them): the usual answer is
+    // unchanged. The names are the agent's own constants: no escaping.
+    if !limits_hit.is_empty() {
+        tail.push_str(&format!(
+            r#","limits_hit":["{}"]"#,
+            limits_hit.join(r#"",""#)
+        ));
+    }
+    if let Some(n) = max_pids {
+        tail.push_str(&format!(r#","max_pids":{n}"#));
+    }
+    if let Some(n) = max_memory_bytes {
+        tail.push_str(&format!(r#","max_memory_bytes":{n}"#));
+    }
+    tail.push('}');
+    body.push_bytes(tail);
     json_body(StatusCode::OK, body)
 }
 
@@ -167,6 +186,11 @@ async fn run(
             },
             stdout: Stdio::piped(),
             stderr: Stdio::piped(),
+            leave_running: req.leave_running,
+            limits: Some(crate::cgroup::Limits {
+                pids: req.max_pids,
+                memory: req.max_memory_bytes,
+            }),
         },
         &app.jobs,
     )
@@ -226,6 +250,19 @@ async fn run(
     };
     let exit =
         exit.map_err(|e| ApiError::Internal(format!("failed to wait for the command: {e}")))?;
+    // Read before the cgroup goes back to the pool; with the values, so a
+    // report can say which limit (a timed-out bomb hit pids.max too).
+    let (mut limits_hit, mut max_pids, mut max_memory_bytes) = (Vec::new(), None, None);
+    if let Some((hit, limits)) = job.limits_hit() {
+        if hit.pids {
+            limits_hit.push(LIMIT_PIDS.to_owned());
+            max_pids = limits.pids;
+        }
+        if hit.memory {
+            limits_hit.push(LIMIT_MEMORY.to_owned());
+            max_memory_bytes = limits.memory;
+        }
+    }
     drop(job);
     // This command's cgroup goes back into the pool (or a new one is
     // made) while the answer is sent.
@@ -240,6 +277,9 @@ async fn run(
         stderr_truncated: err.truncated(),
         stdout: out.into_string(),
         stderr: err.into_string(),
+        limits_hit,
+        max_pids,
+        max_memory_bytes,
     };
     Ok((result, held))
 }
@@ -296,6 +336,9 @@ mod tests {
                 stderr: String::new(),
                 stdout_truncated: false,
                 stderr_truncated: false,
+                limits_hit: Vec::new(),
+                max_pids: None,
+                max_memory_bytes: None,
             },
             ExecResult {
                 exit_code: None,
@@ -306,6 +349,22 @@ mod tests {
                 stderr: "\u{fffd}".into(),
                 stdout_truncated: true,
                 stderr_truncated: true,
+                limits_hit: vec![LIMIT_PIDS.into(), LIMIT_MEMORY.into()],
+                max_pids: Some(4096),
+                max_memory_bytes: Some(1 << 30),
+            },
+            ExecResult {
+                exit_code: Some(1),
+                signal: None,
+                timed_out: false,
+                duration_ms: 5,
+                stdout: String::new(),
+                stderr: "fork: retry".into(),
+                stdout_truncated: false,
+                stderr_truncated: false,
+                limits_hit: vec![LIMIT_PIDS.into()],
+                max_pids: Some(20),
+                max_memory_bytes: None,
             },
             ExecResult {
                 exit_code: Some(-1),
@@ -316,6 +375,9 @@ mod tests {
                 stderr: String::new(),
                 stdout_truncated: false,
                 stderr_truncated: false,
+                limits_hit: Vec::new(),
+                max_pids: None,
+                max_memory_bytes: None,
             },
         ];
         for r in results {

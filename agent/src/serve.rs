@@ -31,8 +31,12 @@ pub struct ServeConfig {
     /// Bytes of command output held at once (see [`crate::budget`]).
     pub output_budget: u64,
     pub cgroup: crate::cgroup::Mode,
-    /// `pids.max` per exec cgroup; `None`: no limit.
-    pub pids_max: Option<u64>,
+    /// `pids.max` per exec cgroup (where no cgroup enforces it,
+    /// `RLIMIT_NPROC` of a non-root command); `None`: no limit.
+    pub pids_max: Option<u32>,
+    /// `memory.max` per exec cgroup: `None` is auto (the guest's memory
+    /// less a reserve, see `cgroup::default_memory`), `Some(None)` no limit.
+    pub memory_max: Option<Option<u64>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,19 +91,48 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
 
     let (shutting_down, shutdown_rx) = watch::channel(false);
-    let cgroups = match crate::cgroup::Cgroups::setup(&cfg.cgroup, cfg.pids_max)? {
+    // Before the first command: the OOM killer must pick a runaway, not
+    // the agent (see `process::AGENT_OOM_SCORE_ADJ`).
+    if let Err(e) = crate::process::protect_from_oom() {
+        tracing::warn!(error = %e, "failed to lower the agent's oom_score_adj (needs root): when the guest runs out of memory the OOM killer may pick the agent");
+    }
+    let defaults = crate::cgroup::Limits {
+        pids: cfg.pids_max,
+        memory: cfg.memory_max.flatten(),
+    };
+    let cgroups = match crate::cgroup::Cgroups::setup(
+        &cfg.cgroup,
+        defaults,
+        cfg.memory_max.is_none(),
+    )? {
         Ok(cg) => {
+            let on = cg.enforces();
+            let d = cg.defaults();
             tracing::info!(
                 root = %cg.root().display(),
-                pids_max = cg.pids_max().unwrap_or(0),
-                "each command runs in a cgroup of its own"
+                pids_max = d.pids.filter(|_| on.pids).unwrap_or(0),
+                memory_max = d.memory.filter(|_| on.memory).unwrap_or(0),
+                "each command runs in a cgroup of its own; what it leaves running is killed when it ends unless it asks to leave it running"
             );
+            // Said once: what a command may still take.
+            if !(on.pids && on.memory) {
+                tracing::warn!(
+                    pids = on.pids,
+                    memory = on.memory,
+                    "per-command limits: no controller for {}; without pids, only a non-root command gets RLIMIT_NPROC (root: no process limit); without memory, no memory limit (the agent's lowered oom_score_adj still makes the OOM killer pick the command). The unit needs DelegateSubgroup=agent (systemd >= 254) for the controllers",
+                    match (on.pids, on.memory) {
+                        (false, false) => "pids and memory",
+                        (false, true) => "pids",
+                        _ => "memory",
+                    }
+                );
+            }
             Some(Arc::new(cg))
         }
         Err(why) => {
             tracing::info!(
                 reason = %why,
-                "no cgroup: commands are killed by session, which misses what leaves it and loses its parent (setsid -f, double forks)"
+                "no cgroup: commands are killed by session, which misses what leaves it and loses its parent (setsid -f, double forks); no memory limit, and a process limit (RLIMIT_NPROC) for non-root commands only"
             );
             None
         }
@@ -107,7 +140,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     if let Some(cg) = &cgroups {
         cg.prepare();
     }
-    let jobs = Jobs::with_cgroups(cgroups);
+    let jobs = Jobs::with_cgroups(cgroups, cfg.pids_max);
     let app = Arc::new(App {
         token,
         readiness: Readiness::new(ReadinessConfig {
@@ -176,8 +209,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
 ///
 /// The cgroupfs calls here block the runtime's one thread (the agent has
 /// no blocking pool: binary size). In steady state they are two small
-/// reads per exec (`cgroup.events`, `cgroup.stat`, plus a `pids.max`
-/// write with `--pids-max`), a few µs; a `mkdir` only when execs overlap
+/// reads per exec (`cgroup.events`, `cgroup.stat`, plus the limits'
+/// event files and writes where the controllers are on), a few µs; a `mkdir` only when execs overlap
 /// or come faster than the sweep, an `rmdir` only for a cgroup the pool
 /// has no room for, and one read per kept cgroup every 10 s.
 async fn housekeeping(app: Arc<App>) {

@@ -98,7 +98,7 @@ pub enum CgroupError {
 /// A command's limits; `None`: none (`max`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {
-    pub pids: Option<u32>,
+    pub pids: Option<u64>,
     pub memory: Option<u64>,
 }
 
@@ -184,8 +184,8 @@ impl Cgroups {
                 Err(why) => return Ok(Err(why)),
             },
         };
-        let pids = controllers && enable(&root, "pids");
-        let memory = controllers && enable(&root, "memory");
+        let pids = controllers && enable(&root, "pids", b"+pids");
+        let memory = controllers && enable(&root, "memory", b"+memory");
         let mut defaults = defaults;
         if memory_auto {
             defaults.memory = default_memory();
@@ -278,7 +278,7 @@ impl Cgroups {
     /// into a crawl (only where swap accounting exists; best effort).
     /// `all`: also what it holds already (a recycled cgroup).
     fn write_limits(&self, cg: &mut ExecCgroup, want: Limits, all: bool) -> io::Result<()> {
-        fn max<T: ToString>(v: Option<T>) -> String {
+        fn max(v: Option<u64>) -> String {
             v.map_or_else(|| "max".to_owned(), |v| v.to_string())
         }
         if self.pids && (all || cg.limits.pids != want.pids) {
@@ -492,26 +492,40 @@ impl ExecCgroup {
     /// usage touched the limit and the kernel reclaimed, which page cache
     /// does for a healthy `cp` of a large file.
     pub fn limits_hit(&self) -> Hit {
-        let mut buf = [0u8; 256];
-        let mut count = |f: &Option<std::fs::File>, keys: &[&[u8]]| {
-            f.as_ref()
-                .and_then(|f| read_fresh(f, &mut buf).ok())
-                .is_some_and(|t| keys.iter().any(|k| counter(t, k) > 0))
-        };
+        // Keys as arguments, not a static table: every pointer in static
+        // data is a relocation in the static-PIE agent (binary size).
         Hit {
-            pids: count(&self.pids_events, &[b"max"]),
-            memory: count(&self.memory_events, &[b"oom", b"oom_kill"]),
+            pids: counted(&self.pids_events, b"max", b"max"),
+            memory: counted(&self.memory_events, b"oom", b"oom_kill"),
         }
     }
 }
 
+/// Whether `a` or `b` is non-zero in the kept-open event file `f`.
+fn counted(f: &Option<std::fs::File>, a: &[u8], b: &[u8]) -> bool {
+    let mut buf = [0u8; 256];
+    f.as_ref()
+        .and_then(|f| read_fresh(f, &mut buf).ok())
+        .is_some_and(|t| counter(t, a) > 0 || counter(t, b) > 0)
+}
+
 /// The value of `key` in a flat-keyed cgroup file (`key value` lines);
-/// 0 when absent or unreadable.
+/// 0 when absent or not a number.
 fn counter(text: &[u8], key: &[u8]) -> u64 {
-    text.split(|b| *b == b'\n')
+    let Some(v) = text
+        .split(|b| *b == b'\n')
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(b" "))
-        .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse().ok())
-        .unwrap_or(0)
+    else {
+        return 0;
+    };
+    let mut n: u64 = 0;
+    for &d in v {
+        if !d.is_ascii_digit() {
+            return 0;
+        }
+        n = n.saturating_mul(10).saturating_add(u64::from(d - b'0'));
+    }
+    n
 }
 
 type Parts = (
@@ -669,15 +683,10 @@ fn delegated_self() -> Result<(PathBuf, bool), String> {
 
 /// Turns on `controller` for the exec cgroups, if it is available to
 /// `root`; detected by the write succeeding, not by the systemd version.
-fn enable(root: &Path, controller: &str) -> bool {
+fn enable(root: &Path, controller: &str, plus: &[u8]) -> bool {
     let available = std::fs::read_to_string(root.join("cgroup.controllers"))
         .is_ok_and(|c| c.split_whitespace().any(|c| c == controller));
-    available
-        && std::fs::write(
-            root.join("cgroup.subtree_control"),
-            format!("+{controller}"),
-        )
-        .is_ok()
+    available && std::fs::write(root.join("cgroup.subtree_control"), plus).is_ok()
 }
 
 /// The default `memory.max` of a command: the guest's memory less a

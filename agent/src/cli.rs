@@ -74,15 +74,10 @@ Flags:
                          under PATH, or under the agent's own cgroup when
                          systemd delegated it (auto); off: kill by session
                          [default: auto]
-  --pids-max N           Process limit of each command (pids.max of its
-                         cgroup where the pids controller is delegated,
-                         else RLIMIT_NPROC for non-root users); a request
-                         may ask for another (max_pids); 0: none
-                         [default: 4096]
-  --memory-max MIB       memory.max of each command's cgroup, where the
-                         memory controller is delegated; the most a request
-                         may ask for; 0: none [default: the guest's memory
-                         less max(256 MiB, 1/8 of it)]
+  --pids-max N           Each command's pids.max (without the controller:
+                         RLIMIT_NPROC if not root); 0: none [default: 4096]
+  --memory-max MIB       Each command's memory.max, and the most a request
+                         gets; 0: none [default: RAM - max(256 MiB, RAM/8)]
   --addr-file PATH       After binding, write the bound address here
   --shutdown-grace SECS  On SIGTERM, time running commands get before they
                          are killed [default: 10]
@@ -185,9 +180,7 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
                 let mib = args.number(&flag, 0, 1 << 30, USAGE)?;
                 if (1..16).contains(&mib) {
                     return Err(UsageError {
-                        message: format!(
-                            "`--memory-max {mib}` is below 16 MiB, less than a login shell needs: give at least 16, or 0 for no limit"
-                        ),
+                        message: "`--memory-max` under 16 (MiB) is less than a login shell needs: give at least 16, or 0 for no limit".into(),
                         usage: USAGE,
                     });
                 }

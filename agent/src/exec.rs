@@ -132,24 +132,32 @@ fn respond(r: ExecResult) -> Response {
     body.push_json_str(stdout);
     body.push_bytes(&br#"","stderr":""#[..]);
     body.push_json_str(stderr);
-    let mut tail =
-        format!(r#"","stdout_truncated":{stdout_truncated},"stderr_truncated":{stderr_truncated}"#);
+    body.push_bytes(format!(
+        r#"","stdout_truncated":{stdout_truncated},"stderr_truncated":{stderr_truncated}"#
+    ));
     // Only when a limit was hit (as serde skips them): the usual answer is
     // unchanged. The names are the agent's own constants: no escaping.
-    if !limits_hit.is_empty() {
-        tail.push_str(&format!(
-            r#","limits_hit":["{}"]"#,
-            limits_hit.join(r#"",""#)
-        ));
+    for (i, name) in limits_hit.iter().enumerate() {
+        body.push_bytes(if i == 0 {
+            r#","limits_hit":[""#
+        } else {
+            r#"",""#
+        });
+        body.push_bytes(name.clone());
+        if i + 1 == limits_hit.len() {
+            body.push_bytes(r#""]"#);
+        }
     }
+    // Pieces, not `format!`: its static template is a relocation apiece.
     if let Some(n) = max_pids {
-        tail.push_str(&format!(r#","max_pids":{n}"#));
+        body.push_bytes(r#","max_pids":"#);
+        body.push_bytes(n.to_string());
     }
     if let Some(n) = max_memory_bytes {
-        tail.push_str(&format!(r#","max_memory_bytes":{n}"#));
+        body.push_bytes(r#","max_memory_bytes":"#);
+        body.push_bytes(n.to_string());
     }
-    tail.push('}');
-    body.push_bytes(tail);
+    body.push_bytes("}");
     json_body(StatusCode::OK, body)
 }
 
@@ -188,7 +196,7 @@ async fn run(
             stderr: Stdio::piped(),
             leave_running: req.leave_running,
             limits: Some(crate::cgroup::Limits {
-                pids: req.max_pids,
+                pids: req.max_pids.map(u64::from),
                 memory: req.max_memory_bytes,
             }),
         },
@@ -256,7 +264,7 @@ async fn run(
     if let Some((hit, limits)) = job.limits_hit() {
         if hit.pids {
             limits_hit.push(LIMIT_PIDS.to_owned());
-            max_pids = limits.pids;
+            max_pids = limits.pids.map(|n| n as u32);
         }
         if hit.memory {
             limits_hit.push(LIMIT_MEMORY.to_owned());

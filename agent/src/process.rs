@@ -162,7 +162,7 @@ pub struct Jobs {
     cgroups: Option<Arc<Cgroups>>,
     /// `--pids-max`: where no cgroup enforces it, `RLIMIT_NPROC` of a
     /// non-root command.
-    pids_default: Option<u32>,
+    pids_default: Option<u64>,
 }
 
 /// A running command: its process group, and its cgroup if it has one.
@@ -170,7 +170,7 @@ type Running = (i32, Option<PathBuf>);
 
 impl Jobs {
     /// Commands started through these jobs each get their own cgroup.
-    pub fn with_cgroups(cgroups: Option<Arc<Cgroups>>, pids_default: Option<u32>) -> Jobs {
+    pub fn with_cgroups(cgroups: Option<Arc<Cgroups>>, pids_default: Option<u64>) -> Jobs {
         Jobs {
             running: Arc::default(),
             cgroups,
@@ -404,7 +404,7 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
         cwd: &cwd_c,
         cwd_fallback: cwd_is_default.then_some(c"/" as &CStr),
         cgroup: cgroup.as_ref().map(ExecCgroup::dir),
-        nproc: nproc.map(u64::from),
+        nproc,
         oom_reset: OOM_RESET.load(Ordering::Relaxed),
     };
     let started = Instant::now();

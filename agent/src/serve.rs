@@ -93,54 +93,34 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     let (shutting_down, shutdown_rx) = watch::channel(false);
     // Before the first command: the OOM killer must pick a runaway, not
     // the agent (see `process::AGENT_OOM_SCORE_ADJ`).
-    if let Err(e) = crate::process::protect_from_oom() {
-        tracing::warn!(error = %e, "failed to lower the agent's oom_score_adj (needs root): when the guest runs out of memory the OOM killer may pick the agent");
-    }
+    let oom_protected = crate::process::protect_from_oom().is_ok();
     let defaults = crate::cgroup::Limits {
-        pids: cfg.pids_max,
+        pids: cfg.pids_max.map(u64::from),
         memory: cfg.memory_max.flatten(),
     };
-    let cgroups = match crate::cgroup::Cgroups::setup(
-        &cfg.cgroup,
-        defaults,
-        cfg.memory_max.is_none(),
-    )? {
+    let cgroups = crate::cgroup::Cgroups::setup(&cfg.cgroup, defaults, cfg.memory_max.is_none())?;
+    // Said once, at start: what contains a command here, and what not.
+    match &cgroups {
         Ok(cg) => {
-            let on = cg.enforces();
-            let d = cg.defaults();
+            let (on, d) = (cg.enforces(), cg.defaults());
             tracing::info!(
                 root = %cg.root().display(),
                 pids_max = d.pids.filter(|_| on.pids).unwrap_or(0),
                 memory_max = d.memory.filter(|_| on.memory).unwrap_or(0),
-                "each command runs in a cgroup of its own; what it leaves running is killed when it ends unless it asks to leave it running"
+                oom_protected,
+                "each command runs in a cgroup of its own; a limit of 0: no controller (needs DelegateSubgroup=, systemd >= 254), so no memory limit and RLIMIT_NPROC for non-root commands only"
             );
-            // Said once: what a command may still take.
-            if !(on.pids && on.memory) {
-                tracing::warn!(
-                    pids = on.pids,
-                    memory = on.memory,
-                    "per-command limits: no controller for {}; without pids, only a non-root command gets RLIMIT_NPROC (root: no process limit); without memory, no memory limit (the agent's lowered oom_score_adj still makes the OOM killer pick the command). The unit needs DelegateSubgroup=agent (systemd >= 254) for the controllers",
-                    match (on.pids, on.memory) {
-                        (false, false) => "pids and memory",
-                        (false, true) => "pids",
-                        _ => "memory",
-                    }
-                );
-            }
-            Some(Arc::new(cg))
         }
-        Err(why) => {
-            tracing::info!(
-                reason = %why,
-                "no cgroup: commands are killed by session, which misses what leaves it and loses its parent (setsid -f, double forks); no memory limit, and a process limit (RLIMIT_NPROC) for non-root commands only"
-            );
-            None
-        }
-    };
+        Err(why) => tracing::info!(
+            reason = %why,
+            "no cgroup: commands are killed by session, which misses what leaves it and loses its parent (setsid, double forks); no memory limit, RLIMIT_NPROC for non-root commands only"
+        ),
+    }
+    let cgroups = cgroups.ok().map(Arc::new);
     if let Some(cg) = &cgroups {
         cg.prepare();
     }
-    let jobs = Jobs::with_cgroups(cgroups, cfg.pids_max);
+    let jobs = Jobs::with_cgroups(cgroups, defaults.pids);
     let app = Arc::new(App {
         token,
         readiness: Readiness::new(ReadinessConfig {

@@ -655,10 +655,12 @@ fn delegated_self() -> Result<(PathBuf, bool), String> {
     }
     let mount = cgroup2_mount().ok_or("no cgroup2 mount")?;
     let own = mount.join(rel.trim_start_matches('/'));
+    // A unit's own cgroup is `NAME.service`, never `agent`: in `agent/`
+    // under a delegated cgroup, systemd put us there (whether it also
+    // marks the subgroup delegated is not relied on).
     if let Some(unit) = own.parent()
         && own.file_name() == Some("agent".as_ref())
         && has_delegate_xattr(unit)
-        && !has_delegate_xattr(&own)
     {
         return Ok((unit.to_path_buf(), true));
     }

@@ -10,14 +10,16 @@
 //!
 //! Where the subtree comes from ([`Mode`]):
 //! - under systemd the unit sets `Delegate=yes`; systemd marks the
-//!   service's cgroup with the `trusted.delegate` xattr. The agent then
-//!   moves itself into a leaf (`agent/`, because cgroup v2 forbids
-//!   processes in a cgroup whose controllers its children use) and creates
-//!   `exec-PID-N/` beside it for each command;
+//!   service's cgroup with the `trusted.delegate` xattr. The agent runs in
+//!   a leaf `agent/` (cgroup v2 forbids processes in a cgroup whose
+//!   controllers its children use) and creates `exec-PID-N/` beside it for
+//!   each command. systemd ≥ 254 puts it there itself (`DelegateSubgroup=
+//!   agent`): only then are the `pids` and `memory` controllers enabled for
+//!   the exec cgroups (see [`Cgroups::setup`] for why not otherwise). On
+//!   older systemd (252) the agent moves itself into `agent/` and enables
+//!   no controller;
 //! - `--cgroup PATH` names a directory the operator (or a test) made for it;
-//!   only there is `pids.max` set per exec (`--pids-max`), when the pids
-//!   controller is available to PATH (see [`Cgroups::setup`] for why not in
-//!   the unit's own cgroup);
+//!   the controllers are enabled there when PATH has them;
 //! - elsewhere (`labctl try` on a workstation, containers) there is none, and
 //!   [`crate::process`] falls back to killing by session and ancestry.
 //!
@@ -39,8 +41,14 @@
 //! root) — the agent's own `clone3`, or a root command, which could as well
 //! leave its own cgroup and is not what cgroups contain. What a root command
 //! may have changed in its cgroup is checked too ([`Cgroups::reusable`]):
-//! a cgroup frozen or with child cgroups is removed, not reused, and
-//! `pids.max` is written again.
+//! a cgroup frozen or with child cgroups is removed, not reused, and the
+//! limits are written again.
+//!
+//! Limits ([`Limits`]): each exec cgroup gets `pids.max` and `memory.max`
+//! (and `memory.swap.max` 0) where those controllers are on. Whether a
+//! command hit one is read from `pids.events` and `memory.events`, whose
+//! counters only grow: a cgroup is recycled only while they are all 0, so
+//! a taken cgroup starts at 0 and any count at the end is this command's.
 
 use std::ffi::CString;
 use std::io::{self, Write};
@@ -87,12 +95,30 @@ pub enum CgroupError {
     },
 }
 
+/// A command's limits; `None`: none (`max`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub pids: Option<u64>,
+    pub memory: Option<u64>,
+}
+
+/// Which limits a finished command ran into (from its cgroup's events).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hit {
+    pub pids: bool,
+    pub memory: bool,
+}
+
 /// The subtree the agent creates per-exec cgroups in.
 #[derive(Debug)]
 pub struct Cgroups {
     root: PathBuf,
-    /// `pids.max` written into each exec cgroup (when the controller is on).
-    pids_max: Option<u64>,
+    /// Enabled for the exec cgroups.
+    pids: bool,
+    memory: bool,
+    /// What a command gets unless it asks otherwise; `memory` is also the
+    /// most it may ask for.
+    defaults: Limits,
     next: AtomicU64,
     /// Empty and ready for a command: made ahead of time or recycled.
     free: Mutex<Vec<ExecCgroup>>,
@@ -120,6 +146,11 @@ pub struct ExecCgroup {
     dir: OwnedFd,
     events: std::fs::File,
     stat: std::fs::File,
+    /// `pids.events` and `memory.events`, where those controllers are on.
+    pids_events: Option<std::fs::File>,
+    memory_events: Option<std::fs::File>,
+    /// What its limit files hold now.
+    limits: Limits,
 }
 
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
@@ -127,30 +158,47 @@ const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 impl Cgroups {
     /// Resolves `mode` at start. `Ok(None)`: no cgroup, and why (for the
     /// log); an error only for an explicit `--cgroup PATH` that cannot work.
+    ///
+    /// `defaults`: the operator's `--pids-max` and `--memory-max`; a
+    /// `memory` of `None` there means the guest's memory less a reserve
+    /// ([`default_memory`]).
     pub fn setup(
         mode: &Mode,
-        pids_max: Option<u64>,
+        defaults: Limits,
+        memory_auto: bool,
     ) -> Result<Result<Cgroups, String>, CgroupError> {
-        match mode {
-            Mode::Off => Ok(Err("--cgroup off".into())),
+        let (root, controllers) = match mode {
+            Mode::Off => return Ok(Err("--cgroup off".into())),
             Mode::Path(p) => {
                 check_cgroup2(p)?;
-                let pids_max = pids_max.filter(|_| enable_pids(p));
-                Ok(Ok(Cgroups::new(p.clone(), pids_max)))
+                (p.clone(), true)
             }
-            // No controller in the unit's own cgroup: with one enabled in its
-            // `cgroup.subtree_control`, systemd (before 254's
-            // `DelegateSubgroup=`) could not put a restarted agent back into
-            // it — cgroup v2 forbids processes beside enabled controllers —
-            // and the unit would fail to start.
-            Mode::Auto => Ok(delegated_self().map(|root| Cgroups::new(root, None))),
+            // Controllers only when systemd placed the agent in its
+            // subgroup: with one enabled in the unit cgroup's
+            // `cgroup.subtree_control`, systemd before 254's
+            // `DelegateSubgroup=` puts a restarted agent back into the unit
+            // cgroup itself, which cgroup v2 forbids beside enabled
+            // controllers (EBUSY), and the unit would fail to start.
+            Mode::Auto => match delegated_self() {
+                Ok(found) => found,
+                Err(why) => return Ok(Err(why)),
+            },
+        };
+        let pids = controllers && enable(&root, "pids", b"+pids");
+        let memory = controllers && enable(&root, "memory", b"+memory");
+        let mut defaults = defaults;
+        if memory_auto {
+            defaults.memory = default_memory();
         }
+        Ok(Ok(Cgroups::new(root, pids, memory, defaults)))
     }
 
-    fn new(root: PathBuf, pids_max: Option<u64>) -> Cgroups {
+    fn new(root: PathBuf, pids: bool, memory: bool, defaults: Limits) -> Cgroups {
         let cg = Cgroups {
             root,
-            pids_max,
+            pids,
+            memory,
+            defaults,
             next: AtomicU64::new(0),
             free: Mutex::new(Vec::new()),
             released: Mutex::new(Vec::new()),
@@ -174,18 +222,75 @@ impl Cgroups {
         &self.root
     }
 
-    pub fn pids_max(&self) -> Option<u64> {
-        self.pids_max
+    /// Whether `pids.max` / `memory.max` are enforced per command.
+    pub fn enforces(&self) -> Hit {
+        Hit {
+            pids: self.pids,
+            memory: self.memory,
+        }
     }
 
-    /// An empty cgroup for one command: from the pool, or made now when
-    /// the pool is empty (the first exec, or one that came before the
-    /// sweep after the previous answer).
-    pub fn take(&self) -> Result<ExecCgroup, CgroupError> {
-        if let Some(cg) = lock(&self.free).pop() {
-            return Ok(cg);
+    pub fn defaults(&self) -> Limits {
+        self.defaults
+    }
+
+    /// The limits a command gets: what it asks for (`None`: no limit at
+    /// all, for the setup script), else the defaults; memory at most the
+    /// default, which is what the guest can spare.
+    pub fn resolve(&self, ask: Option<Limits>) -> Limits {
+        let Some(ask) = ask else {
+            return Limits::default();
+        };
+        let memory = match (ask.memory, self.defaults.memory) {
+            (Some(a), Some(d)) => Some(a.min(d)),
+            (a, d) => a.or(d),
+        };
+        Limits {
+            pids: ask.pids.or(self.defaults.pids),
+            memory,
         }
-        self.create()
+    }
+
+    /// An empty cgroup for one command, with `limits` in its limit files:
+    /// from the pool, or made now when the pool is empty (the first exec,
+    /// or one that came before the sweep after the previous answer). The
+    /// pool's cgroups hold the defaults, so only a command that asks for
+    /// other limits costs a write here.
+    pub fn take(&self, limits: Limits) -> Result<ExecCgroup, CgroupError> {
+        let mut cg = match lock(&self.free).pop() {
+            Some(cg) => cg,
+            None => self.create()?,
+        };
+        if let Err(source) = self.write_limits(&mut cg, limits, false) {
+            let path = cg.path.clone();
+            self.discard(cg);
+            return Err(CgroupError::Io {
+                what: "write the limits of",
+                path,
+                source,
+            });
+        }
+        Ok(cg)
+    }
+
+    /// Writes what differs from what `cg` holds. `memory.swap.max` 0: a
+    /// command past its memory must be stopped, not swap the whole guest
+    /// into a crawl (only where swap accounting exists; best effort).
+    /// `all`: also what it holds already (a recycled cgroup).
+    fn write_limits(&self, cg: &mut ExecCgroup, want: Limits, all: bool) -> io::Result<()> {
+        fn max(v: Option<u64>) -> String {
+            v.map_or_else(|| "max".to_owned(), |v| v.to_string())
+        }
+        if self.pids && (all || cg.limits.pids != want.pids) {
+            std::fs::write(cg.path.join("pids.max"), max(want.pids))?;
+            cg.limits.pids = want.pids;
+        }
+        if self.memory && (all || cg.limits.memory != want.memory) {
+            std::fs::write(cg.path.join("memory.max"), max(want.memory))?;
+            let _ = std::fs::write(cg.path.join("memory.swap.max"), b"0");
+            cg.limits.memory = want.memory;
+        }
+        Ok(())
     }
 
     /// Makes a cgroup ahead of time when the pool is empty (call it off the
@@ -215,20 +320,26 @@ impl Cgroups {
             source,
         };
         std::fs::create_dir(&path).map_err(|e| io_err("create the cgroup", e))?;
-        if let Some(max) = self.pids_max {
-            // Best effort: without it the command still runs contained.
-            let _ = std::fs::write(path.join("pids.max"), max.to_string());
-        }
-        let (dir, events, stat) = open_parts(&path).map_err(|e| {
+        let parts = open_parts(&path, self.pids, self.memory);
+        let (dir, events, stat, pids_events, memory_events) = parts.map_err(|e| {
             let _ = std::fs::remove_dir(&path);
             io_err("open", e)
         })?;
-        Ok(ExecCgroup {
-            path,
+        let mut cg = ExecCgroup {
+            path: path.clone(),
             dir,
             events,
             stat,
-        })
+            pids_events,
+            memory_events,
+            limits: Limits::default(),
+        };
+        // A new cgroup's limits are `max`: the pool holds the defaults.
+        if let Err(e) = self.write_limits(&mut cg, self.defaults, false) {
+            let _ = std::fs::remove_dir(&cg.path);
+            return Err(io_err("write the limits of", e));
+        }
+        Ok(cg)
     }
 
     /// Hands a finished command's cgroup to the next [`Self::sweep`].
@@ -256,12 +367,12 @@ impl Cgroups {
     pub fn sweep(&self) {
         let done = std::mem::take(&mut *lock(&self.released));
         let mut busy = Vec::new();
-        for cg in done {
+        for mut cg in done {
             match self.reusable(&cg) {
                 None => busy.push(cg),
                 Some(true) => {
                     let mut free = lock(&self.free);
-                    if free.len() < POOL && self.recycle(&cg) {
+                    if free.len() < POOL && self.recycle(&mut cg) {
                         free.push(cg);
                         continue;
                     }
@@ -299,16 +410,17 @@ impl Cgroups {
             s.split(|b| *b == b'\n')
                 .any(|l| l.starts_with(b"nr_descendants ") && l != b"nr_descendants 0")
         });
-        Some(!frozen && !nested)
+        // A limit was hit in it (by the command, or by what it left): its
+        // counters would be the next command's starting point.
+        let hit = cg.limits_hit() != Hit::default();
+        Some(!frozen && !nested && !hit)
     }
 
-    /// Readies an empty cgroup for the next command: its `pids.max` again,
-    /// in case a root command changed it. `false`: it cannot be reused.
-    fn recycle(&self, cg: &ExecCgroup) -> bool {
-        match self.pids_max {
-            Some(max) => std::fs::write(cg.path.join("pids.max"), max.to_string()).is_ok(),
-            None => true,
-        }
+    /// Readies an empty cgroup for the next command: the default limits
+    /// again, written whatever we think it holds, in case a root command
+    /// changed them. `false`: it cannot be reused.
+    fn recycle(&self, cg: &mut ExecCgroup) -> bool {
+        self.write_limits(cg, self.defaults, true).is_ok()
     }
 }
 
@@ -366,11 +478,68 @@ impl ExecCgroup {
         let mut buf = [0u8; 256];
         read_fresh(&self.events, &mut buf).is_ok_and(|t| has_line(t, b"populated 1"))
     }
+
+    /// The limits its files hold.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Which limits were hit since it was taken (its counters were 0 then,
+    /// see the module docs). `pids`: `pids.events`' `max`, a fork or clone
+    /// refused at `pids.max`. `memory`: `memory.events`' `oom` (an
+    /// allocation failed at `memory.max`) or `oom_kill` (a process killed
+    /// for it, by any OOM killer). Not `max` alone: it counts every time
+    /// usage touched the limit and the kernel reclaimed, which page cache
+    /// does for a healthy `cp` of a large file.
+    pub fn limits_hit(&self) -> Hit {
+        // Keys as arguments, not a static table: every pointer in static
+        // data is a relocation in the static-PIE agent (binary size).
+        Hit {
+            pids: counted(&self.pids_events, b"max", b"max"),
+            memory: counted(&self.memory_events, b"oom", b"oom_kill"),
+        }
+    }
 }
 
-/// The cgroup's directory, `cgroup.events` and `cgroup.stat`, all opened
-/// through the directory (so all three are the same cgroup).
-fn open_parts(path: &Path) -> io::Result<(OwnedFd, std::fs::File, std::fs::File)> {
+/// Whether `a` or `b` is non-zero in the kept-open event file `f`.
+fn counted(f: &Option<std::fs::File>, a: &[u8], b: &[u8]) -> bool {
+    let mut buf = [0u8; 256];
+    f.as_ref()
+        .and_then(|f| read_fresh(f, &mut buf).ok())
+        .is_some_and(|t| counter(t, a) > 0 || counter(t, b) > 0)
+}
+
+/// The value of `key` in a flat-keyed cgroup file (`key value` lines);
+/// 0 when absent or not a number.
+fn counter(text: &[u8], key: &[u8]) -> u64 {
+    let Some(v) = text
+        .split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(b" "))
+    else {
+        return 0;
+    };
+    let mut n: u64 = 0;
+    for &d in v {
+        if !d.is_ascii_digit() {
+            return 0;
+        }
+        n = n.saturating_mul(10).saturating_add(u64::from(d - b'0'));
+    }
+    n
+}
+
+type Parts = (
+    OwnedFd,
+    std::fs::File,
+    std::fs::File,
+    Option<std::fs::File>,
+    Option<std::fs::File>,
+);
+
+/// The cgroup's directory, `cgroup.events` and `cgroup.stat` (and the
+/// `pids.events` and `memory.events` of the controllers that are on), all
+/// opened through the directory (so all are the same cgroup).
+fn open_parts(path: &Path, pids: bool, memory: bool) -> io::Result<Parts> {
     use nix::fcntl::OFlag;
     use nix::sys::stat::Mode;
     let c = CString::new(path.as_os_str().as_bytes())
@@ -391,7 +560,17 @@ fn open_parts(path: &Path) -> io::Result<(OwnedFd, std::fs::File, std::fs::File)
     };
     let events = file("cgroup.events")?;
     let stat = file("cgroup.stat")?;
-    Ok((dir, events, stat))
+    let pids_events = if pids {
+        Some(file("pids.events")?)
+    } else {
+        None
+    };
+    let memory_events = if memory {
+        Some(file("memory.events")?)
+    } else {
+        None
+    };
+    Ok((dir, events, stat, pids_events, memory_events))
 }
 
 /// The whole current content of a cgroupfs file kept open: reading from
@@ -458,9 +637,12 @@ fn check_cgroup2(p: &Path) -> Result<(), CgroupError> {
 }
 
 /// The agent's own cgroup when systemd delegated it (`Delegate=yes` sets
-/// `trusted.delegate=1` on it, systemd 251+), after moving the agent into
-/// its leaf `agent/`. `Err`: why not, for the log.
-fn delegated_self() -> Result<PathBuf, String> {
+/// `trusted.delegate=1` on it, systemd 251+), with the agent in its leaf
+/// `agent/`, and whether controllers may be enabled there: only when
+/// systemd itself put the agent in `agent/` (`DelegateSubgroup=agent`,
+/// systemd ≥ 254), so a restart goes there too. Otherwise (252) the agent
+/// moves itself. `Err`: why not, for the log.
+fn delegated_self() -> Result<(PathBuf, bool), String> {
     let own = std::fs::read_to_string("/proc/self/cgroup")
         .map_err(|e| format!("failed to read /proc/self/cgroup: {e}"))?;
     let rel = own
@@ -472,7 +654,17 @@ fn delegated_self() -> Result<PathBuf, String> {
         return Err("the agent runs in the root cgroup".into());
     }
     let mount = cgroup2_mount().ok_or("no cgroup2 mount")?;
-    let root = mount.join(rel.trim_start_matches('/'));
+    let own = mount.join(rel.trim_start_matches('/'));
+    // A unit's own cgroup is `NAME.service`, never `agent`: in `agent/`
+    // under a delegated cgroup, systemd put us there (whether it also
+    // marks the subgroup delegated is not relied on).
+    if let Some(unit) = own.parent()
+        && own.file_name() == Some("agent".as_ref())
+        && has_delegate_xattr(unit)
+    {
+        return Ok((unit.to_path_buf(), true));
+    }
+    let root = own;
     if !has_delegate_xattr(&root) {
         return Err(format!(
             "`{}` is not delegated to the agent (the unit needs `Delegate=yes`)",
@@ -488,14 +680,45 @@ fn delegated_self() -> Result<PathBuf, String> {
     // Writing "0" moves the writing process, every thread of it.
     std::fs::write(leaf.join("cgroup.procs"), b"0")
         .map_err(|e| format!("failed to move the agent into `{}`: {e}", leaf.display()))?;
-    Ok(root)
+    Ok((root, false))
 }
 
-/// Turns on the pids controller for the exec cgroups, if it is available.
-fn enable_pids(root: &Path) -> bool {
+/// Turns on `controller` for the exec cgroups, if it is available to
+/// `root`; detected by the write succeeding, not by the systemd version.
+fn enable(root: &Path, controller: &str, plus: &[u8]) -> bool {
     let available = std::fs::read_to_string(root.join("cgroup.controllers"))
-        .is_ok_and(|c| c.split_whitespace().any(|c| c == "pids"));
-    available && std::fs::write(root.join("cgroup.subtree_control"), b"+pids").is_ok()
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == controller));
+    available && std::fs::write(root.join("cgroup.subtree_control"), plus).is_ok()
+}
+
+/// The default `memory.max` of a command: the guest's memory less a
+/// reserve of max(256 MiB, 1/8 of it). What the reserve keeps alive: the
+/// kernel's own growth (slab, page tables, the hog's kernel stacks are
+/// charged to it but the rest of the guest's are not), systemd, journald,
+/// sshd and the serial getty (~50–80 MiB on a minimal Debian), and the
+/// agent (2 MiB idle, ~20 MiB with 8 execs at the default output cap). A
+/// floor for small VMs, a share for large ones, whose lab services
+/// (a kubelet, a database) grow with them. One command may then take all
+/// the rest; the OOM killer stops it at its own limit, and `oom_score_adj`
+/// (see `serve`) makes sure that, should the guest run out anyway, it is
+/// the command that goes, not the agent.
+fn default_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    let total = kib * 1024;
+    let reserve = (256 << 20u64).max(total / 8);
+    Some(
+        total
+            .saturating_sub(reserve)
+            .max(lab_agent_proto::exec::MIN_MEMORY_BYTES),
+    )
 }
 
 fn cgroup2_mount() -> Option<PathBuf> {
@@ -532,6 +755,58 @@ mod tests {
     use super::*;
 
     #[test]
+    fn counters_are_read_from_cgroup_event_files() {
+        let pids = b"max 0\n";
+        assert_eq!(counter(pids, b"max"), 0);
+        assert_eq!(counter(b"max 17\n", b"max"), 17);
+        let memory = b"low 0\nhigh 3\nmax 120\noom 2\noom_kill 1\noom_group_kill 0\n";
+        assert_eq!(counter(memory, b"max"), 120);
+        assert_eq!(counter(memory, b"oom"), 2);
+        assert_eq!(counter(memory, b"oom_kill"), 1);
+        assert_eq!(counter(memory, b"oom_group_kill"), 0);
+        // A key is a whole word: `oom` is not `oom_kill`'s prefix match.
+        assert_eq!(counter(b"oom_kill 5\n", b"oom"), 0);
+        assert_eq!(counter(b"", b"max"), 0);
+        assert_eq!(counter(b"max x\n", b"max"), 0);
+    }
+
+    #[test]
+    fn requests_get_their_limits_within_the_defaults() {
+        let cg = Cgroups {
+            root: PathBuf::from("/nonexistent"),
+            pids: true,
+            memory: true,
+            defaults: Limits {
+                pids: Some(4096),
+                memory: Some(1 << 30),
+            },
+            next: AtomicU64::new(0),
+            free: Mutex::default(),
+            released: Mutex::default(),
+            stale: Mutex::default(),
+        };
+        let ask = |pids, memory| cg.resolve(Some(Limits { pids, memory }));
+        assert_eq!(ask(None, None), cg.defaults);
+        assert_eq!(
+            ask(Some(10), Some(64 << 20)),
+            Limits {
+                pids: Some(10),
+                memory: Some(64 << 20)
+            }
+        );
+        // Above the default memory is the default: it is what the guest can spare.
+        assert_eq!(
+            ask(Some(9000), Some(8 << 30)),
+            Limits {
+                pids: Some(9000),
+                memory: Some(1 << 30)
+            }
+        );
+        // The setup script: no limit.
+        assert_eq!(cg.resolve(None), Limits::default());
+    }
+
+    #[test]
     fn modes_parse() {
         assert_eq!("auto".parse::<Mode>(), Ok(Mode::Auto));
         assert_eq!("off".parse::<Mode>(), Ok(Mode::Off));
@@ -555,7 +830,7 @@ mod tests {
             eprintln!("skipped: cannot create a cgroup under {}", mount.display());
             return;
         }
-        let (_dir, events, _stat) = open_parts(&path).unwrap();
+        let (_dir, events, ..) = open_parts(&path, false, false).unwrap();
         let populated = || {
             let mut buf = [0u8; 256];
             has_line(read_fresh(&events, &mut buf).unwrap(), b"populated 1")

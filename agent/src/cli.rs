@@ -74,9 +74,10 @@ Flags:
                          under PATH, or under the agent's own cgroup when
                          systemd delegated it (auto); off: kill by session
                          [default: auto]
-  --pids-max N           pids.max of each command's cgroup under
-                         --cgroup PATH, where the pids controller is
-                         available to PATH; 0: no limit [default: 4096]
+  --pids-max N           Each command's pids.max (without the controller:
+                         RLIMIT_NPROC if not root); 0: none [default: 4096]
+  --memory-max MIB       Each command's memory.max, and the most a request
+                         gets; 0: none [default: RAM - max(256 MiB, RAM/8)]
   --addr-file PATH       After binding, write the bound address here
   --shutdown-grace SECS  On SIGTERM, time running commands get before they
                          are killed [default: 10]
@@ -149,7 +150,8 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
         shutdown_grace: Duration::from_secs(10),
         output_budget: 256 * 1024 * 1024,
         cgroup: crate::cgroup::Mode::Auto,
-        pids_max: Some(4096),
+        pids_max: Some(lab_agent_proto::exec::DEFAULT_MAX_PIDS),
+        memory_max: None,
     };
     let mut cloud_init_dir: PathBuf = guest::CLOUD_INIT_DIR.into();
     let mut no_cloud_init = false;
@@ -172,7 +174,17 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
             }
             "--cgroup" => c.cgroup = args.value(&flag, USAGE)?,
             "--pids-max" => {
-                c.pids_max = Some(args.number(&flag, 0, 1 << 22, USAGE)?).filter(|&n| n > 0);
+                c.pids_max = Some(args.number(&flag, 0, 1 << 22, USAGE)? as u32).filter(|&n| n > 0);
+            }
+            "--memory-max" => {
+                let mib = args.number(&flag, 0, 1 << 30, USAGE)?;
+                if (1..16).contains(&mib) {
+                    return Err(UsageError {
+                        message: "`--memory-max` under 16 (MiB) is less than a login shell needs: give at least 16, or 0 for no limit".into(),
+                        usage: USAGE,
+                    });
+                }
+                c.memory_max = Some((mib > 0).then_some(mib << 20));
             }
             _ => return Err(args.unknown(&flag, USAGE)),
         }

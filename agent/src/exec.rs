@@ -10,6 +10,7 @@ use crate::identity::Identity;
 use crate::process::{self, Cwd, Script, ShellCommand, Stdio};
 use hyper::StatusCode;
 use hyper::body::Incoming;
+use lab_agent_proto::exec::{LIMIT_MEMORY, LIMIT_PIDS};
 use lab_agent_proto::{ExecRequest, ExecResult, MAX_BODY_BYTES};
 use std::path::Path;
 use std::time::Duration;
@@ -117,6 +118,9 @@ fn respond(r: ExecResult) -> Response {
         stderr,
         stdout_truncated,
         stderr_truncated,
+        limits_hit,
+        max_pids,
+        max_memory_bytes,
     } = r;
     let opt = |v: Option<i32>| v.map_or_else(|| "null".to_owned(), |n| n.to_string());
     let mut body = Body::default();
@@ -129,8 +133,31 @@ fn respond(r: ExecResult) -> Response {
     body.push_bytes(&br#"","stderr":""#[..]);
     body.push_json_str(stderr);
     body.push_bytes(format!(
-        r#"","stdout_truncated":{stdout_truncated},"stderr_truncated":{stderr_truncated}}}"#
+        r#"","stdout_truncated":{stdout_truncated},"stderr_truncated":{stderr_truncated}"#
     ));
+    // Only when a limit was hit (as serde skips them): the usual answer is
+    // unchanged. The names are the agent's own constants: no escaping.
+    for (i, name) in limits_hit.iter().enumerate() {
+        body.push_bytes(if i == 0 {
+            r#","limits_hit":[""#
+        } else {
+            r#"",""#
+        });
+        body.push_bytes(name.clone());
+        if i + 1 == limits_hit.len() {
+            body.push_bytes(r#""]"#);
+        }
+    }
+    // Pieces, not `format!`: its static template is a relocation apiece.
+    if let Some(n) = max_pids {
+        body.push_bytes(r#","max_pids":"#);
+        body.push_bytes(n.to_string());
+    }
+    if let Some(n) = max_memory_bytes {
+        body.push_bytes(r#","max_memory_bytes":"#);
+        body.push_bytes(n.to_string());
+    }
+    body.push_bytes("}");
     json_body(StatusCode::OK, body)
 }
 
@@ -167,6 +194,11 @@ async fn run(
             },
             stdout: Stdio::piped(),
             stderr: Stdio::piped(),
+            leave_running: req.leave_running,
+            limits: Some(crate::cgroup::Limits {
+                pids: req.max_pids.map(u64::from),
+                memory: req.max_memory_bytes,
+            }),
         },
         &app.jobs,
     )
@@ -226,6 +258,19 @@ async fn run(
     };
     let exit =
         exit.map_err(|e| ApiError::Internal(format!("failed to wait for the command: {e}")))?;
+    // Read before the cgroup goes back to the pool; with the values, so a
+    // report can say which limit (a timed-out bomb hit pids.max too).
+    let (mut limits_hit, mut max_pids, mut max_memory_bytes) = (Vec::new(), None, None);
+    if let Some((hit, limits)) = job.limits_hit() {
+        if hit.pids {
+            limits_hit.push(LIMIT_PIDS.to_owned());
+            max_pids = limits.pids.map(|n| n as u32);
+        }
+        if hit.memory {
+            limits_hit.push(LIMIT_MEMORY.to_owned());
+            max_memory_bytes = limits.memory;
+        }
+    }
     drop(job);
     // This command's cgroup goes back into the pool (or a new one is
     // made) while the answer is sent.
@@ -240,6 +285,9 @@ async fn run(
         stderr_truncated: err.truncated(),
         stdout: out.into_string(),
         stderr: err.into_string(),
+        limits_hit,
+        max_pids,
+        max_memory_bytes,
     };
     Ok((result, held))
 }
@@ -296,6 +344,9 @@ mod tests {
                 stderr: String::new(),
                 stdout_truncated: false,
                 stderr_truncated: false,
+                limits_hit: Vec::new(),
+                max_pids: None,
+                max_memory_bytes: None,
             },
             ExecResult {
                 exit_code: None,
@@ -306,6 +357,22 @@ mod tests {
                 stderr: "\u{fffd}".into(),
                 stdout_truncated: true,
                 stderr_truncated: true,
+                limits_hit: vec![LIMIT_PIDS.into(), LIMIT_MEMORY.into()],
+                max_pids: Some(4096),
+                max_memory_bytes: Some(1 << 30),
+            },
+            ExecResult {
+                exit_code: Some(1),
+                signal: None,
+                timed_out: false,
+                duration_ms: 5,
+                stdout: String::new(),
+                stderr: "fork: retry".into(),
+                stdout_truncated: false,
+                stderr_truncated: false,
+                limits_hit: vec![LIMIT_PIDS.into()],
+                max_pids: Some(20),
+                max_memory_bytes: None,
             },
             ExecResult {
                 exit_code: Some(-1),
@@ -316,6 +383,9 @@ mod tests {
                 stderr: String::new(),
                 stdout_truncated: false,
                 stderr_truncated: false,
+                limits_hit: Vec::new(),
+                max_pids: None,
+                max_memory_bytes: None,
             },
         ];
         for r in results {

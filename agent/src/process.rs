@@ -7,7 +7,7 @@
 //! Both `/v1/exec` and the setup script run through here, so they share one
 //! notion of "login shell", "clean environment" and "kill everything".
 
-use crate::cgroup::{Cgroups, ExecCgroup};
+use crate::cgroup::{Cgroups, ExecCgroup, Hit, Limits};
 use crate::identity::Identity;
 use crate::spawn::{self, Spec};
 use lab_agent_proto::Profile;
@@ -24,6 +24,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
@@ -100,6 +101,13 @@ pub struct ShellCommand<'a> {
     pub stdin: Stdio,
     pub stdout: Stdio,
     pub stderr: Stdio,
+    /// Keep what the command leaves running once its shell exits (the setup
+    /// script, whose services are its job; a request that asks). Otherwise
+    /// it is killed before the answer.
+    pub leave_running: bool,
+    /// The limits it asks for (`None` in a field: the agent's default);
+    /// `None`: no limit at all (the setup script, the lab author's own).
+    pub limits: Option<Limits>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -152,6 +160,9 @@ pub struct Jobs {
     /// A handful at most (`--max-execs`).
     running: Arc<Mutex<Vec<Running>>>,
     cgroups: Option<Arc<Cgroups>>,
+    /// `--pids-max`: where no cgroup enforces it, `RLIMIT_NPROC` of a
+    /// non-root command.
+    pids_default: Option<u64>,
 }
 
 /// A running command: its process group, and its cgroup if it has one.
@@ -159,10 +170,11 @@ type Running = (i32, Option<PathBuf>);
 
 impl Jobs {
     /// Commands started through these jobs each get their own cgroup.
-    pub fn with_cgroups(cgroups: Option<Arc<Cgroups>>) -> Jobs {
+    pub fn with_cgroups(cgroups: Option<Arc<Cgroups>>, pids_default: Option<u64>) -> Jobs {
         Jobs {
             running: Arc::default(),
             cgroups,
+            pids_default,
         }
     }
 
@@ -226,6 +238,8 @@ pub struct Job {
     exit: Option<AsyncFd<OwnedFd>>,
     /// The command's own cgroup; `None`: contained by session instead.
     cgroup: Option<ExecCgroup>,
+    /// Whether what the shell leaves running is kept ([`ShellCommand`]).
+    leave_running: bool,
     /// Set once reaped.
     status: Option<ExitStatus>,
     pub stdin: Option<pipe::Sender>,
@@ -364,13 +378,20 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
     let envp_r: Vec<&CStr> = envp.iter().map(CString::as_c_str).collect();
     // A cgroup of its own where the agent has a subtree; without one (or
     // when it cannot be made) the command is contained by session instead.
-    let cgroup = jobs.cgroups.as_ref().and_then(|cg| match cg.take() {
+    let cgroup = jobs.cgroups.as_ref().and_then(|cg| match cg.take(cg.resolve(cmd.limits)) {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(error = %e, "failed to create a cgroup for the command: killing it by session");
             None
         }
     });
+    // Where no cgroup counts the command's processes: `RLIMIT_NPROC`, which
+    // counts all of the user's (root ignores it: CAP_SYS_RESOURCE).
+    let by_cgroup = cgroup.is_some() && jobs.cgroups.as_ref().is_some_and(|c| c.enforces().pids);
+    let nproc = match cmd.limits {
+        Some(l) if !by_cgroup && !id.uid.is_root() => l.pids.or(jobs.pids_default),
+        _ => None,
+    };
     let spec = Spec {
         argv: &argv_r,
         envp: &envp_r,
@@ -383,6 +404,8 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
         cwd: &cwd_c,
         cwd_fallback: cwd_is_default.then_some(c"/" as &CStr),
         cgroup: cgroup.as_ref().map(ExecCgroup::dir),
+        nproc,
+        oom_reset: OOM_RESET.load(Ordering::Relaxed),
     };
     let started = Instant::now();
     let spawned = spawn::spawn(&spec);
@@ -424,6 +447,7 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
         pid,
         exit,
         cgroup,
+        leave_running: cmd.leave_running,
         status: None,
         stdin: None,
         stdout: None,
@@ -508,13 +532,22 @@ impl Job {
     /// Waits for the shell to exit. When `timeout` expires the whole group
     /// gets SIGTERM, then SIGKILL once `grace` has passed; processes that
     /// ignore SIGTERM or that the shell left behind are killed as well.
+    /// When the shell exits by itself, what it left is killed too unless
+    /// the command asked to leave it running.
     pub async fn wait(&mut self, timeout: Duration, grace: Duration) -> io::Result<Exit> {
         match tokio::time::timeout(timeout, self.wait_exit()).await {
-            Ok(status) => Ok(Exit {
-                status: status?,
-                timed_out: false,
-                duration: self.started.elapsed(),
-            }),
+            Ok(status) => {
+                let status = status?;
+                let duration = self.started.elapsed();
+                if !self.leave_running {
+                    self.kill_leftovers().await;
+                }
+                Ok(Exit {
+                    status,
+                    timed_out: false,
+                    duration,
+                })
+            }
             Err(_) => {
                 let status = self.terminate(grace).await?;
                 Ok(Exit {
@@ -601,6 +634,72 @@ impl Job {
     pub fn contained_by_cgroup(&self) -> bool {
         self.cgroup.is_some()
     }
+
+    /// SIGKILL, no grace, to what the exited shell left: the command is
+    /// over, and what it started in the background (a fork bomb, a
+    /// spinner, a forgotten server) must not outlive it and take the VM.
+    /// With a cgroup, one `cgroup.events` read when nothing was left (the
+    /// common case); without one, a `/proc` walk, which misses what left
+    /// the session and lost its parent (see [`session_members`]).
+    async fn kill_leftovers(&mut self) {
+        if let Some(cg) = &self.cgroup {
+            if !cg.populated() {
+                return;
+            }
+            cg.kill();
+        } else {
+            let left = session_members(self.pid).await;
+            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+            if left.is_empty() {
+                return;
+            }
+            for pid in left {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        let settle = tokio::time::Instant::now() + KILL_SETTLE;
+        while tokio::time::Instant::now() < settle && self.anything_left().await {
+            tokio::time::sleep(GROUP_POLL).await;
+        }
+    }
+
+    /// Which limits the command hit, with the limits its cgroup had;
+    /// `None` without a cgroup (then nothing counts them).
+    pub fn limits_hit(&self) -> Option<(Hit, Limits)> {
+        let cg = self.cgroup.as_ref()?;
+        Some((cg.limits_hit(), cg.limits()))
+    }
+}
+
+/// Set when the agent's own `oom_score_adj` is not 0 (lowered by
+/// [`protect_from_oom`], or inherited): every command's child then sets its
+/// own back to 0 before exec. Not unconditionally: three system calls per
+/// exec that a guest where the agent runs at 0 does not need.
+static OOM_RESET: AtomicBool = AtomicBool::new(false);
+
+/// The agent's own `oom_score_adj`: -900. When the guest runs out of
+/// memory the kernel kills the process with the highest badness (its share
+/// of memory, shifted by this value in thousandths of the total): at -900
+/// the agent, a few MiB, is never picked while a command holds more than
+/// ~10 % less of the guest than it would need to outrank it — the hog goes
+/// first. Not -1000 (never killed): an agent that itself leaked without
+/// bound must still be killable, and systemd restarts it. Its children get
+/// 0 back (in [`crate::spawn`]), or they would inherit the protection.
+///
+/// The agent is the one owner (not the unit's `OOMScoreAdjust=`): it runs
+/// outside systemd too (`labctl try`, tests), and the lowering is only safe
+/// paired with the reset that only the agent's spawn can do.
+pub const AGENT_OOM_SCORE_ADJ: i32 = -900;
+
+/// Lowers the agent's own `oom_score_adj`. Needs `CAP_SYS_RESOURCE`
+/// (root); otherwise the error says what is not protected. Either way the
+/// commands start at 0 if the agent is not at 0.
+pub fn protect_from_oom() -> io::Result<()> {
+    const FILE: &str = "/proc/self/oom_score_adj";
+    let lowered = std::fs::write(FILE, AGENT_OOM_SCORE_ADJ.to_string());
+    let own = std::fs::read_to_string(FILE).unwrap_or_default();
+    OOM_RESET.store(own.trim() != "0", Ordering::Relaxed);
+    lowered
 }
 
 /// The exit status of `pid` if it has exited (and reaps it).
@@ -706,6 +805,7 @@ impl Drop for Job {
             pid: self.pid,
             exit: self.exit.take(),
             cgroup: self.cgroup.take(),
+            leave_running: false,
             status: None,
             stdin: None,
             stdout: None,
@@ -763,6 +863,8 @@ mod tests {
                 stdin: Stdio::null(),
                 stdout: Stdio::piped(),
                 stderr: Stdio::piped(),
+                leave_running: false,
+                limits: Some(Limits::default()),
             },
             &Jobs::default(),
         )?;

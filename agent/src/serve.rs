@@ -31,8 +31,12 @@ pub struct ServeConfig {
     /// Bytes of command output held at once (see [`crate::budget`]).
     pub output_budget: u64,
     pub cgroup: crate::cgroup::Mode,
-    /// `pids.max` per exec cgroup; `None`: no limit.
-    pub pids_max: Option<u64>,
+    /// `pids.max` per exec cgroup (where no cgroup enforces it,
+    /// `RLIMIT_NPROC` of a non-root command); `None`: no limit.
+    pub pids_max: Option<u32>,
+    /// `memory.max` per exec cgroup: `None` is auto (the guest's memory
+    /// less a reserve, see `cgroup::default_memory`), `Some(None)` no limit.
+    pub memory_max: Option<Option<u64>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,27 +91,36 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
 
     let (shutting_down, shutdown_rx) = watch::channel(false);
-    let cgroups = match crate::cgroup::Cgroups::setup(&cfg.cgroup, cfg.pids_max)? {
+    // Before the first command: the OOM killer must pick a runaway, not
+    // the agent (see `process::AGENT_OOM_SCORE_ADJ`).
+    let oom_protected = crate::process::protect_from_oom().is_ok();
+    let defaults = crate::cgroup::Limits {
+        pids: cfg.pids_max.map(u64::from),
+        memory: cfg.memory_max.flatten(),
+    };
+    let cgroups = crate::cgroup::Cgroups::setup(&cfg.cgroup, defaults, cfg.memory_max.is_none())?;
+    // Said once, at start: what contains a command here, and what not.
+    match &cgroups {
         Ok(cg) => {
+            let (on, d) = (cg.enforces(), cg.defaults());
             tracing::info!(
                 root = %cg.root().display(),
-                pids_max = cg.pids_max().unwrap_or(0),
-                "each command runs in a cgroup of its own"
+                pids_max = d.pids.filter(|_| on.pids).unwrap_or(0),
+                memory_max = d.memory.filter(|_| on.memory).unwrap_or(0),
+                oom_protected,
+                "each command runs in a cgroup of its own; a limit of 0: no controller (needs DelegateSubgroup=, systemd >= 254), so no memory limit and RLIMIT_NPROC for non-root commands only"
             );
-            Some(Arc::new(cg))
         }
-        Err(why) => {
-            tracing::info!(
-                reason = %why,
-                "no cgroup: commands are killed by session, which misses what leaves it and loses its parent (setsid -f, double forks)"
-            );
-            None
-        }
-    };
+        Err(why) => tracing::info!(
+            reason = %why,
+            "no cgroup: commands are killed by session, which misses what leaves it and loses its parent (setsid, double forks); no memory limit, RLIMIT_NPROC for non-root commands only"
+        ),
+    }
+    let cgroups = cgroups.ok().map(Arc::new);
     if let Some(cg) = &cgroups {
         cg.prepare();
     }
-    let jobs = Jobs::with_cgroups(cgroups);
+    let jobs = Jobs::with_cgroups(cgroups, defaults.pids);
     let app = Arc::new(App {
         token,
         readiness: Readiness::new(ReadinessConfig {
@@ -176,8 +189,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
 ///
 /// The cgroupfs calls here block the runtime's one thread (the agent has
 /// no blocking pool: binary size). In steady state they are two small
-/// reads per exec (`cgroup.events`, `cgroup.stat`, plus a `pids.max`
-/// write with `--pids-max`), a few µs; a `mkdir` only when execs overlap
+/// reads per exec (`cgroup.events`, `cgroup.stat`, plus the limits'
+/// event files and writes where the controllers are on), a few µs; a `mkdir` only when execs overlap
 /// or come faster than the sweep, an `rmdir` only for a cgroup the pool
 /// has no room for, and one read per kept cgroup every 10 s.
 async fn housekeeping(app: Arc<App>) {

@@ -161,6 +161,10 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
             stdin: Stdio::null(),
             stdout: Stdio::from(writer),
             stderr: Stdio::from(writer_err),
+            // Starting services is what a setup script is for: what it
+            // leaves running stays, without per-command limits.
+            leave_running: true,
+            limits: None,
         },
         jobs,
     );

@@ -56,6 +56,11 @@ pub struct Spec<'a> {
     pub cwd_fallback: Option<&'a CStr>,
     /// A cgroup v2 directory to start the child in.
     pub cgroup: Option<BorrowedFd<'a>>,
+    /// `RLIMIT_NPROC` (soft and hard) for the child, set before the user
+    /// switch (so `setuid` already checks it).
+    pub nproc: Option<u64>,
+    /// Set the child's `oom_score_adj` back to 0 (the agent lowered its own).
+    pub oom_reset: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +89,8 @@ struct Shared {
     ids: Option<(*const libc::gid_t, usize, libc::gid_t, libc::uid_t)>,
     cwd: *const c_char,
     cwd_fallback: *const c_char,
+    nproc: Option<u64>,
+    oom_reset: bool,
     errno: c_int,
 }
 
@@ -154,6 +161,8 @@ pub fn spawn(spec: &Spec<'_>) -> io::Result<Spawned> {
             .map(|i| (i.groups.as_ptr(), i.groups.len(), i.gid, i.uid)),
         cwd: spec.cwd.as_ptr(),
         cwd_fallback: spec.cwd_fallback.map_or(std::ptr::null(), |c| c.as_ptr()),
+        nproc: spec.nproc,
+        oom_reset: spec.oom_reset,
         errno: 0,
     };
     let mut stack = MaybeUninit::<[u8; STACK]>::uninit();
@@ -393,6 +402,38 @@ fn setup_and_exec(s: &Shared) -> c_int {
         // whole tree, and the command has no controlling terminal.
         if libc::syscall(libc::SYS_setsid) < 0 {
             return fail();
+        }
+        // Back to the normal OOM badness, before the user switch (our own
+        // /proc file, writable while we are root). Errors are ignored: the
+        // only ones are no /proc or no permission (an agent not run as
+        // root, which could not lower its own either), and a command must
+        // not fail for it — it then keeps the agent's value, as before.
+        if s.oom_reset {
+            let fd = libc::syscall(
+                libc::SYS_openat,
+                libc::AT_FDCWD as c_long,
+                c"/proc/self/oom_score_adj".as_ptr(),
+                (libc::O_WRONLY | libc::O_CLOEXEC) as c_long,
+            );
+            if fd >= 0 {
+                libc::syscall(libc::SYS_write, fd, c"0".as_ptr(), 1 as c_long);
+                libc::syscall(libc::SYS_close, fd);
+            }
+        }
+        // Before setuid: the kernel then marks a user already over it, and
+        // the exec fails (EAGAIN) instead of starting one more.
+        if let Some(n) = s.nproc {
+            let lim = [n, n];
+            if libc::syscall(
+                libc::SYS_prlimit64,
+                0 as c_long,
+                libc::RLIMIT_NPROC as c_long,
+                lim.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+            ) != 0
+            {
+                return fail();
+            }
         }
         if let Some((groups, n, gid, uid)) = s.ids
             && (libc::syscall(libc::SYS_setgroups, n as c_long, groups) != 0

@@ -107,6 +107,16 @@ pub struct CheckResult {
     pub fail_message: Option<String>,
     /// Why the check could not run, present only for `status: error`.
     pub error: Option<String>,
+    /// The limits the check ran into (`pids`, `memory`); left out of the
+    /// JSON when empty. Its status stays `failed` (the exit code decides),
+    /// but a report says the limit rather than blame the student's work.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits_hit: Vec<String>,
+    /// The values of the limits it hit, where the agent sent them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pids: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_bytes: Option<u64>,
     /// For an error: what may help, for people (not in the JSON).
     #[serde(skip)]
     pub hint: Option<String>,
@@ -130,8 +140,30 @@ impl CheckResult {
             duration_ms: 0,
             fail_message: None,
             error: Some(error.into()),
+            limits_hit: Vec::new(),
+            max_pids: None,
+            max_memory_bytes: None,
             hint: None,
         }
+    }
+
+    /// What a person reads about the limits it hit: `hit its process limit
+    /// (pids.max 4096)`; `None` when it hit none.
+    pub fn limits_text(&self) -> Option<String> {
+        lab_agent_proto::ExecResult {
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            duration_ms: 0,
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            limits_hit: self.limits_hit.clone(),
+            max_pids: self.max_pids,
+            max_memory_bytes: self.max_memory_bytes,
+        }
+        .limits_text()
     }
 }
 
@@ -200,6 +232,9 @@ impl Client {
                 check.fail_message.clone()
             },
             error: None,
+            limits_hit: r.limits_hit,
+            max_pids: r.max_pids,
+            max_memory_bytes: r.max_memory_bytes,
             hint: None,
         })
     }
@@ -231,7 +266,10 @@ pub fn check_request(check: &Check, guest_lab_dir: &str) -> ExecRequest {
         .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
         .timeout_secs(check.timeout_secs)
         .max_output_bytes(check.max_output_bytes)
-        .profile(check.profile);
+        .profile(check.profile)
+        .leave_running(check.leave_running)
+        .max_pids(check.max_pids)
+        .max_memory_bytes(check.max_memory_bytes);
     for (key, value) in &check.env {
         req = req.env(key, value);
     }
@@ -300,6 +338,40 @@ max_output_bytes = 100
         .unwrap();
         let a = check_request(&lab.checks[0], "/opt/lab");
         assert_eq!(a.profile, lab_agent_proto::Profile::System);
+        assert!(!a.leave_running && a.max_pids.is_none() && a.max_memory_bytes.is_none());
+        let lab = Lab::parse(
+            "name = \"l\"\n[[checks]]\nname = \"a\"\nrun = \"id\"\nleave_running = true\nmax_pids = 50\nmax_memory_bytes = 33554432\n",
+            "/labs/l",
+        )
+        .unwrap();
+        let a = check_request(&lab.checks[0], "/opt/lab");
+        assert!(a.leave_running);
+        assert_eq!((a.max_pids, a.max_memory_bytes), (Some(50), Some(32 << 20)));
+    }
+
+    #[test]
+    fn a_limit_hit_is_in_the_json_only_when_there_is_one() {
+        let mut b = result("b", CheckStatus::Failed, 1);
+        let text = serde_json::to_string(&b).unwrap();
+        assert!(!text.contains("limits_hit"), "{text}");
+        assert_eq!(b.limits_text(), None);
+        b.limits_hit = vec!["pids".into()];
+        b.max_pids = Some(4096);
+        let text = serde_json::to_string(&b).unwrap();
+        assert!(
+            text.contains(r#""limits_hit":["pids"],"max_pids":4096"#),
+            "{text}"
+        );
+        assert_eq!(
+            b.limits_text().unwrap(),
+            "hit its process limit (pids.max 4096)"
+        );
+        assert_eq!(
+            serde_json::from_str::<CheckResult>(&text)
+                .unwrap()
+                .limits_hit,
+            b.limits_hit
+        );
     }
 
     fn result(name: &str, status: CheckStatus, points: u32) -> CheckResult {

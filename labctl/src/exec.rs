@@ -30,6 +30,10 @@ pub struct ExecArgs {
     /// `system` (only /etc/profile and what it sources) or `none`
     #[arg(long, value_name = "PROFILE", default_value = "login")]
     pub profile: lab_agent_proto::Profile,
+    /// Keep what the command leaves running after it exits (a server);
+    /// by default it is killed with the command
+    #[arg(long)]
+    pub leave_running: bool,
     /// The command; its words are joined with spaces and run by
     /// `bash --login -c`, as `ssh` does
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -55,7 +59,8 @@ impl Config {
         let mut request = ExecRequest::new(command)
             .user(args.user.clone())
             .timeout_secs(args.timeout)
-            .profile(args.profile);
+            .profile(args.profile)
+            .leave_running(args.leave_running);
         if let Some(cwd) = &args.cwd {
             request = request.cwd(cwd.clone());
         }
@@ -112,6 +117,9 @@ pub fn run(args: &ExecArgs) -> Result<Exit, Failure> {
             "warning: the command ran past `--timeout {}` and was killed",
             config.request.timeout_secs
         );
+    }
+    if let Some(limits) = result.limits_text() {
+        eprintln!("warning: the command {limits}");
     }
     let status = result.shell_status().clamp(0, 255) as u8;
     Ok(Exit::Command(status))

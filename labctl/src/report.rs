@@ -69,6 +69,12 @@ pub fn check(c: &CheckResult, style: Style) -> String {
         (false, None, None) => "no exit code".to_owned(),
     };
     let _ = writeln!(out, "{pad}{}", style.paint("2", &status));
+    // A runaway's failure says so: the limit and its value, so nobody reads
+    // "fork: Resource temporarily unavailable" as the student's mistake.
+    if let Some(limits) = c.limits_text() {
+        let line = format!("the check {limits}: it was stopped by the agent's limit");
+        let _ = writeln!(out, "{pad}{}", style.paint("1;33", &line));
+    }
     for (name, text, cut) in [
         ("stdout", &c.stdout, c.stdout_truncated),
         ("stderr", &c.stderr, c.stderr_truncated),
@@ -230,6 +236,24 @@ hello-lab: 1 of 2 checks passed, score 1/2
         let mut t = result("t", CheckStatus::Failed);
         t.timed_out = true;
         assert!(check(&t, Style { color: false }).contains("timed out"));
+    }
+
+    #[test]
+    fn a_limit_hit_is_named_with_its_value() {
+        let mut c = result("bomb", CheckStatus::Failed);
+        c.exit_code = Some(254);
+        c.limits_hit = vec!["pids".into(), "memory".into()];
+        c.max_pids = Some(4096);
+        c.max_memory_bytes = Some(512 << 20);
+        let text = check(&c, Style { color: false });
+        assert!(text.contains("exit code 254"), "{text}");
+        assert!(
+            text.contains("the check hit its process limit (pids.max 4096) and its memory limit (memory.max 512 MiB)"),
+            "{text}"
+        );
+        assert!(
+            !check(&result("ok", CheckStatus::Failed), Style { color: false }).contains("limit")
+        );
     }
 
     #[test]

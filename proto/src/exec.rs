@@ -17,6 +17,24 @@ pub const MAX_OUTPUT_BYTES_CAP: u64 = 16 * 1024 * 1024;
 pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
 /// Default user commands run as.
 pub const DEFAULT_USER: &str = "root";
+/// Largest `max_pids` a request may ask for: half of the smallest default
+/// `pid_max` (32768, what the kernel picks on a VM with few vCPUs), so even
+/// a command at the maximum leaves the other half to the rest of the guest
+/// (systemd, sshd, the agent's next command).
+pub const MAX_PIDS: u32 = 16_384;
+/// The agent's `pids.max` per command unless told otherwise (`lab-agent
+/// serve --pids-max`; the argument is in SECURITY.md): far above what a
+/// real check starts (a build with `make -j`, a kubeadm phase: hundreds),
+/// and low enough that a fork bomb stops at it within milliseconds while
+/// the guest still has processes to spare.
+pub const DEFAULT_MAX_PIDS: u32 = 4096;
+/// Smallest `max_memory_bytes` a request may ask for: a login shell alone
+/// takes a few MiB, and a limit below that fails every command for a reason
+/// that has nothing to do with it.
+pub const MIN_MEMORY_BYTES: u64 = 16 * 1024 * 1024;
+/// The values of [`ExecResult::limits_hit`].
+pub const LIMIT_PIDS: &str = "pids";
+pub const LIMIT_MEMORY: &str = "memory";
 
 /// A command to run. Only `command` is required; unknown fields are rejected
 /// so that a typo in a backend (`timeout` for `timeout_secs`) is an error,
@@ -47,6 +65,29 @@ pub struct ExecRequest {
     /// the default, so a request stays readable by agents that predate it.
     #[serde(default, skip_serializing_if = "Profile::is_login")]
     pub profile: Profile,
+    /// Keep what the command leaves running after its shell exits (a server
+    /// a lab needs). By default it is killed with the command. What is left
+    /// stays in the command's cgroup, under its limits; a timeout or an
+    /// abandoned request kills it either way. Sent only when true, so a
+    /// request stays readable by agents that predate it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub leave_running: bool,
+    /// The command's process limit (`pids.max` of its cgroup), 1 to
+    /// [`MAX_PIDS`]; `None`: the agent's default. Enforced where the guest
+    /// delegates the pids controller (else `RLIMIT_NPROC` for a non-root
+    /// user, see SECURITY.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pids: Option<u32>,
+    /// The command's memory limit (`memory.max` of its cgroup), at least
+    /// [`MIN_MEMORY_BYTES`]; `None`: the agent's default, which is also the
+    /// most it gives (a larger value gets the default). Enforced where the
+    /// guest delegates the memory controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_bytes: Option<u64>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Which startup files the shell reads before the command.
@@ -158,6 +199,9 @@ impl ExecRequest {
             stdin: None,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             profile: Profile::Login,
+            leave_running: false,
+            max_pids: None,
+            max_memory_bytes: None,
         }
     }
 
@@ -200,6 +244,18 @@ impl ExecRequest {
                 self.max_output_bytes
             ));
         }
+        if let Some(n) = self.max_pids
+            && !(1..=MAX_PIDS).contains(&n)
+        {
+            return bad(format!("max_pids is {n}: use 1 to {MAX_PIDS}"));
+        }
+        if let Some(b) = self.max_memory_bytes
+            && b < MIN_MEMORY_BYTES
+        {
+            return bad(format!(
+                "max_memory_bytes is {b}: use at least {MIN_MEMORY_BYTES} (16 MiB); a login shell alone needs a few MiB"
+            ));
+        }
         Ok(())
     }
 
@@ -237,6 +293,21 @@ impl ExecRequest {
         self.max_output_bytes = bytes;
         self
     }
+
+    pub fn leave_running(mut self, leave: bool) -> Self {
+        self.leave_running = leave;
+        self
+    }
+
+    pub fn max_pids(mut self, n: Option<u32>) -> Self {
+        self.max_pids = n;
+        self
+    }
+
+    pub fn max_memory_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.max_memory_bytes = bytes;
+        self
+    }
 }
 
 /// What happened to a command.
@@ -254,12 +325,52 @@ pub struct ExecResult {
     pub stderr: String,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    /// The limits the command ran into: [`LIMIT_PIDS`] (a fork failed at
+    /// `pids.max`), [`LIMIT_MEMORY`] (the OOM killer ran in its cgroup).
+    /// Left out of the JSON when empty; an older agent never sends it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits_hit: Vec<String>,
+    /// The command's `pids.max` and `memory.max`, sent with `limits_hit`
+    /// (so a report can say which value was hit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pids: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_bytes: Option<u64>,
 }
 
 impl ExecResult {
     /// True when the command exited by itself with status 0.
     pub fn success(&self) -> bool {
         self.exit_code == Some(0) && !self.timed_out
+    }
+
+    /// What a person reads about the limits the command hit, with their
+    /// values where the agent sent them: `hit its process limit (pids.max
+    /// 4096)`. `None` when it hit none.
+    pub fn limits_text(&self) -> Option<String> {
+        if self.limits_hit.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .limits_hit
+            .iter()
+            .map(|l| match l.as_str() {
+                LIMIT_PIDS => match self.max_pids {
+                    Some(n) => format!("its process limit (pids.max {n})"),
+                    None => "its process limit".into(),
+                },
+                LIMIT_MEMORY => match self.max_memory_bytes {
+                    Some(b) => format!("its memory limit (memory.max {} MiB)", b >> 20),
+                    None => "its memory limit".into(),
+                },
+                // A newer agent's limit: named, escaped, cut.
+                other => format!(
+                    "its `{}` limit",
+                    other.escape_debug().take(32).collect::<String>()
+                ),
+            })
+            .collect();
+        Some(format!("hit {}", parts.join(" and ")))
     }
 
     /// The status a shell would report: the exit code, or 128 + signal.
@@ -345,6 +456,80 @@ mod tests {
     }
 
     #[test]
+    fn runaway_fields_default_off_and_stay_off_the_wire() {
+        let r: ExecRequest = serde_json::from_str(r#"{"command":"true"}"#).unwrap();
+        assert!(!r.leave_running);
+        assert_eq!((r.max_pids, r.max_memory_bytes), (None, None));
+        // Defaults are not sent: an older agent (deny_unknown_fields) still
+        // takes the request.
+        let text = serde_json::to_string(&r).unwrap();
+        for key in ["leave_running", "max_pids", "max_memory_bytes"] {
+            assert!(!text.contains(key), "{text}");
+        }
+        let r = ExecRequest::new("x")
+            .leave_running(true)
+            .max_pids(Some(100))
+            .max_memory_bytes(Some(1 << 30));
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""leave_running":true"#), "{text}");
+        assert!(text.contains(r#""max_pids":100"#), "{text}");
+        assert!(text.contains(r#""max_memory_bytes":1073741824"#), "{text}");
+        let back: ExecRequest = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+        let err = serde_json::from_str::<ExecRequest>(r#"{"command":"x","max_pids":-1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid value"), "{err}");
+    }
+
+    #[test]
+    fn limits_are_validated_with_their_range() {
+        let msg = |r: ExecRequest| r.validate().unwrap_err().to_string();
+        assert!(msg(ExecRequest::new("x").max_pids(Some(0))).contains("use 1 to 16384"));
+        assert!(msg(ExecRequest::new("x").max_pids(Some(MAX_PIDS + 1))).contains("max_pids"));
+        assert!(
+            ExecRequest::new("x")
+                .max_pids(Some(MAX_PIDS))
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            msg(ExecRequest::new("x").max_memory_bytes(Some(MIN_MEMORY_BYTES - 1)))
+                .contains("at least 16777216")
+        );
+        assert!(
+            ExecRequest::new("x")
+                .max_memory_bytes(Some(MIN_MEMORY_BYTES))
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn limits_hit_is_omitted_when_empty_and_read_when_present() {
+        let mut r: ExecResult = serde_json::from_str(
+            r#"{"exit_code":0,"signal":null,"timed_out":false,"duration_ms":1,"stdout":"","stderr":"","stdout_truncated":false,"stderr_truncated":false}"#,
+        )
+        .unwrap();
+        assert!(r.limits_hit.is_empty());
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(
+            !text.contains("limits_hit") && !text.contains("max_"),
+            "{text}"
+        );
+        r.limits_hit = vec![LIMIT_PIDS.into(), LIMIT_MEMORY.into()];
+        r.max_pids = Some(4096);
+        r.max_memory_bytes = Some(1 << 30);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""limits_hit":["pids","memory"]"#), "{text}");
+        assert_eq!(serde_json::from_str::<ExecResult>(&text).unwrap(), r);
+        assert_eq!(
+            r.limits_text().unwrap(),
+            "hit its process limit (pids.max 4096) and its memory limit (memory.max 1024 MiB)"
+        );
+    }
+
+    #[test]
     fn shell_status_follows_shell_convention() {
         let mut r = ExecResult {
             exit_code: Some(3),
@@ -355,6 +540,9 @@ mod tests {
             stderr: String::new(),
             stdout_truncated: false,
             stderr_truncated: false,
+            limits_hit: Vec::new(),
+            max_pids: None,
+            max_memory_bytes: None,
         };
         assert_eq!(r.shell_status(), 3);
         assert!(!r.success());

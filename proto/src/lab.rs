@@ -9,7 +9,7 @@
 //! `lab.toml` open in an editor. The authors' reference of every key is
 //! `docs/lab-toml.md`; keep the two in step.
 
-use crate::exec::Profile;
+use crate::exec::{DEFAULT_MAX_PIDS, MAX_PIDS, MIN_MEMORY_BYTES, Profile};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -43,6 +43,11 @@ pub struct Lab {
     pub checks: Vec<Check>,
     /// The top-level `profile`: what a check without its own uses.
     pub profile: Profile,
+    /// The top-level `leave_running`, `max_pids` and `max_memory_bytes`:
+    /// what a check without its own uses.
+    pub leave_running: bool,
+    pub max_pids: Option<u32>,
+    pub max_memory_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +87,12 @@ pub struct Check {
     /// Which startup files the check's shell reads: the check's own
     /// `profile`, else the lab's, else `login`.
     pub profile: Profile,
+    /// Keep what the check leaves running after it ends (default: killed
+    /// with it); the check's own, else the lab's, else false.
+    pub leave_running: bool,
+    /// The check's process and memory limits; `None`: the agent's defaults.
+    pub max_pids: Option<u32>,
+    pub max_memory_bytes: Option<u64>,
 }
 
 /// One file of `[files].source`, ready to be shipped to the guest.
@@ -155,6 +166,12 @@ struct RawLab {
     checks: Vec<RawCheck>,
     #[serde(default)]
     profile: Option<Profile>,
+    #[serde(default)]
+    leave_running: Option<bool>,
+    #[serde(default)]
+    max_pids: Option<i64>,
+    #[serde(default)]
+    max_memory_bytes: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -194,6 +211,12 @@ struct RawCheck {
     #[serde(default)]
     max_output_bytes: Option<i64>,
     profile: Option<Profile>,
+    #[serde(default)]
+    leave_running: Option<bool>,
+    #[serde(default)]
+    max_pids: Option<i64>,
+    #[serde(default)]
+    max_memory_bytes: Option<i64>,
 }
 
 impl Lab {
@@ -313,6 +336,15 @@ impl Lab {
                 .ok()
         });
 
+        let lab_pids = limit_pids(&path, "max_pids", raw.max_pids).unwrap_or_else(|e| {
+            check(Err(e));
+            None
+        });
+        let lab_memory = limit_memory(&path, "max_memory_bytes", raw.max_memory_bytes)
+            .unwrap_or_else(|e| {
+                check(Err(e));
+                None
+            });
         let mut seen = HashSet::new();
         let mut checks = Vec::with_capacity(raw.checks.len());
         for (i, c) in raw.checks.into_iter().enumerate() {
@@ -384,6 +416,19 @@ impl Lab {
                     DEFAULT_MAX_OUTPUT_BYTES
                 }
             };
+            let max_pids = limit_pids(&path, &field("max_pids"), c.max_pids)
+                .unwrap_or_else(|e| {
+                    check(Err(e));
+                    None
+                })
+                .or(lab_pids);
+            let max_memory_bytes =
+                limit_memory(&path, &field("max_memory_bytes"), c.max_memory_bytes)
+                    .unwrap_or_else(|e| {
+                        check(Err(e));
+                        None
+                    })
+                    .or(lab_memory);
             if let Some(cwd) = &c.cwd {
                 if !cwd.starts_with('/') {
                     check(Err(invalid(
@@ -412,6 +457,9 @@ impl Lab {
                 stdin: c.stdin,
                 max_output_bytes,
                 profile: c.profile.or(raw.profile).unwrap_or_default(),
+                leave_running: c.leave_running.or(raw.leave_running).unwrap_or(false),
+                max_pids,
+                max_memory_bytes,
             });
         }
 
@@ -425,6 +473,9 @@ impl Lab {
             files,
             checks,
             profile: raw.profile.unwrap_or_default(),
+            leave_running: raw.leave_running.unwrap_or(false),
+            max_pids: lab_pids,
+            max_memory_bytes: lab_memory,
         })
     }
 
@@ -508,6 +559,37 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<LabFile>) -> Result<(), LabError
         }
     }
     Ok(())
+}
+
+/// A `max_pids` key: 1 to [`MAX_PIDS`], as the agent accepts it.
+fn limit_pids(path: &Path, key: &str, v: Option<i64>) -> Result<Option<u32>, LabError> {
+    match v {
+        None => Ok(None),
+        Some(n) if (1..=i64::from(MAX_PIDS)).contains(&n) => Ok(Some(n as u32)),
+        Some(n) => Err(invalid(
+            path,
+            key,
+            format!(
+                "is {n}: use 1 to {MAX_PIDS} processes, or remove the key for the agent's default ({DEFAULT_MAX_PIDS})"
+            ),
+        )),
+    }
+}
+
+/// A `max_memory_bytes` key: at least [`MIN_MEMORY_BYTES`], as the agent
+/// accepts it.
+fn limit_memory(path: &Path, key: &str, v: Option<i64>) -> Result<Option<u64>, LabError> {
+    match v {
+        None => Ok(None),
+        Some(b) if b >= MIN_MEMORY_BYTES as i64 => Ok(Some(b as u64)),
+        Some(b) => Err(invalid(
+            path,
+            key,
+            format!(
+                "is {b}: use at least {MIN_MEMORY_BYTES} bytes (16 MiB), or remove the key for the agent's default (the guest's memory less a reserve)"
+            ),
+        )),
+    }
 }
 
 fn first(mut problems: Vec<LabError>) -> LabError {
@@ -859,6 +941,60 @@ run = "true"
         std::fs::remove_dir_all(&dir).unwrap();
         let err = Lab::load(&dir).unwrap_err().to_string();
         assert!(err.starts_with("failed to read"), "{err}");
+    }
+
+    #[test]
+    fn runaway_keys_per_check_override_the_lab_defaults() {
+        let text = "name = \"p\"\nleave_running = true\nmax_pids = 100\nmax_memory_bytes = 268435456\n\
+            [[checks]]\nname = \"a\"\nrun = \"true\"\n\
+            [[checks]]\nname = \"b\"\nrun = \"true\"\nleave_running = false\nmax_pids = 7\nmax_memory_bytes = 16777216\n";
+        let lab = Lab::parse(text, "/labs/p").unwrap();
+        assert!(lab.leave_running);
+        assert_eq!(
+            (lab.max_pids, lab.max_memory_bytes),
+            (Some(100), Some(256 << 20))
+        );
+        let (a, b) = (&lab.checks[0], &lab.checks[1]);
+        assert!(a.leave_running);
+        assert_eq!(
+            (a.max_pids, a.max_memory_bytes),
+            (Some(100), Some(256 << 20))
+        );
+        assert!(!b.leave_running);
+        assert_eq!((b.max_pids, b.max_memory_bytes), (Some(7), Some(16 << 20)));
+        // Nothing said: killed with the check, the agent's limits.
+        let lab = Lab::parse(
+            "name = \"p\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
+            "/x",
+        )
+        .unwrap();
+        let a = &lab.checks[0];
+        assert!(!a.leave_running);
+        assert_eq!((a.max_pids, a.max_memory_bytes), (None, None));
+        // Out of range: every problem named, with its check and the range.
+        let errs = Lab::parse_all(
+            "name = \"p\"\nmax_pids = 0\n[[checks]]\nname = \"a\"\nrun = \"true\"\nmax_pids = 20000\nmax_memory_bytes = 1024\n",
+            "/x",
+        )
+        .unwrap_err();
+        let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        assert_eq!(text.len(), 3, "{text:?}");
+        assert!(
+            text[0].contains("max_pids") && text[0].contains("is 0: use 1 to 16384"),
+            "{text:?}"
+        );
+        assert!(
+            text[1].contains("check `a`: max_pids") && text[1].contains("is 20000"),
+            "{text:?}"
+        );
+        assert!(
+            text[2].contains("check `a`: max_memory_bytes") && text[2].contains("16 MiB"),
+            "{text:?}"
+        );
+        let err = Lab::parse("name = \"p\"\nleave_running = \"yes\"\n", "/x")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid type"), "{err}");
     }
 
     #[test]

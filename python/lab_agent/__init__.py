@@ -138,10 +138,17 @@ class ExecResult:
     stderr: str
     stdout_truncated: bool
     stderr_truncated: bool
+    #: The limits the command ran into: ``"pids"`` (a fork refused at its
+    #: process limit), ``"memory"`` (the OOM killer ran in its cgroup);
+    #: empty when none (and from agents that predate it).
+    limits_hit: List[str] = field(default_factory=list)
+    #: The values of the limits it hit, where the agent sent them.
+    max_pids: Optional[int] = None
+    max_memory_bytes: Optional[int] = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ExecResult":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 @dataclass(frozen=True)
@@ -163,10 +170,17 @@ class CheckResult:
     fail_message: Optional[str] = None
     error: Optional[str] = None
     hint: Optional[str] = None
+    #: As :attr:`ExecResult.limits_hit`: a check that hit a limit keeps
+    #: ``status == "failed"`` (its exit code decides), and says which.
+    limits_hit: List[str] = field(default_factory=list)
+    max_pids: Optional[int] = None
+    max_memory_bytes: Optional[int] = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CheckResult":
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        values = {k: d.get(k) for k in cls.__dataclass_fields__}
+        values["limits_hit"] = list(d.get("limits_hit") or [])
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -249,6 +263,9 @@ def _exec_request(
     stdin: Optional[str],
     max_output_bytes: Optional[int],
     profile: Optional[str],
+    leave_running: bool = False,
+    max_pids: Optional[int] = None,
+    max_memory_bytes: Optional[int] = None,
 ) -> str:
     """The ``/v1/exec`` request as JSON; what is None is left to the wire
     type's defaults (user root, 60 s, 1 MiB per stream)."""
@@ -266,6 +283,11 @@ def _exec_request(
         "stdin": stdin,
         "max_output_bytes": max_output_bytes,
         "profile": profile,
+        # Only when asked for: an agent that predates them refuses unknown
+        # fields, and the defaults need no field.
+        "leave_running": True if leave_running else None,
+        "max_pids": max_pids,
+        "max_memory_bytes": max_memory_bytes,
     }
     return json.dumps({k: v for k, v in fields.items() if v is not None})
 
@@ -327,6 +349,9 @@ class Client(_Base):
         stdin: Optional[str] = None,
         max_output_bytes: Optional[int] = None,
         profile: Optional[str] = None,
+        leave_running: bool = False,
+        max_pids: Optional[int] = None,
+        max_memory_bytes: Optional[int] = None,
     ) -> ExecResult:
         """Runs ``command`` in a login shell as ``user`` (default root).
 
@@ -335,10 +360,19 @@ class Client(_Base):
         system's only: a student cannot change what a check sees by
         editing their dotfiles) or ``"none"`` (``--noprofile --norc``).
 
+        What the command leaves running when its shell exits is killed
+        with it, unless ``leave_running`` is true (a server the lab needs).
+        ``max_pids`` and ``max_memory_bytes`` set its limits where the
+        guest delegates the controllers (default: the agent's); a limit it
+        hit is in :attr:`ExecResult.limits_hit`.
+
         A non-zero exit is a result, not an exception; a command that
         cannot start (unknown user, missing cwd) raises :class:`Rejected`.
         """
-        request = _exec_request(command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile)
+        request = _exec_request(
+            command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile,
+            leave_running, max_pids, max_memory_bytes,
+        )
         return _exec_result(self._native.exec(request))
 
     def grade(
@@ -378,9 +412,15 @@ class AsyncClient(_Base):
         stdin: Optional[str] = None,
         max_output_bytes: Optional[int] = None,
         profile: Optional[str] = None,
+        leave_running: bool = False,
+        max_pids: Optional[int] = None,
+        max_memory_bytes: Optional[int] = None,
     ) -> ExecResult:
         """See :meth:`Client.exec`."""
-        request = _exec_request(command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile)
+        request = _exec_request(
+            command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile,
+            leave_running, max_pids, max_memory_bytes,
+        )
         return _exec_result(await self._native.exec_async(request))
 
     async def grade(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
@@ -85,3 +86,29 @@ def test_an_invalid_request_is_a_value_error_before_any_request(agent: Agent) ->
         c.exec("  ")
     with pytest.raises(ValueError, match="invalid exec request"):
         c.exec("true", timeout_secs=0)
+
+
+def test_what_a_command_leaves_dies_with_it_unless_left_running(agent: Agent, tmp_path) -> None:
+    c = lab_agent.Client(agent.url, token=agent.token)
+    c.wait_ready(10)
+    pidfile = tmp_path / "bg"
+    cmd = "sleep 60 & echo $! > %s" % pidfile
+
+    def alive(pid: int) -> bool:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    r = c.exec(cmd)
+    assert r.exit_code == 0 and r.limits_hit == []
+    assert not alive(int(pidfile.read_text()))
+    r = c.exec(cmd, leave_running=True)
+    kept = int(pidfile.read_text())
+    try:
+        assert alive(kept)
+    finally:
+        os.kill(kept, 9)
+    with pytest.raises(ValueError, match="max_pids"):
+        c.exec("true", max_pids=0)

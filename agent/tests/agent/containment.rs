@@ -97,14 +97,14 @@ impl CgroupAgent {
     }
 
     /// Runs a command that leaves a server (a `sleep` in a session of its
-    /// own) behind, then `then`; its answer, which must be exit 0, and the
-    /// server's pid.
+    /// own) behind, asking to leave it running, then `then`; its answer,
+    /// which must be exit 0, and the server's pid.
     fn leave_a_server(&self, then: &str) -> (serde_json::Value, u32) {
         let pids_file = self.dir.join("pids");
         let out = self.agent.run(json!({"command": format!(
             "setsid -f sh -c 'echo $$ server >> {}; exec sleep 600'; {then}",
             pids_file.display()
-        ), "profile": "none"}));
+        ), "profile": "none", "leave_running": true}));
         assert_eq!(out["exit_code"], 0, "{out}");
         let pid = eventually(5, "the server's pid", || {
             recorded(&pids_file).first().copied()
@@ -392,9 +392,9 @@ fn without_a_cgroup_the_session_kill_reaches_all_but_orphaned_new_sessions() {
     );
 }
 
-/// A command that ends normally may leave a server running (a lab may
-/// start one): it stays in the command's cgroup, which is kept until it is
-/// empty and then recycled or removed by a later sweep.
+/// A command that ends normally and asks to leave a server running (a lab
+/// may start one) keeps it: it stays in the command's cgroup, which is
+/// kept until it is empty and then recycled or removed by a later sweep.
 #[test]
 fn a_normal_end_leaves_background_processes_in_their_cgroup() {
     let Some(t) = CgroupAgent::start("background") else {
@@ -453,4 +453,211 @@ fn pids_max_stops_a_fork_bomb_where_the_controller_exists() {
         started < 20,
         "pids.max 20 let {started} processes start: {out}"
     );
+}
+
+/// What a command leaves in the background (here: the escapes of the
+/// timeout test, and a plain `sleep &`) is killed when its shell exits, by
+/// default, before the answer; `leave_running` keeps it.
+fn leftovers_case(
+    agent: &Agent,
+    dir: &TempDir,
+    tag: &str,
+    leave: bool,
+) -> (Vec<(u32, String)>, Vec<u32>) {
+    let pids = dir.join(&format!("pids-{tag}"));
+    let mut cmd = escape_command(&pids);
+    // Not the final `sleep 600`: the shell ends once all have started.
+    cmd.truncate(cmd.len() - "sleep 600\n".len());
+    cmd.push_str(&format!(
+        "sleep 600 & echo \"$! plain\" >> {}\nwhile [ $(wc -l < {}) -lt {} ]; do sleep 0.05; done\n",
+        pids.display(),
+        pids.display(),
+        ESCAPES.len() + 1
+    ));
+    let out = agent.run(json!({
+        "command": cmd,
+        "timeout_secs": 20,
+        "profile": "none",
+        "leave_running": leave,
+    }));
+    assert_eq!(out["exit_code"], 0, "{out}");
+    assert_eq!(out["timed_out"], false, "{out}");
+    assert!(out.get("limits_hit").is_none(), "{out}");
+    let all = named(&pids);
+    assert_eq!(all.len(), ESCAPES.len() + 1, "{all:?}");
+    let ids: Vec<u32> = all.iter().map(|(p, _)| *p).collect();
+    // No waiting: the answer comes once they are gone.
+    let left = survivors(&ids);
+    (all, left)
+}
+
+#[test]
+fn with_a_cgroup_what_a_command_leaves_dies_with_it() {
+    let Some(t) = CgroupAgent::start("leftovers") else {
+        return;
+    };
+    let CgroupAgent { agent, dir, cg } = &t;
+    let (_, left) = leftovers_case(agent, dir, "default", false);
+    kill_all(&left);
+    assert!(
+        left.is_empty(),
+        "survived the end of their command: {left:?}"
+    );
+    eventually(5, "the exec cgroups to be an empty pool", || {
+        only_an_empty_pool(&cg.children()).then_some(())
+    });
+}
+
+#[test]
+fn with_a_cgroup_leave_running_keeps_what_a_command_leaves() {
+    let Some(t) = CgroupAgent::start("leave") else {
+        return;
+    };
+    let CgroupAgent { agent, dir, cg } = &t;
+    let (all, left) = leftovers_case(agent, dir, "leave", true);
+    let ids: Vec<u32> = all.iter().map(|(p, _)| *p).collect();
+    let kept = left.len();
+    // They stay in the command's cgroup (under its limits).
+    let in_exec_cgroup = left.iter().all(|p| {
+        std::fs::read_to_string(format!("/proc/{p}/cgroup"))
+            .is_ok_and(|c| c.contains(cg.path().file_name().unwrap().to_str().unwrap()))
+    });
+    kill_all(&ids);
+    assert_eq!(kept, ids.len(), "leave_running killed some of {all:?}");
+    assert!(in_exec_cgroup, "a kept process left its exec cgroup");
+}
+
+/// Without a cgroup: the session walk kills what kept a session, a group
+/// or a parent; what left the session is out of its reach once the shell
+/// has exited (its parent is gone with it: one more than for a timeout,
+/// where the walk still finds `setsid`'s child under the live shell), and
+/// `leave_running` keeps everything.
+#[test]
+fn without_a_cgroup_what_a_command_leaves_dies_with_it_within_session_reach() {
+    let dir = TempDir::new("leftovers-off");
+    let agent = Agent::builder("leftovers-off")
+        .no_cloud_init()
+        .args(["--cgroup", "off"])
+        .start();
+    let (all, left) = leftovers_case(&agent, &dir, "default", false);
+    kill_all(&left);
+    let mut left_names: Vec<String> = all
+        .iter()
+        .filter(|(p, _)| left.contains(p))
+        .map(|(_, n)| n.clone())
+        .collect();
+    left_names.sort();
+    let mut want: Vec<String> = OUT_OF_SESSION_REACH.iter().map(|s| s.to_string()).collect();
+    want.push("setsid".into());
+    want.sort();
+    assert_eq!(left_names, want, "what survived the end of its command");
+
+    let (all, left) = leftovers_case(&agent, &dir, "leave", true);
+    let ids: Vec<u32> = all.iter().map(|(p, _)| *p).collect();
+    kill_all(&ids);
+    assert_eq!(
+        left.len(),
+        ids.len(),
+        "leave_running killed some of {all:?}"
+    );
+}
+
+/// The agent lowers its own `oom_score_adj` (the OOM killer must pick a
+/// runaway, not the agent); its commands get 0 back, in both modes. Where
+/// this machine does not let root lower it (no `CAP_SYS_RESOURCE` in a
+/// container), the agent says so, and the reset is proven from a raised
+/// value instead.
+#[test]
+fn the_agent_is_the_oom_killers_last_choice_and_its_commands_are_not() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: lowering oom_score_adj needs root");
+        return;
+    }
+    let can_lower = std::process::Command::new("sh")
+        .args(["-c", "echo -900 > /proc/self/oom_score_adj"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    let mut modes = vec![("off", None)];
+    let cg = TestCgroup::new("oom");
+    if let Some(cg) = &cg {
+        modes.push(("cgroup", Some(cg.path().to_str().unwrap().to_owned())));
+    }
+    for (name, path) in modes {
+        let agent = Agent::builder(&format!("oom-{name}"))
+            .no_cloud_init()
+            .args(["--cgroup", path.as_deref().unwrap_or("off")])
+            .oom_score_adj(c"300")
+            .start();
+        let own =
+            std::fs::read_to_string(format!("/proc/{}/oom_score_adj", agent.child.id())).unwrap();
+        if can_lower {
+            assert_eq!(own.trim(), "-900", "{name}");
+        } else {
+            eprintln!(
+                "this machine does not let root lower oom_score_adj: checked the warning, and the reset from 300"
+            );
+            assert_eq!(own.trim(), "300", "{name}");
+            let log = agent.log();
+            // Said in the start-up line of the cgroup mode (the lab VM's).
+            assert!(
+                name == "off" || log.contains("oom_protected=false"),
+                "{log}"
+            );
+        }
+        for user in ["root", "nobody"] {
+            let out = agent.run(
+                json!({"command": "cat /proc/self/oom_score_adj", "user": user, "profile": "none"}),
+            );
+            assert_eq!(out["stdout"], "0\n", "{name} as {user}: {out}");
+        }
+    }
+}
+
+/// Where no pids controller counts a command's processes, a non-root
+/// command gets `RLIMIT_NPROC` (the default, or what it asks for); root
+/// is not limited (the kernel ignores it for root). This host's cgroup2
+/// mount has no controllers, so both modes take this path here.
+#[test]
+fn without_a_pids_controller_a_non_root_command_gets_rlimit_nproc() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: switching to nobody needs root");
+        return;
+    }
+    let cg = TestCgroup::new("nproc");
+    let mut modes = vec![("off", None)];
+    if let Some(cg) = &cg {
+        let has_pids = std::fs::read_to_string(cg.path().join("cgroup.controllers"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|c| c == "pids");
+        if !has_pids {
+            modes.push(("cgroup", Some(cg.path().to_str().unwrap().to_owned())));
+        }
+    }
+    for (name, path) in modes {
+        let agent = Agent::builder(&format!("nproc-{name}"))
+            .no_cloud_init()
+            .args(["--cgroup", path.as_deref().unwrap_or("off")])
+            .start();
+        let ulimit = |user: &str, extra: serde_json::Value| {
+            let mut body =
+                json!({"command": "ulimit -u; ulimit -Hu", "user": user, "profile": "none"});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let out = agent.run(body);
+            assert_eq!(out["exit_code"], 0, "{out}");
+            out["stdout"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(ulimit("nobody", json!({})), "4096\n4096\n", "{name}");
+        assert_eq!(
+            ulimit("nobody", json!({"max_pids": 100})),
+            "100\n100\n",
+            "{name}"
+        );
+        // Root: whatever the agent had, not lowered to the default.
+        assert_ne!(ulimit("root", json!({})), "4096\n4096\n", "{name}");
+    }
 }

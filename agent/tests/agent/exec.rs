@@ -175,20 +175,31 @@ fn a_background_child_holding_stdout_does_not_hold_the_answer() {
     let agent = Agent::local("exec-linger");
     let pidfile = agent.dir.join("bg");
     let cmd = format!("sleep 30 & echo $! > {}; echo main-done", pidfile.display());
-    let r = agent.run(json!({"command": cmd, "timeout_secs": 20}));
+    let pid = || -> u32 {
+        std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // Left running on request: a command may start something legitimately.
+    let r = agent.run(json!({"command": cmd, "timeout_secs": 20, "leave_running": true}));
     assert_eq!(r["exit_code"], 0);
     assert_eq!(r["timed_out"], false);
     assert_eq!(r["stdout"], "main-done\n");
-    // Left running on purpose: a command may start something legitimately.
-    let pid: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(alive(pid));
+    assert!(r["duration_ms"].as_u64().unwrap() < 5000, "{r}");
+    let kept = pid();
+    assert!(alive(kept));
     let _ = std::process::Command::new("kill")
-        .arg(pid.to_string())
+        .arg(kept.to_string())
         .status();
+    // By default it dies with the command, before the answer.
+    let r = agent.run(json!({"command": cmd, "timeout_secs": 20}));
+    assert_eq!(r["exit_code"], 0);
+    assert_eq!(r["stdout"], "main-done\n");
+    let killed = pid();
+    assert_ne!(killed, kept);
+    assert!(!alive(killed), "the background child outlived its command");
 }
 
 #[test]

@@ -60,9 +60,17 @@ pub struct AgentBuilder {
     args: Vec<String>,
     cloud_init: bool,
     env: Vec<(String, String)>,
+    oom_score_adj: Option<&'static std::ffi::CStr>,
 }
 
 impl AgentBuilder {
+    /// The agent starts with this `oom_score_adj` (raising needs no
+    /// privilege), as if its parent had set one.
+    pub fn oom_score_adj(mut self, value: &'static std::ffi::CStr) -> Self {
+        self.oom_score_adj = Some(value);
+        self
+    }
+
     pub fn arg(mut self, a: impl Into<String>) -> Self {
         self.args.push(a.into());
         self
@@ -115,11 +123,23 @@ impl AgentBuilder {
         // As systemd starts it: with 0, 1 and 2 only. Whatever else the test
         // runner inherited (a CI harness's pipes) must not look like the
         // agent's own descriptors leaking into commands.
-        // SAFETY: fcntl is async-signal-safe; nothing is allocated.
+        let oom = self.oom_score_adj;
+        // SAFETY: fcntl, open, write and close are async-signal-safe;
+        // nothing is allocated.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
                 for fd in 3..4096 {
                     nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC);
+                }
+                if let Some(v) = oom {
+                    let fd = nix::libc::open(
+                        c"/proc/self/oom_score_adj".as_ptr(),
+                        nix::libc::O_WRONLY | nix::libc::O_CLOEXEC,
+                    );
+                    if fd >= 0 {
+                        nix::libc::write(fd, v.as_ptr().cast(), v.to_bytes().len());
+                        nix::libc::close(fd);
+                    }
                 }
                 Ok(())
             });
@@ -173,6 +193,7 @@ impl Agent {
             args: Vec::new(),
             cloud_init: true,
             env: Vec::new(),
+            oom_score_adj: None,
         }
     }
 
@@ -193,6 +214,7 @@ impl Agent {
             args: std::mem::take(&mut self.args),
             cloud_init: self.cloud_init,
             env: std::mem::take(&mut self.env),
+            oom_score_adj: None,
         }
         .start()
     }

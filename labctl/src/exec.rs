@@ -34,6 +34,15 @@ pub struct ExecArgs {
     /// by default it is killed with the command
     #[arg(long)]
     pub leave_running: bool,
+    /// The command's process limit (its cgroup's `pids.max`; default: the
+    /// agent's, 4096), where the guest delegates the pids controller
+    #[arg(long, value_name = "N")]
+    pub max_pids: Option<u32>,
+    /// The command's memory limit in MiB (its cgroup's `memory.max`;
+    /// default and maximum: the agent's), where the guest delegates the
+    /// memory controller
+    #[arg(long, value_name = "MIB")]
+    pub max_memory: Option<u64>,
     /// The command; its words are joined with spaces and run by
     /// `bash --login -c`, as `ssh` does
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -60,7 +69,9 @@ impl Config {
             .user(args.user.clone())
             .timeout_secs(args.timeout)
             .profile(args.profile)
-            .leave_running(args.leave_running);
+            .leave_running(args.leave_running)
+            .max_pids(args.max_pids)
+            .max_memory_bytes(args.max_memory.map(|mib| mib.saturating_mul(1024 * 1024)));
         if let Some(cwd) = &args.cwd {
             request = request.cwd(cwd.clone());
         }

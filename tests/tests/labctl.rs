@@ -382,6 +382,40 @@ mod exec {
         assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
         assert!(stderr(&out).contains("`--env NOEQUALS` is not of the form `KEY=VALUE`"));
     }
+
+    /// The limits are the request's, checked before anything is sent; a
+    /// valid one reaches the agent (which, on this host, has no controller
+    /// for it and runs the command under its RLIMIT_NPROC fallback).
+    #[test]
+    fn limits_are_checked_and_sent() {
+        let agent = Agent::start(AgentOptions::default());
+        for (args, says) in [
+            (&["--max-pids", "0"][..], "max_pids is 0: use 1 to 16384"),
+            (&["--max-pids", "99999"][..], "max_pids is 99999"),
+            (&["--max-memory", "1"][..], "use at least 16777216 (16 MiB)"),
+        ] {
+            let mut all = args.to_vec();
+            all.extend(["--", "true"]);
+            let out = exec(&agent, &all);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+            assert!(stderr(&out).contains(says), "{args:?}: {}", describe(&out));
+        }
+        let out = exec(
+            &agent,
+            &[
+                "--user",
+                "nobody",
+                "--max-pids",
+                "77",
+                "--max-memory",
+                "64",
+                "--",
+                "ulimit -u",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_eq!(stdout(&out), "77\n", "RLIMIT_NPROC from --max-pids");
+    }
 }
 
 mod grade {

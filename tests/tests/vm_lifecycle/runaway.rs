@@ -155,7 +155,9 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
             &format!("(exec -a {spin} bash -c 'while :; do :; done') & echo started"),
         );
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-        let left = conn.run(&format!("sleep 1; pgrep -x {spin} || echo none"));
+        // `exec -a` sets argv[0], not the process name: match the command
+        // line, anchored (the checking shell's own has it later on).
+        let left = conn.run(&format!("sleep 1; pgrep -f '^{spin}' || echo none"));
         assert_eq!(left, "none\n", "a spinner outlived its command");
         rows.push(recover(
             &vm,
@@ -176,13 +178,14 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
             &format!("(exec -a {spin} bash -c 'while :; do :; done') & echo started"),
         );
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-        let kept = conn.run(&format!("pgrep -x {spin} | wc -l"));
+        let kept = conn.run(&format!("pgrep -f '^{spin}' | wc -l"));
         assert_eq!(kept.trim(), "1", "--leave-running keeps the spinner");
         // Ready and grading while it spins.
         let (ready_in, graded_in) = ready_and_grade(&vm, &payload.token, &conn, &lab_arg);
-        conn.run(&format!(
-            "pkill -x {spin}; sleep 1; pgrep -x {spin} || true"
+        let left = conn.run(&format!(
+            "pkill -f '^{spin}'; sleep 1; pgrep -f '^{spin}' || echo none"
         ));
+        assert_eq!(left, "none\n", "the spinner left running was not stopped");
         rows.push(format!(
             "{user}: spinner left running (--leave-running) | ready {ready_in:.2?} | grade {graded_in:.1?} | {:.1?}",
             t.elapsed()

@@ -192,13 +192,12 @@ impl Cgroups {
         if memory_auto {
             defaults.memory = default_memory();
         }
-        let ceiling = if pids {
-            std::fs::read_to_string(root.join("pids.max"))
-                .ok()
-                .and_then(|t| pids_ceiling(&t))
-        } else {
-            None
-        };
+        // Also without the controller for the commands: then it bounds
+        // their `RLIMIT_NPROC` (systemd sets the unit's own `pids.max`
+        // whatever it delegates).
+        let ceiling = std::fs::read_to_string(root.join("pids.max"))
+            .ok()
+            .and_then(|t| pids_ceiling(&t));
         defaults.pids = at_most(defaults.pids, ceiling);
         let mut cg = Cgroups::new(root, pids, memory, defaults);
         cg.pids_ceiling = ceiling;

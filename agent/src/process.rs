@@ -378,7 +378,8 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
     let envp_r: Vec<&CStr> = envp.iter().map(CString::as_c_str).collect();
     // A cgroup of its own where the agent has a subtree; without one (or
     // when it cannot be made) the command is contained by session instead.
-    let cgroup = jobs.cgroups.as_ref().and_then(|cg| match cg.take(cg.resolve(cmd.limits)) {
+    let resolved = jobs.cgroups.as_ref().map(|cg| cg.resolve(cmd.limits));
+    let cgroup = jobs.cgroups.as_ref().zip(resolved).and_then(|(cg, limits)| match cg.take(limits) {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(error = %e, "failed to create a cgroup for the command: killing it by session");
@@ -389,7 +390,10 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
     // counts all of the user's (root ignores it: CAP_SYS_RESOURCE).
     let by_cgroup = cgroup.is_some() && jobs.cgroups.as_ref().is_some_and(|c| c.enforces().pids);
     let nproc = match cmd.limits {
-        Some(l) if !by_cgroup && !id.uid.is_root() => l.pids.or(jobs.pids_default),
+        // Within the unit's ceiling where there is a cgroup (resolved).
+        Some(l) if !by_cgroup && !id.uid.is_root() => {
+            resolved.map_or(l.pids.or(jobs.pids_default), |r| r.pids)
+        }
         _ => None,
     };
     let spec = Spec {

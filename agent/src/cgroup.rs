@@ -843,6 +843,30 @@ mod tests {
         assert_eq!(cg.resolve(None), Limits::default());
     }
 
+    /// What an earlier agent left (`exec-*`) is the agent's to remove;
+    /// nothing else in its subtree is: systemd 257 runs a delegated unit's
+    /// helper commands in `.control`, and the agent's own leaf is `agent`.
+    #[test]
+    fn only_exec_cgroups_are_swept() {
+        let root = std::env::temp_dir().join(format!("lab-agent-sweep-{}", std::process::id()));
+        for d in [".control", "agent", "exec-9-0", "exec-9-1"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("exec-9-1/held"), b"").unwrap();
+        let cg = Cgroups::new(root.clone(), false, false, Limits::default());
+        let mut left: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        // exec-9-1 cannot be removed yet (here: not empty; in cgroupfs: a
+        // process in it) and stays on the list for later sweeps.
+        assert_eq!(left, [".control", "agent", "exec-9-1"]);
+        assert_eq!(lock(&cg.stale).len(), 1);
+        drop(cg);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     /// One command never gets the unit's whole task limit (systemd's
     /// default `TasksMax=` on a 2 GiB Debian 13 guest is 2346): asked or
     /// default, it gets at most a quarter after the agent's share.

@@ -91,7 +91,11 @@ fn payload_boot_cost_first_boot_and_reboot(guest: GuestOs) {
     let min_first_stages = cloud_init_stages(&console);
     // The harness's smoke checks: cloud-init ran the user-data to the end
     // without errors, from the NoCloud seed.
-    let result = between(&console, "MINIMAL-RESULT-BEGIN", "MINIMAL-RESULT-JSON");
+    let result = without_kernel_lines(&between(
+        &console,
+        "MINIMAL-RESULT-BEGIN",
+        "MINIMAL-RESULT-JSON",
+    ));
     let result: Value = serde_json::from_str(result.trim())
         .unwrap_or_else(|e| panic!("result.json is not JSON ({e}): {result:?}"));
     assert_eq!(

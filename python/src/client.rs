@@ -168,7 +168,9 @@ async fn grade(
     }
     let lab_dir = match lab_dir {
         Some(dir) => dir,
-        None => labctl::grade::reported_lab_dir(&client).await,
+        None => labctl::grade::reported_lab_dir(&client)
+            .await
+            .map_err(GradeFailure::Client)?,
     };
     let report = client
         .grade(&lab, &lab_dir)

@@ -14,7 +14,14 @@ process. This file only gives the answers Python types.
   ``labctl secret``;
 - every error is an :class:`AgentError`; catch :class:`Unauthorized`,
   :class:`SetupFailed`, :class:`Timeout`, :class:`Unreachable`, ... as the
-  Rust client's ``is_*`` predicates would branch.
+  Rust client's ``is_*`` predicates would branch; a guest that answers what
+  no lab-agent does raises :class:`TooLarge`, :class:`MalformedAnswer` or
+  :class:`ProtocolError`. Messages show the guest's text escaped; the
+  attributes (``agent_message``, ``ready``, ``log_tail``) hold it as sent;
+- the blocking :class:`Client` raises ``KeyboardInterrupt`` on Ctrl-C
+  within 50 ms; a cancelled :class:`AsyncClient` call closes its
+  connection; at interpreter exit, calls still running are ended before
+  the interpreter finalises (no crash, whatever the agents did).
 """
 
 from __future__ import annotations
@@ -26,13 +33,17 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from . import _native
 from ._native import (
     AgentError,
+    Busy,
     Lab,
     LabError,
+    MalformedAnswer,
     NotReady,
+    ProtocolError,
     Rejected,
     RenderError,
     SetupFailed,
     Timeout,
+    TooLarge,
     Unauthorized,
     Unreachable,
     WaitTimeout,
@@ -43,13 +54,16 @@ __version__: str = _native.__version__
 __all__ = [
     "AgentError",
     "AsyncClient",
+    "Busy",
     "CheckResult",
     "Client",
     "CloudInit",
     "ExecResult",
     "Lab",
     "LabError",
+    "MalformedAnswer",
     "NotReady",
+    "ProtocolError",
     "Ready",
     "Rejected",
     "RenderError",
@@ -58,6 +72,7 @@ __all__ = [
     "SetupFailed",
     "SetupStatus",
     "Timeout",
+    "TooLarge",
     "Unauthorized",
     "Unreachable",
     "WaitTimeout",

@@ -58,6 +58,9 @@ pub enum Behaviour {
     UnknownState,
     /// `/v1/info`: a relative `lab_dir`; the rest as [`Behaviour::Honest`].
     RelativeLabDir,
+    /// Every request: no answer; the connection closed after 0–49 ms
+    /// (varying by request), so calls end at scattered moments.
+    Hangup,
     /// Ready, `lab_dir` `/opt/lab`, every exec exits 0 with no output.
     Honest,
 }
@@ -87,6 +90,7 @@ impl Behaviour {
             "ready-400" => Behaviour::Ready400,
             "unknown-state" => Behaviour::UnknownState,
             "relative-lab-dir" => Behaviour::RelativeLabDir,
+            "hangup" => Behaviour::Hangup,
             "honest" => Behaviour::Honest,
             _ => return None,
         })
@@ -248,6 +252,11 @@ fn serve(
                     "setup": {"state": "pending"},
                 });
                 write(&response("503 Service Unavailable", &[], &body.to_string()))
+            }
+            (Behaviour::Hangup, ..) => {
+                let n = requests.load(Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(n * 7 % 50));
+                false
             }
             (Behaviour::RelativeLabDir, _, "/v1/info") => write(&ok(&info_body("opt/lab"))),
             (_, _, "/v1/ready") => {

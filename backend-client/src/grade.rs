@@ -205,6 +205,78 @@ impl Client {
     }
 }
 
+impl Client {
+    /// The guest's `LAB_DIR` as the agent reports it in `/v1/info`, else
+    /// `/opt/lab` (an older agent that does not report it, or no answer).
+    /// An answer no lab-agent gives (a relative `lab_dir`, a body too large
+    /// or malformed) is an error, not a reason to guess.
+    pub async fn reported_lab_dir(&self) -> Result<String, Error> {
+        let reported = match self.info().await {
+            Ok(info) => info.lab_dir,
+            Err(e) if e.is_hostile() => return Err(e),
+            Err(e) => {
+                tracing::debug!(url = self.url(), error = %e, "no /v1/info; assuming the default lab dir");
+                None
+            }
+        };
+        Ok(reported.unwrap_or_else(|| lab_agent_proto::GUEST_LAB_DIR.to_owned()))
+    }
+}
+
+/// How one VM's grading ended, in [`grade_all`].
+#[derive(Debug)]
+pub struct GradeOutcome {
+    pub url: String,
+    pub result: Result<GradeReport, Error>,
+}
+
+/// Grades `lab` on every VM of `clients`, at most `concurrency` at once
+/// (at least 1), each with `LAB_DIR` as its agent reports it
+/// ([`Client::reported_lab_dir`]); one outcome per client, in order.
+///
+/// Each VM costs only its own calls, each bounded by its deadline: a
+/// hostile or dead VM ends in its own `Err` (or in `error` checks) and
+/// holds one of the `concurrency` slots no longer than its checks'
+/// deadlines. Readiness is the caller's: wait first ([`crate::wait_all`]).
+/// Memory in flight is bounded by `concurrency` answers, each held to what
+/// its check's `max_output_bytes` allows.
+pub async fn grade_all(clients: &[Client], lab: &Lab, concurrency: usize) -> Vec<GradeOutcome> {
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let lab = std::sync::Arc::new(lab.clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, client) in clients.iter().enumerate() {
+        let (client, lab, slots) = (client.clone(), lab.clone(), slots.clone());
+        tasks.spawn(async move {
+            let _slot = slots
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let result = match client.reported_lab_dir().await {
+                Ok(dir) => client.grade(&lab, &dir).await,
+                Err(e) => Err(e),
+            };
+            (i, result)
+        });
+    }
+    let mut results: Vec<Option<Result<GradeReport, Error>>> =
+        clients.iter().map(|_| None).collect();
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok((i, r)) => results[i] = Some(r),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {}
+        }
+    }
+    clients
+        .iter()
+        .zip(results)
+        .map(|(c, r)| GradeOutcome {
+            url: c.url().to_owned(),
+            result: r.expect("every grading task reports its result"),
+        })
+        .collect()
+}
+
 /// An error as one line for the report: the agent's own message for a
 /// refusal (it names the user or the folder), else the error and its causes.
 fn error_text(e: &Error) -> String {

@@ -164,20 +164,10 @@ async fn ensure_ready(client: &Client, wait: Option<Duration>) -> Result<(), Fai
     }))
 }
 
-/// The guest's `LAB_DIR` as the agent reports it, else `/opt/lab` (an
-/// older agent, or an answer that did not come). An answer no lab-agent
-/// gives (a relative `lab_dir`, a body too large or malformed) is an
-/// error, not a reason to guess (exit 3).
+/// The guest's `LAB_DIR` as the agent reports it, else `/opt/lab`
+/// ([`Client::reported_lab_dir`]).
 pub async fn reported_lab_dir(client: &Client) -> Result<String, lab_agent_client::Error> {
-    let reported = match client.info().await {
-        Ok(info) => info.lab_dir,
-        Err(e) if e.is_hostile() => return Err(e),
-        Err(e) => {
-            tracing::debug!(error = %e, "no /v1/info; assuming the default lab dir");
-            None
-        }
-    };
-    Ok(reported.unwrap_or_else(|| lab_agent_proto::GUEST_LAB_DIR.to_owned()))
+    client.reported_lab_dir().await
 }
 
 /// 0 when every check passed; 5 when any could not run (an error is the

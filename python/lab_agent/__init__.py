@@ -10,6 +10,8 @@ process. This file only gives the answers Python types.
 - :class:`AsyncClient` has the same methods as coroutines, for asyncio and
   FastAPI, without blocking the event loop;
 - :func:`wait_all` / :func:`wait_all_async` wait for a session's VMs;
+- :func:`grade_all` / :func:`grade_all_async` grade many VMs with a
+  concurrency bound;
 - :func:`render_secret` makes a lab's Kubernetes Secret, byte-identical to
   ``labctl secret``;
 - every error is an :class:`AgentError`; catch :class:`Unauthorized`,
@@ -76,6 +78,8 @@ __all__ = [
     "Unauthorized",
     "Unreachable",
     "WaitTimeout",
+    "grade_all",
+    "grade_all_async",
     "render_secret",
     "wait_all",
     "wait_all_async",
@@ -417,6 +421,30 @@ async def wait_all_async(
     """:func:`wait_all` as a coroutine."""
     outcomes = await _native.wait_all_async([c._native for c in clients], timeout)
     return [_outcome(o) for o in outcomes]
+
+
+def _report_outcome(o: Union[str, AgentError]) -> Union[Report, AgentError]:
+    return o if isinstance(o, AgentError) else Report.from_json(o)
+
+
+def grade_all(
+    clients: Iterable[_Base], lab: Lab, concurrency: int = 16
+) -> List[Union[Report, AgentError]]:
+    """Grades ``lab`` on every client's VM, at most ``concurrency`` at once,
+    each with ``LAB_DIR`` as its agent reports it; returns, in order, each
+    one's :class:`Report` or the :class:`AgentError` that stopped it. A
+    hostile or dead VM costs only its own calls (each bounded by its
+    deadline). Readiness is the caller's: :func:`wait_all` first."""
+    outcomes = _native.grade_all([c._native for c in clients], lab, concurrency)
+    return [_report_outcome(o) for o in outcomes]
+
+
+async def grade_all_async(
+    clients: Iterable[_Base], lab: Lab, concurrency: int = 16
+) -> List[Union[Report, AgentError]]:
+    """:func:`grade_all` as a coroutine."""
+    outcomes = await _native.grade_all_async([c._native for c in clients], lab, concurrency)
+    return [_report_outcome(o) for o in outcomes]
 
 
 def render_secret(

@@ -94,6 +94,10 @@ def wait_all(clients: List[Client], timeout: float) -> List[Union[str, AgentErro
 def wait_all_async(
     clients: List[Client], timeout: float
 ) -> Awaitable[List[Union[str, AgentError]]]: ...
+def grade_all(clients: List[Client], lab: Lab, concurrency: int) -> List[Union[str, AgentError]]: ...
+def grade_all_async(
+    clients: List[Client], lab: Lab, concurrency: int
+) -> Awaitable[List[Union[str, AgentError]]]: ...
 def render_secret(
     lab: Lab,
     name: str,

@@ -360,6 +360,59 @@ pub fn wait_all_async<'py>(
     })
 }
 
+/// Each VM's report (`--json` text) or its exception (not raised).
+fn grade_outcomes(py: Python<'_>, results: Vec<lab_agent_client::GradeOutcome>) -> Vec<Py<PyAny>> {
+    results
+        .into_iter()
+        .map(|o| match o.result {
+            Ok(r) => serde_json::to_string_pretty(&r)
+                .expect("a report serializes")
+                .into_pyobject(py)
+                .expect("a str converts")
+                .into_any()
+                .unbind(),
+            Err(e) => client_error(py, e).into_value(py).into_any(),
+        })
+        .collect()
+}
+
+/// Grades `lab` on every client, at most `concurrency` at once; one
+/// outcome per client, in order (`lab_agent_client::grade_all`).
+#[pyfunction]
+pub fn grade_all(
+    py: Python<'_>,
+    clients: Vec<PyRef<'_, Client>>,
+    lab: &Lab,
+    concurrency: usize,
+) -> PyResult<Vec<Py<PyAny>>> {
+    let clients = rust_clients(&clients);
+    let lab = lab.inner.clone();
+    let results = tasks::block(py, lab_agent_client::grade_all(&clients, &lab, concurrency))?;
+    Ok(grade_outcomes(py, results))
+}
+
+/// `grade_all` as an awaitable.
+#[pyfunction]
+pub fn grade_all_async<'py>(
+    py: Python<'py>,
+    clients: Vec<PyRef<'py, Client>>,
+    lab: &Lab,
+    concurrency: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let clients = rust_clients(&clients);
+    let lab = lab.inner.clone();
+    awaitable(py, async move {
+        let results = lab_agent_client::grade_all(&clients, &lab, concurrency).await;
+        let deliver: Deliver = Box::new(move |py| {
+            Ok(grade_outcomes(py, results)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind())
+        });
+        deliver
+    })
+}
+
 /// For `python/bench/exec_overhead.py` only: `n` exec round trips of
 /// `command` by the Rust client itself (same runtime, same connection pool
 /// as `client`'s Python calls), each one's seconds. What Python adds per

@@ -157,3 +157,25 @@ def test_exit_is_safe_with_calls_still_running(hostile) -> None:
             if p.returncode != 0:
                 failures.append((p.returncode, err[-300:]))
     assert not failures, "%d of %d runs crashed: %r" % (len(failures), runs, failures[:3])
+
+
+def test_grade_all_grades_each_vm_and_a_hostile_one_costs_only_itself(agents, hostile) -> None:
+    honest = [agents.start() for _ in range(2)]
+    clients = [lab_agent.Client(a.url, token=a.token) for a in honest]
+    for c in clients:
+        c.wait_ready(timeout=60)
+    lab = hostile_lab(clients[0])
+    clients.append(lab_agent.Client(hostile.start("continue-flood"), token=TOKEN))
+    clients.append(lab_agent.Client(hostile.start("bad-exit"), token=TOKEN))
+    out = lab_agent.grade_all(clients, lab, concurrency=2)
+    assert [type(o).__name__ for o in out] == ["Report", "Report", "ProtocolError", "Report"]
+    assert out[0].all_passed and out[1].all_passed
+    assert out[3].has_errors and "exit code -1" in out[3].checks[0].error
+
+    async def main():
+        return await lab_agent.grade_all_async(clients, lab, concurrency=3)
+
+    import asyncio
+
+    again = asyncio.run(main())
+    assert [type(o).__name__ for o in again] == [type(o).__name__ for o in out]

@@ -584,3 +584,86 @@ mod hostile {
         );
     }
 }
+
+/// `grade_all`: every VM graded, in order, at most `concurrency` at once;
+/// hostile VMs in the fleet end in their own errors and change no honest
+/// VM's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grade_all_grades_each_vm_and_a_hostile_one_costs_only_itself() {
+    use lab_agent_tests::hostile::{Behaviour, HostileAgent};
+    let lab_dir = TempDir::new("grade-all");
+    lab_dir.write(
+        "lab.toml",
+        "name = \"l\"\n[[checks]]\nname = \"echo\"\nrun = \"echo hi\"\ntimeout_secs = 1\n",
+        0o644,
+    );
+    let lab = Lab::load(&lab_dir.path).unwrap();
+    let honest: Vec<Agent> = (0..3)
+        .map(|_| Agent::start(AgentOptions::default()))
+        .collect();
+    let hostile: Vec<HostileAgent> = [
+        Behaviour::ContinueFlood,
+        Behaviour::RelativeLabDir,
+        Behaviour::HugeContentLength,
+        Behaviour::Exit {
+            exit_code: Some(-1),
+            signal: None,
+        },
+    ]
+    .into_iter()
+    .map(HostileAgent::start)
+    .collect();
+    let mut clients = Vec::new();
+    for a in &honest {
+        let c = client(a);
+        c.wait_ready(in_secs(60)).await.unwrap();
+        clients.push(c);
+    }
+    for h in &hostile {
+        clients.push(
+            Client::builder()
+                .request_timeout(Duration::from_secs(5))
+                .build(&h.url(), "token")
+                .unwrap(),
+        );
+    }
+    let start = Instant::now();
+    let out = lab_agent_client::grade_all(&clients, &lab, 2).await;
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.len(), clients.len());
+    for (o, c) in out.iter().zip(&clients) {
+        assert_eq!(o.url, c.url());
+    }
+    for o in &out[..3] {
+        let r = o.result.as_ref().unwrap();
+        assert!(r.all_passed(), "{r:?}");
+        assert_eq!(r.checks[0].stdout, "hi\n");
+    }
+    // The flood and the relative lab_dir fail before grading; the huge
+    // body and the lying exit code make the check an error.
+    assert!(
+        matches!(out[3].result, Err(Error::Interim { .. })),
+        "{:?}",
+        out[3].result
+    );
+    assert!(out[4].result.as_ref().unwrap_err().is_protocol_error());
+    assert!(
+        out[5].result.as_ref().unwrap_err().is_too_large(),
+        "{:?}",
+        out[5].result
+    );
+    let r = out[6].result.as_ref().unwrap();
+    assert!(r.has_errors(), "{r:?}");
+    assert!(
+        r.checks[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("exit code -1"),
+        "{r:?}"
+    );
+}

@@ -228,6 +228,8 @@ impl Client {
 pub struct GradeOutcome {
     pub url: String,
     pub result: Result<GradeReport, Error>,
+    /// From when the VM got its slot to its outcome (not the wait for one).
+    pub elapsed: std::time::Duration,
 }
 
 /// Grades `lab` on every VM of `clients`, at most `concurrency` at once
@@ -251,18 +253,19 @@ pub async fn grade_all(clients: &[Client], lab: &Lab, concurrency: usize) -> Vec
                 .acquire_owned()
                 .await
                 .expect("the semaphore is never closed");
+            let started = std::time::Instant::now();
             let result = match client.reported_lab_dir().await {
                 Ok(dir) => client.grade(&lab, &dir).await,
                 Err(e) => Err(e),
             };
-            (i, result)
+            (i, result, started.elapsed())
         });
     }
-    let mut results: Vec<Option<Result<GradeReport, Error>>> =
+    let mut results: Vec<Option<(Result<GradeReport, Error>, std::time::Duration)>> =
         clients.iter().map(|_| None).collect();
     while let Some(done) = tasks.join_next().await {
         match done {
-            Ok((i, r)) => results[i] = Some(r),
+            Ok((i, r, took)) => results[i] = Some((r, took)),
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(_) => {}
         }
@@ -270,9 +273,13 @@ pub async fn grade_all(clients: &[Client], lab: &Lab, concurrency: usize) -> Vec
     clients
         .iter()
         .zip(results)
-        .map(|(c, r)| GradeOutcome {
-            url: c.url().to_owned(),
-            result: r.expect("every grading task reports its result"),
+        .map(|(c, r)| {
+            let (result, elapsed) = r.expect("every grading task reports its result");
+            GradeOutcome {
+                url: c.url().to_owned(),
+                result,
+                elapsed,
+            }
         })
         .collect()
 }

@@ -8,7 +8,10 @@
 //! timeout) or is an *error* (could not run: the agent refused it, or the
 //! request never got an answer). Only a failure is the student's; an error
 //! is the lab's or the platform's, and a backend tells them apart by
-//! `status` alone.
+//! `status` alone. Once the agent answers a check as no lab-agent does
+//! (too large, malformed, against the protocol) or stays busy through a
+//! check's whole deadline, the later checks are not sent: they are errors
+//! saying why, so a hostile guest costs one check's deadline.
 
 use crate::client::Client;
 use crate::error::Error;
@@ -154,54 +157,84 @@ impl Client {
         mut on_check: impl FnMut(&CheckResult),
     ) -> Result<GradeReport, Error> {
         let mut checks = Vec::with_capacity(lab.checks.len());
+        // Set once the agent answered a check as no lab-agent does, or was
+        // busy for a check's whole deadline: the later checks are not sent
+        // (each would cost its own deadline again) and are errors saying
+        // why. A hostile guest costs one check's deadline, not all of them.
+        let mut gave_up: Option<String> = None;
         for check in &lab.checks {
-            let result = self.run_check(check, guest_lab_dir).await?;
+            let result = match &gave_up {
+                Some(why) => CheckResult::error(&check.name, check.points, why.clone()),
+                None => {
+                    let (result, stop) = self.run_check(check, guest_lab_dir).await?;
+                    if stop {
+                        gave_up = Some(format!(
+                            "not run: the agent's answer to check `{}` was refused",
+                            check.name
+                        ));
+                    }
+                    result
+                }
+            };
             on_check(&result);
             checks.push(result);
         }
         Ok(GradeReport::new(lab.name.clone(), checks))
     }
 
-    async fn run_check(&self, check: &Check, guest_lab_dir: &str) -> Result<CheckResult, Error> {
+    /// One check's result, and whether the agent's answer means no later
+    /// check should be sent.
+    async fn run_check(
+        &self,
+        check: &Check,
+        guest_lab_dir: &str,
+    ) -> Result<(CheckResult, bool), Error> {
         let req = check_request(check, guest_lab_dir);
         let started = std::time::Instant::now();
         let r = match self.exec(&req).await {
             Ok(r) => r,
             Err(e) if e.is_unauthorized() => return Err(e),
             Err(e) => {
-                return Ok(CheckResult {
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    hint: e.hint(),
-                    ..CheckResult::error(&check.name, check.points, error_text(&e))
-                });
+                let stop = e.is_hostile() || e.is_busy();
+                return Ok((
+                    CheckResult {
+                        duration_ms: started.elapsed().as_millis() as u64,
+                        hint: e.hint(),
+                        ..CheckResult::error(&check.name, check.points, error_text(&e))
+                    },
+                    stop,
+                ));
             }
         };
         let passed = r.success();
-        Ok(CheckResult {
-            name: check.name.clone(),
-            status: if passed {
-                CheckStatus::Passed
-            } else {
-                CheckStatus::Failed
+        Ok((
+            CheckResult {
+                name: check.name.clone(),
+                status: if passed {
+                    CheckStatus::Passed
+                } else {
+                    CheckStatus::Failed
+                },
+                passed,
+                points: check.points,
+                exit_code: r.exit_code,
+                signal: r.signal,
+                timed_out: r.timed_out,
+                stdout: r.stdout,
+                stderr: r.stderr,
+                stdout_truncated: r.stdout_truncated,
+                stderr_truncated: r.stderr_truncated,
+                duration_ms: r.duration_ms,
+                fail_message: if passed {
+                    None
+                } else {
+                    check.fail_message.clone()
+                },
+                error: None,
+                hint: None,
             },
-            passed,
-            points: check.points,
-            exit_code: r.exit_code,
-            signal: r.signal,
-            timed_out: r.timed_out,
-            stdout: r.stdout,
-            stderr: r.stderr,
-            stdout_truncated: r.stdout_truncated,
-            stderr_truncated: r.stderr_truncated,
-            duration_ms: r.duration_ms,
-            fail_message: if passed {
-                None
-            } else {
-                check.fail_message.clone()
-            },
-            error: None,
-            hint: None,
-        })
+            false,
+        ))
     }
 }
 

@@ -569,6 +569,46 @@ mod hostile {
         assert!(took < Duration::from_secs(5), "ended at once: {took:?}");
     }
 
+    /// Regression: a grade sent every check to an agent that stayed busy
+    /// (or answered as no lab-agent does), each costing its own deadline
+    /// (`labctl grade hello-lab` took 800 s against a 429-forever agent);
+    /// now the first such answer ends the sending, the rest are errors.
+    #[tokio::test]
+    async fn a_grade_stops_at_the_first_hostile_answer() {
+        let lab_dir = TempDir::new("hostile-grade");
+        lab_dir.write(
+            "lab.toml",
+            "name = \"l\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\ntimeout_secs = 1\n\
+             [[checks]]\nname = \"b\"\nrun = \"true\"\ntimeout_secs = 1\n\
+             [[checks]]\nname = \"c\"\nrun = \"true\"\ntimeout_secs = 1\n",
+            0o644,
+        );
+        let lab = Lab::load(&lab_dir.path).unwrap();
+        for b in [
+            Behaviour::Busy { retry_after: 10 },
+            Behaviour::Exit {
+                exit_code: Some(-1),
+                signal: None,
+            },
+        ] {
+            let agent = HostileAgent::start(b.clone());
+            let c = client_for(&agent, Duration::from_secs(2));
+            let (r, _) = bounded(Duration::from_secs(10), c.grade(&lab, "/opt/lab")).await;
+            let report = r.unwrap();
+            assert_eq!(report.errors, 3, "{b:?}: {report:?}");
+            assert_eq!(
+                agent.requests.load(std::sync::atomic::Ordering::Relaxed),
+                1,
+                "{b:?}"
+            );
+            let why = report.checks[1].error.as_deref().unwrap();
+            assert!(
+                why.starts_with("not run: the agent's answer to check `a`"),
+                "{why}"
+            );
+        }
+    }
+
     /// Regression: a relative `lab_dir` from `/v1/info` was used as every
     /// check's `LAB_DIR`, although `--lab-dir` refuses one.
     #[tokio::test]

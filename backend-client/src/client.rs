@@ -18,7 +18,9 @@
 use crate::error::{Error, Request};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderValue, RETRY_AFTER};
+use hyper::header::{
+    AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderMap, HeaderValue, RETRY_AFTER,
+};
 use hyper::{Method, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -28,10 +30,11 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// Default time to establish a TCP connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,19 +45,63 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Terminal states come back at once whatever this is; it only bounds how
 /// stale a progress report can be.
 pub const DEFAULT_LONG_POLL: Duration = Duration::from_secs(5);
-/// How many 429 `busy` answers `exec` sits out before giving up.
+/// How many 429 `busy` answers `exec` sits out before giving up (within
+/// its deadline, whichever ends first).
 const MAX_BUSY_RETRIES: u32 = 20;
-/// The largest response body read for a call other than exec. A readiness
-/// body carries ~4 KiB of log and cloud-init's errors (the agent reads at
-/// most 1 MiB of `result.json`), JSON-escaped. The guest is the student's:
-/// whatever answers there must not make the backend buffer without end.
+/// The most interim (1xx) responses accepted before an answer. A lab-agent
+/// sends none (the client never sends `Expect: 100-continue`); hyper reads
+/// and drops them, so without a count a guest sending `100 Continue` as
+/// fast as it can keeps a backend core busy for the whole call.
+pub const MAX_INTERIM_RESPONSES: u32 = 8;
+/// The largest body read for [`Client::request_unchecked`]: any status,
+/// any path. The checked calls hold each answer to its own, smaller limit.
 pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+/// The largest `/v1/ready` answer (200 or 503). The agent reads at most
+/// 1 MiB of cloud-init's `result.json`, of which `errors` is a part, and
+/// 4 KiB of the setup log; JSON escapes a control byte into 6 bytes.
+pub const READY_RESPONSE_LIMIT: usize = 6 * 1024 * 1024 + 64 * 1024;
+/// The largest `/v1/info` answer: a few short strings.
+pub const INFO_RESPONSE_LIMIT: usize = 64 * 1024;
+/// The largest error answer (a status the call does not accept): an
+/// `{"error":{…}}` body is a sentence.
+pub const ERROR_RESPONSE_LIMIT: usize = 64 * 1024;
 
 /// The largest exec response for a request: both streams at their cap,
 /// every byte escaped as `\u00XX` (6 bytes), and room for the rest.
 pub fn exec_response_limit(max_output_bytes: u64) -> usize {
     let cap = max_output_bytes.min(lab_agent_proto::exec::MAX_OUTPUT_BYTES_CAP) as usize;
     2 * 6 * cap + 64 * 1024
+}
+
+/// The longest stream (stdout or stderr, decoded) an exec may return: the
+/// agent keeps at most `max_output_bytes` of each and decodes it as lossy
+/// UTF-8, where one invalid byte becomes U+FFFD (3 bytes).
+pub fn exec_stream_limit(max_output_bytes: u64) -> u64 {
+    3 * max_output_bytes.min(lab_agent_proto::exec::MAX_OUTPUT_BYTES_CAP)
+}
+
+/// Body limits of one call: for the status(es) it accepts, and for others.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    ok: usize,
+    other: usize,
+}
+
+impl Limits {
+    const fn all(limit: usize) -> Limits {
+        Limits {
+            ok: limit,
+            other: limit,
+        }
+    }
+
+    fn for_status(self, status: StatusCode, ok: &[StatusCode]) -> usize {
+        if ok.contains(&status) {
+            self.ok
+        } else {
+            self.other
+        }
+    }
 }
 /// Idle connections kept per client.
 const MAX_IDLE: usize = 8;
@@ -257,18 +304,30 @@ impl Client {
             format!("{}?wait={secs}", paths::READY)
         };
         let timeout = Duration::from_secs(secs) + self.inner.request_timeout;
+        let deadline = Instant::now() + timeout;
+        const OK: &[StatusCode] = &[StatusCode::OK, StatusCode::SERVICE_UNAVAILABLE];
+        let limits = Limits {
+            ok: READY_RESPONSE_LIMIT,
+            other: ERROR_RESPONSE_LIMIT,
+        };
         let resp = self
-            .request_unchecked(Method::GET, &path, None, timeout)
+            .request_limited(Method::GET, &path, None, deadline, timeout, limits, OK)
             .await?;
         let request = self.request(Method::GET, &path);
         match resp.status {
             StatusCode::OK | StatusCode::SERVICE_UNAVAILABLE => {
-                // A 503 without a readiness body comes from something in
-                // between (a proxy, a Service without endpoints): a status
-                // error, which waiters treat as "not up yet".
                 match serde_json::from_slice::<ReadyResponse>(&resp.body) {
                     Ok(r) => Ok(r),
-                    Err(_) if resp.status == StatusCode::SERVICE_UNAVAILABLE => {
+                    // A 503 without a readiness body comes from something in
+                    // between (a proxy, a Service without endpoints): a
+                    // status error, which waiters treat as "not up yet". One
+                    // that looks like a readiness body (an object with a
+                    // `state`) but is not one is the agent's own answer, and
+                    // a wrong one.
+                    Err(_)
+                        if resp.status == StatusCode::SERVICE_UNAVAILABLE
+                            && !looks_like_ready(&resp.body) =>
+                    {
                         Err(status_error(request, &resp))
                     }
                     Err(source) => Err(Error::Decode {
@@ -286,51 +345,113 @@ impl Client {
     /// `Ok` with its exit code; `Err` means it could not be run (400 for an
     /// unknown user or bad cwd, 401, a lost connection, …). A `busy` agent
     /// (429) is retried after its `Retry-After`: the command did not start.
+    ///
+    /// The whole call, retries and their pauses included, ends by
+    /// `timeout_secs` plus the client's request timeout (the agent's grace
+    /// to kill the command and answer): then [`Error::Timeout`], or
+    /// [`Error::Busy`] if the agent only ever said it was busy. The answer
+    /// is held to what the request allows: at most
+    /// [`exec_response_limit`] bytes of JSON, each stream at most
+    /// [`exec_stream_limit`] bytes, an exit code in 0..=255 and a signal
+    /// in 1..=64 ([`Error::TooLarge`], [`Error::Protocol`]).
     pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResult, Error> {
-        let body = serde_json::to_vec(req).expect("an ExecRequest always serializes");
+        let body = Bytes::from(serde_json::to_vec(req).expect("an ExecRequest always serializes"));
         // The agent kills the command after `timeout_secs` plus a short
         // grace; allow for that before calling the agent unresponsive.
         let timeout = Duration::from_secs(req.timeout_secs) + self.inner.request_timeout;
-        let mut busy = 0;
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let limits = Limits {
+            ok: exec_response_limit(req.max_output_bytes),
+            other: ERROR_RESPONSE_LIMIT,
+        };
+        let mut attempts = 0;
         loop {
+            attempts += 1;
             let resp = self
                 .request_limited(
                     Method::POST,
                     paths::EXEC,
                     Some(body.clone()),
+                    deadline,
                     timeout,
-                    exec_response_limit(req.max_output_bytes),
+                    limits,
+                    &[StatusCode::OK],
                 )
                 .await?;
             let request = self.request(Method::POST, paths::EXEC);
             match resp.status {
-                StatusCode::OK => return decode(request, &resp),
-                StatusCode::TOO_MANY_REQUESTS if busy < MAX_BUSY_RETRIES => {
-                    busy += 1;
+                StatusCode::OK => {
+                    let result: ExecResult = decode(request.clone(), &resp)?;
+                    return check_exec_result(request, req, result);
+                }
+                StatusCode::TOO_MANY_REQUESTS => {
                     let after = retry_after(&resp.headers).unwrap_or(1).clamp(1, 10);
+                    let resume = Instant::now() + Duration::from_secs(after);
+                    // A pause that would end past the deadline is not
+                    // taken: the call would only fail later.
+                    if attempts > MAX_BUSY_RETRIES || resume >= deadline {
+                        let message = match status_error(request.clone(), &resp) {
+                            Error::Status { message, .. } => message,
+                            _ => String::new(),
+                        };
+                        return Err(Error::Busy {
+                            request,
+                            attempts,
+                            waited: start.elapsed(),
+                            message,
+                        });
+                    }
                     tracing::debug!(url = %request.url, after, "agent busy, retrying");
-                    tokio::time::sleep(Duration::from_secs(after)).await;
+                    tokio::time::sleep_until(resume).await;
                 }
                 _ => return Err(status_error(request, &resp)),
             }
         }
     }
 
-    /// The agent's version, OS, uptime and boot id.
+    /// The agent's version, OS, uptime, boot id and `lab_dir` (which, when
+    /// reported, is absolute, else [`Error::Protocol`]).
     pub async fn info(&self) -> Result<InfoResponse, Error> {
+        let timeout = self.inner.request_timeout;
+        let limits = Limits {
+            ok: INFO_RESPONSE_LIMIT,
+            other: ERROR_RESPONSE_LIMIT,
+        };
         let resp = self
-            .request_unchecked(Method::GET, paths::INFO, None, self.inner.request_timeout)
+            .request_limited(
+                Method::GET,
+                paths::INFO,
+                None,
+                Instant::now() + timeout,
+                timeout,
+                limits,
+                &[StatusCode::OK],
+            )
             .await?;
         let request = self.request(Method::GET, paths::INFO);
-        match resp.status {
-            StatusCode::OK => decode(request, &resp),
-            _ => Err(status_error(request, &resp)),
+        let info: InfoResponse = match resp.status {
+            StatusCode::OK => decode(request.clone(), &resp)?,
+            _ => return Err(status_error(request, &resp)),
+        };
+        // A grader sends `lab_dir` back as every check's `LAB_DIR`: a
+        // relative one would resolve against each check's cwd.
+        if let Some(dir) = info.lab_dir.as_deref().filter(|d| !d.starts_with('/')) {
+            return Err(Error::Protocol {
+                request,
+                problem: format!(
+                    "`lab_dir` `{}` is not an absolute path",
+                    lab_agent_proto::text::escape(dir)
+                ),
+            });
         }
+        Ok(info)
     }
 
     /// Sends one request and returns whatever status came back. Transport
-    /// failures and the timeout (connect plus response) are still errors.
-    /// `path` includes any query string.
+    /// failures and the timeout (connect plus response, one deadline for
+    /// both) are still errors. `path` includes any query string. Bodies
+    /// past [`MAX_RESPONSE_BYTES`] are [`Error::TooLarge`].
     pub async fn request_unchecked(
         &self,
         method: Method,
@@ -338,26 +459,39 @@ impl Client {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<RawResponse, Error> {
-        self.request_limited(method, path, body, timeout, MAX_RESPONSE_BYTES)
-            .await
+        self.request_limited(
+            method,
+            path,
+            body.map(Bytes::from),
+            Instant::now() + timeout,
+            timeout,
+            Limits::all(MAX_RESPONSE_BYTES),
+            &[],
+        )
+        .await
     }
 
-    /// [`Client::request_unchecked`] with a limit on the response body.
+    /// One request, ended at `deadline` whatever happens in it (a retried
+    /// connection, interim responses, a slow body): then [`Error::Timeout`]
+    /// saying `budget`, the call's whole allowance.
+    #[allow(clippy::too_many_arguments)]
     async fn request_limited(
         &self,
         method: Method,
         path: &str,
-        body: Option<Vec<u8>>,
-        timeout: Duration,
-        limit: usize,
+        body: Option<Bytes>,
+        deadline: Instant,
+        budget: Duration,
+        limits: Limits,
+        ok: &[StatusCode],
     ) -> Result<RawResponse, Error> {
         let request = self.request(method.clone(), path);
-        let work = self.send(method, path, body.map(Bytes::from), &request, limit);
-        match tokio::time::timeout(timeout, work).await {
+        let work = self.send(method, path, body, &request, limits, ok);
+        match tokio::time::timeout_at(deadline, work).await {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
                 request,
-                after: timeout,
+                after: budget,
             }),
         }
     }
@@ -393,15 +527,37 @@ impl Client {
         path: &str,
         body: Option<Bytes>,
         request: &Request,
-        limit: usize,
+        limits: Limits,
+        ok: &[StatusCode],
     ) -> Result<RawResponse, Error> {
+        // hyper reads interim (1xx) responses and drops them; this counts
+        // them and ends the request at the first one past the limit.
+        let interim = Arc::new(Interim::default());
         // The pool retries what it knows never reached the agent. A GET
         // that broke after it was sent is harmless to send once more; a
         // POST that may have reached the agent is never sent twice.
         let mut retried = false;
         let resp = loop {
-            let req = self.build_request(&method, path, &body);
-            match self.inner.pool.request(req).await {
+            let mut req = self.build_request(&method, path, &body);
+            let counter = interim.clone();
+            hyper::ext::on_informational(&mut req, move |_| counter.seen());
+            let mut sent = std::pin::pin!(self.inner.pool.request(req));
+            let mut flood = std::pin::pin!(interim.flood.notified());
+            let answer = std::future::poll_fn(|cx| {
+                if flood.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                sent.as_mut().poll(cx).map(Some)
+            })
+            .await;
+            let Some(answer) = answer else {
+                // Dropping the request closes its connection.
+                return Err(Error::Interim {
+                    request: request.clone(),
+                    count: interim.count.load(Ordering::Relaxed),
+                });
+            };
+            match answer {
                 Ok(resp) => break resp,
                 Err(e) if e.is_connect() => return Err(self.connect_error(request, &e)),
                 Err(e) if method == Method::GET && !retried => {
@@ -412,17 +568,30 @@ impl Client {
             }
         };
         let (parts, mut incoming) = resp.into_parts();
-        let mut body = Vec::new();
+        let limit = limits.for_status(parts.status, ok);
+        let too_large = |declared| Error::TooLarge {
+            request: request.clone(),
+            limit,
+            declared,
+        };
+        // An announced length past the limit is refused before a byte of
+        // the body is read (or waited for).
+        let declared = parts
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(n) = declared.filter(|&n| n > limit as u64) {
+            return Err(too_large(Some(n)));
+        }
+        let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
         while let Some(frame) = incoming.frame().await {
             let frame = frame.map_err(|e| transport(request, e))?;
             if let Ok(data) = frame.into_data() {
                 if body.len() + data.len() > limit {
                     // Dropping the body closes the connection: it is not
                     // pooled with the rest of the answer still coming.
-                    return Err(Error::TooLarge {
-                        request: request.clone(),
-                        limit,
-                    });
+                    return Err(too_large(None));
                 }
                 body.extend_from_slice(&data);
             }
@@ -459,6 +628,57 @@ impl Client {
             },
         }
     }
+}
+
+/// Interim responses seen by one call, and the signal that there were too
+/// many. hyper calls `seen` from the connection's task.
+#[derive(Default)]
+struct Interim {
+    count: AtomicU32,
+    flood: tokio::sync::Notify,
+}
+
+impl Interim {
+    fn seen(&self) {
+        let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        if n > MAX_INTERIM_RESPONSES {
+            // `notify_one` keeps a permit, so a flood seen before the call
+            // waits on it is not missed.
+            self.flood.notify_one();
+        }
+    }
+}
+
+/// The checks an exec answer must pass: what a lab-agent can report for
+/// this request. Guest text in the problem is escaped.
+fn check_exec_result(
+    request: Request,
+    req: &ExecRequest,
+    r: ExecResult,
+) -> Result<ExecResult, Error> {
+    let problem = if let Some(code) = r.exit_code.filter(|c| !(0..=255).contains(c)) {
+        format!("exit code {code} is outside 0..=255")
+    } else if let Some(sig) = r.signal.filter(|s| !(1..=64).contains(s)) {
+        format!("signal {sig} is outside 1..=64")
+    } else if let Some((name, len)) = [("stdout", r.stdout.len()), ("stderr", r.stderr.len())]
+        .into_iter()
+        .find(|&(_, len)| len as u64 > exec_stream_limit(req.max_output_bytes))
+    {
+        format!(
+            "{len} bytes of {name}, more than `max_output_bytes` {} allows",
+            req.max_output_bytes
+        )
+    } else {
+        return Ok(r);
+    };
+    Err(Error::Protocol { request, problem })
+}
+
+/// Whether a body is a JSON object with a `state`: an agent's readiness
+/// answer, even if not one this client can read.
+fn looks_like_ready(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body)
+        .is_ok_and(|m| m.contains_key("state"))
 }
 
 /// hyper-util's connector, counting the connections it makes.
@@ -585,7 +805,7 @@ mod tests {
             .unwrap_err();
         let limit = exec_response_limit(lab_agent_proto::exec::DEFAULT_MAX_OUTPUT_BYTES);
         assert!(
-            matches!(err, Error::TooLarge { limit: l, .. } if l == limit),
+            matches!(err, Error::TooLarge { limit: l, declared: None, .. } if l == limit),
             "{err:?}"
         );
         assert!(err.to_string().contains("response larger than"), "{err}");
@@ -602,7 +822,7 @@ mod tests {
             matches!(
                 err,
                 Error::TooLarge {
-                    limit: MAX_RESPONSE_BYTES,
+                    limit: READY_RESPONSE_LIMIT,
                     ..
                 }
             ),

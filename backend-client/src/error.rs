@@ -8,6 +8,7 @@
 //! into the message, so a caller printing the chain sees each once.
 
 use hyper::StatusCode;
+use lab_agent_proto::text::escape;
 use lab_agent_proto::{ErrorCode, ReadyResponse, ReadyState};
 use std::fmt;
 use std::time::Duration;
@@ -51,24 +52,32 @@ pub enum Error {
 
     /// A checked call got a status it does not accept. The agent's
     /// `{"error":{…}}` body, when there is one, gives `code` and `message`.
-    #[error("status {} when {request}: {message}", status.as_u16())]
+    #[error("status {} when {request}: {}", status.as_u16(), escape(message))]
     Status {
         request: Request,
         status: StatusCode,
         /// The agent's error code, if the body was an `ErrorBody`.
         code: Option<ErrorCode>,
-        /// The agent's message, or the start of the raw body.
+        /// The agent's message, or the start of the raw body, as sent
+        /// (the `Display` of the error shows it escaped).
         message: String,
         /// `Retry-After` (seconds) of a 429.
         retry_after: Option<u64>,
     },
 
     /// The response body was larger than any lab-agent sends for this
-    /// request. Reading stopped at `limit`: something other than lab-agent
-    /// answers on the port, or the guest (where the student is root) is
-    /// hostile. Not retried.
-    #[error("response larger than {limit} bytes when {request}")]
-    TooLarge { request: Request, limit: usize },
+    /// request. Reading stopped at `limit` (or did not start, when the
+    /// agent `declared` a larger `Content-Length`): something other than
+    /// lab-agent answers on the port, or the guest (where the student is
+    /// root) is hostile. Not retried.
+    #[error("{}", too_large_message(request, *limit, *declared))]
+    TooLarge {
+        request: Request,
+        limit: usize,
+        /// The `Content-Length` the answer announced, when it announced one
+        /// over the limit (nothing of the body was read).
+        declared: Option<u64>,
+    },
 
     /// A 2xx (or a `/v1/ready` 503) whose body is not the JSON expected.
     #[error("unexpected response body (status {}) when {request}", status.as_u16())]
@@ -77,6 +86,33 @@ pub enum Error {
         status: StatusCode,
         #[source]
         source: serde_json::Error,
+    },
+
+    /// The answer is well-formed JSON but says something no lab-agent says:
+    /// an exit code outside 0..=255, a signal outside 1..=64, more output
+    /// than the request allows, a relative `lab_dir`. `problem` says which
+    /// (guest text in it is escaped).
+    #[error("the agent's answer breaks the protocol when {request}: {problem}")]
+    Protocol { request: Request, problem: String },
+
+    /// The agent sent more interim (1xx) responses before its answer than
+    /// the client accepts ([`crate::client::MAX_INTERIM_RESPONSES`]); a
+    /// lab-agent sends none. The connection was closed.
+    #[error("the agent sent {count} interim (1xx) responses and no answer when {request}")]
+    Interim { request: Request, count: u32 },
+
+    /// `exec` was answered 429 `busy` until its deadline: the command never
+    /// started. `attempts` requests were sent over `waited`.
+    #[error(
+        "the agent was still busy after {attempts} attempts in {} when {request}",
+        secs(*waited)
+    )]
+    Busy {
+        request: Request,
+        attempts: u32,
+        waited: Duration,
+        /// The agent's last message, as sent.
+        message: String,
     },
 
     /// `wait_ready` saw the agent report `failed`: the lab's setup failed, or
@@ -146,7 +182,10 @@ impl Error {
     pub fn is_timeout(&self) -> bool {
         matches!(
             self,
-            Error::ConnectTimeout { .. } | Error::Timeout { .. } | Error::WaitTimeout { .. }
+            Error::ConnectTimeout { .. }
+                | Error::Timeout { .. }
+                | Error::WaitTimeout { .. }
+                | Error::Busy { .. }
         )
     }
 
@@ -160,6 +199,52 @@ impl Error {
             | Error::Timeout { .. } => true,
             Error::WaitTimeout { last, .. } => !matches!(last, LastSeen::State(_)),
             _ => false,
+        }
+    }
+
+    /// The answer was larger than the request allows ([`Error::TooLarge`]).
+    pub fn is_too_large(&self) -> bool {
+        matches!(self, Error::TooLarge { .. })
+    }
+
+    /// The answer was not the JSON expected ([`Error::Decode`]).
+    pub fn is_malformed(&self) -> bool {
+        matches!(self, Error::Decode { .. })
+    }
+
+    /// The answer broke the protocol: out-of-range values
+    /// ([`Error::Protocol`]) or a flood of interim responses
+    /// ([`Error::Interim`]).
+    pub fn is_protocol_error(&self) -> bool {
+        matches!(self, Error::Protocol { .. } | Error::Interim { .. })
+    }
+
+    /// The guest answered in a way no lab-agent does: too large, malformed
+    /// or against the protocol. Retrying will not help; the VM (where the
+    /// student is root) runs something else on the agent's port.
+    pub fn is_hostile(&self) -> bool {
+        self.is_too_large() || self.is_malformed() || self.is_protocol_error()
+    }
+
+    /// `exec` found the agent busy (429) until its deadline.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Busy { .. })
+    }
+
+    /// The request the error happened in, for errors of one request.
+    pub fn request(&self) -> Option<&Request> {
+        match self {
+            Error::Connect { request, .. }
+            | Error::ConnectTimeout { request, .. }
+            | Error::Transport { request, .. }
+            | Error::Timeout { request, .. }
+            | Error::Status { request, .. }
+            | Error::TooLarge { request, .. }
+            | Error::Decode { request, .. }
+            | Error::Protocol { request, .. }
+            | Error::Interim { request, .. }
+            | Error::Busy { request, .. } => Some(request),
+            _ => None,
         }
     }
 
@@ -239,6 +324,14 @@ impl Error {
             Error::Decode { .. } => "is this a lab-agent, and of a version that speaks the `/v1` \
                  API? `GET /v1/info` tells its version"
                 .to_owned(),
+            Error::Protocol { .. } | Error::Interim { .. } => "a lab-agent never answers this: \
+                 is something other than lab-agent listening there? (the student is root in the \
+                 VM and may replace it)"
+                .to_owned(),
+            Error::Busy { .. } => "the agent runs a limited number of commands at once \
+                 (`lab-agent serve --max-execs`) and stayed busy: retry later, or allow more \
+                 time for the answer"
+                .to_owned(),
             Error::SetupFailed { .. } => "the setup log above shows why; fix the lab's setup \
                  script and try it locally with `labctl try LAB_DIR`"
                 .to_owned(),
@@ -274,7 +367,7 @@ impl Error {
             Error::Timeout { after, .. } => format!("no response within {}", secs(*after)),
             Error::Status {
                 status, message, ..
-            } => format!("status {}: {message}", status.as_u16()),
+            } => format!("status {}: {}", status.as_u16(), escape(message)),
             other => other.to_string(),
         }
     }
@@ -289,10 +382,19 @@ fn secs(d: Duration) -> String {
     }
 }
 
+fn too_large_message(request: &Request, limit: usize, declared: Option<u64>) -> String {
+    match declared {
+        Some(n) => format!(
+            "response of {n} bytes announced, larger than the {limit} allowed, when {request}"
+        ),
+        None => format!("response larger than {limit} bytes when {request}"),
+    }
+}
+
 fn setup_failed_message(url: &str, ready: &ReadyResponse) -> String {
     let mut msg = format!("the lab is not ready at {url}: ");
     match &ready.reason {
-        Some(reason) if !reason.is_empty() => msg.push_str(reason.trim_end_matches('.')),
+        Some(reason) if !reason.is_empty() => msg.push_str(&escape(reason.trim_end_matches('.'))),
         _ => msg.push_str("the agent reports `failed`"),
     }
     if let Some(code) = ready.setup.exit_code {
@@ -307,11 +409,13 @@ fn wait_timeout_message(url: &str, waited: Duration, last: &LastSeen) -> String 
     let mut msg = format!("{url} was not ready after {}", secs(waited));
     match last {
         LastSeen::Nothing => {}
-        LastSeen::Unreachable(why) => msg.push_str(&format!(": the agent never answered ({why})")),
+        LastSeen::Unreachable(why) => {
+            msg.push_str(&format!(": the agent never answered ({})", escape(why)))
+        }
         LastSeen::State(r) => {
             msg.push_str(&format!(": last state `{}`", r.state));
             if let Some(reason) = &r.reason {
-                msg.push_str(&format!(" ({})", reason.trim_end_matches('.')));
+                msg.push_str(&format!(" ({})", escape(reason.trim_end_matches('.'))));
             }
         }
     }

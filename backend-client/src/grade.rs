@@ -8,7 +8,10 @@
 //! timeout) or is an *error* (could not run: the agent refused it, or the
 //! request never got an answer). Only a failure is the student's; an error
 //! is the lab's or the platform's, and a backend tells them apart by
-//! `status` alone.
+//! `status` alone. Once the agent answers a check as no lab-agent does
+//! (too large, malformed, against the protocol) or stays busy through a
+//! check's whole deadline, the later checks are not sent: they are errors
+//! saying why, so a hostile guest costs one check's deadline.
 
 use crate::client::Client;
 use crate::error::Error;
@@ -186,58 +189,167 @@ impl Client {
         mut on_check: impl FnMut(&CheckResult),
     ) -> Result<GradeReport, Error> {
         let mut checks = Vec::with_capacity(lab.checks.len());
+        // Set once the agent answered a check as no lab-agent does, or was
+        // busy for a check's whole deadline: the later checks are not sent
+        // (each would cost its own deadline again) and are errors saying
+        // why. A hostile guest costs one check's deadline, not all of them.
+        let mut gave_up: Option<String> = None;
         for check in &lab.checks {
-            let result = self.run_check(check, guest_lab_dir).await?;
+            let result = match &gave_up {
+                Some(why) => CheckResult::error(&check.name, check.points, why.clone()),
+                None => {
+                    let (result, stop) = self.run_check(check, guest_lab_dir).await?;
+                    if stop {
+                        gave_up = Some(format!(
+                            "not run: the agent's answer to check `{}` was refused",
+                            check.name
+                        ));
+                    }
+                    result
+                }
+            };
             on_check(&result);
             checks.push(result);
         }
         Ok(GradeReport::new(lab.name.clone(), checks))
     }
 
-    async fn run_check(&self, check: &Check, guest_lab_dir: &str) -> Result<CheckResult, Error> {
+    /// One check's result, and whether the agent's answer means no later
+    /// check should be sent.
+    async fn run_check(
+        &self,
+        check: &Check,
+        guest_lab_dir: &str,
+    ) -> Result<(CheckResult, bool), Error> {
         let req = check_request(check, guest_lab_dir);
         let started = std::time::Instant::now();
         let r = match self.exec(&req).await {
             Ok(r) => r,
             Err(e) if e.is_unauthorized() => return Err(e),
             Err(e) => {
-                return Ok(CheckResult {
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    hint: e.hint(),
-                    ..CheckResult::error(&check.name, check.points, error_text(&e))
-                });
+                let stop = e.is_hostile() || e.is_busy();
+                return Ok((
+                    CheckResult {
+                        duration_ms: started.elapsed().as_millis() as u64,
+                        hint: e.hint(),
+                        ..CheckResult::error(&check.name, check.points, error_text(&e))
+                    },
+                    stop,
+                ));
             }
         };
         let passed = r.success();
-        Ok(CheckResult {
-            name: check.name.clone(),
-            status: if passed {
-                CheckStatus::Passed
-            } else {
-                CheckStatus::Failed
+        Ok((
+            CheckResult {
+                name: check.name.clone(),
+                status: if passed {
+                    CheckStatus::Passed
+                } else {
+                    CheckStatus::Failed
+                },
+                passed,
+                points: check.points,
+                exit_code: r.exit_code,
+                signal: r.signal,
+                timed_out: r.timed_out,
+                stdout: r.stdout,
+                stderr: r.stderr,
+                stdout_truncated: r.stdout_truncated,
+                stderr_truncated: r.stderr_truncated,
+                duration_ms: r.duration_ms,
+                fail_message: if passed {
+                    None
+                } else {
+                    check.fail_message.clone()
+                },
+                error: None,
+                limits_hit: r.limits_hit,
+                max_pids: r.max_pids,
+                max_memory_bytes: r.max_memory_bytes,
+                hint: None,
             },
-            passed,
-            points: check.points,
-            exit_code: r.exit_code,
-            signal: r.signal,
-            timed_out: r.timed_out,
-            stdout: r.stdout,
-            stderr: r.stderr,
-            stdout_truncated: r.stdout_truncated,
-            stderr_truncated: r.stderr_truncated,
-            duration_ms: r.duration_ms,
-            fail_message: if passed {
-                None
-            } else {
-                check.fail_message.clone()
-            },
-            error: None,
-            limits_hit: r.limits_hit,
-            max_pids: r.max_pids,
-            max_memory_bytes: r.max_memory_bytes,
-            hint: None,
-        })
+            false,
+        ))
     }
+}
+
+impl Client {
+    /// The guest's `LAB_DIR` as the agent reports it in `/v1/info`, else
+    /// `/opt/lab` (an older agent that does not report it, or no answer).
+    /// An answer no lab-agent gives (a relative `lab_dir`, a body too large
+    /// or malformed) is an error, not a reason to guess.
+    pub async fn reported_lab_dir(&self) -> Result<String, Error> {
+        let reported = match self.info().await {
+            Ok(info) => info.lab_dir,
+            Err(e) if e.is_hostile() => return Err(e),
+            Err(e) => {
+                tracing::debug!(url = self.url(), error = %e, "no /v1/info; assuming the default lab dir");
+                None
+            }
+        };
+        Ok(reported.unwrap_or_else(|| lab_agent_proto::GUEST_LAB_DIR.to_owned()))
+    }
+}
+
+/// How one VM's grading ended, in [`grade_all`].
+#[derive(Debug)]
+pub struct GradeOutcome {
+    pub url: String,
+    pub result: Result<GradeReport, Error>,
+    /// From when the VM got its slot to its outcome (not the wait for one).
+    pub elapsed: std::time::Duration,
+}
+
+/// Grades `lab` on every VM of `clients`, at most `concurrency` at once
+/// (at least 1), each with `LAB_DIR` as its agent reports it
+/// ([`Client::reported_lab_dir`]); one outcome per client, in order.
+///
+/// Each VM costs only its own calls, each bounded by its deadline: a
+/// hostile or dead VM ends in its own `Err` (or in `error` checks) and
+/// holds one of the `concurrency` slots no longer than its checks'
+/// deadlines. Readiness is the caller's: wait first ([`crate::wait_all`]).
+/// Memory in flight is bounded by `concurrency` answers, each held to what
+/// its check's `max_output_bytes` allows.
+pub async fn grade_all(clients: &[Client], lab: &Lab, concurrency: usize) -> Vec<GradeOutcome> {
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let lab = std::sync::Arc::new(lab.clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, client) in clients.iter().enumerate() {
+        let (client, lab, slots) = (client.clone(), lab.clone(), slots.clone());
+        tasks.spawn(async move {
+            let _slot = slots
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let started = std::time::Instant::now();
+            let result = match client.reported_lab_dir().await {
+                Ok(dir) => client.grade(&lab, &dir).await,
+                Err(e) => Err(e),
+            };
+            (i, result, started.elapsed())
+        });
+    }
+    let mut results: Vec<Option<(Result<GradeReport, Error>, std::time::Duration)>> =
+        clients.iter().map(|_| None).collect();
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok((i, r, took)) => results[i] = Some((r, took)),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {}
+        }
+    }
+    clients
+        .iter()
+        .zip(results)
+        .map(|(c, r)| {
+            let (result, elapsed) = r.expect("every grading task reports its result");
+            GradeOutcome {
+                url: c.url().to_owned(),
+                result,
+                elapsed,
+            }
+        })
+        .collect()
 }
 
 /// An error as one line for the report: the agent's own message for a

@@ -2,7 +2,8 @@
 //!
 //! A backend holds one [`Client`] per lab VM: it waits for the VM to be
 //! ready ([`Client::wait_ready`], or [`wait_all`] for a multi-VM lab), runs
-//! commands ([`Client::exec`]) and grades the lab ([`Client::grade`]).
+//! commands ([`Client::exec`]) and grades the lab ([`Client::grade`], or
+//! [`grade_all`] for a class of VMs).
 //! Errors are one [`Error`] enum with predicates to branch on
 //! ([`Error::is_setup_failed`], [`Error::is_unauthorized`], …).
 //!
@@ -36,7 +37,8 @@
 //! - [`client`]: [`Client`], its builder and connection pool; `ready`,
 //!   `exec`, `info`, unchecked requests.
 //! - [`wait`]: `wait_ready`, [`wait_all`], [`Progress`].
-//! - [`grade`]: `grade`, [`GradeReport`], each check's [`CheckStatus`].
+//! - [`grade`]: `grade`, [`GradeReport`], each check's [`CheckStatus`];
+//!   [`grade_all`] for many VMs with a concurrency bound.
 //! - [`error`]: the [`Error`] enum.
 //!
 //! The wire types are `lab-agent-proto`'s, re-exported as [`proto`]; this
@@ -51,6 +53,6 @@ pub mod wait;
 
 pub use client::{Client, ClientBuilder, RawResponse};
 pub use error::Error;
-pub use grade::{CheckResult, CheckStatus, GradeReport};
+pub use grade::{CheckResult, CheckStatus, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;
 pub use wait::{Progress, WaitOutcome, wait_all};

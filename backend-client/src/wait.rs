@@ -200,17 +200,20 @@ fn not_up_yet(e: &Error) -> bool {
     }
     // Something between us and the agent (a proxy, a Service, a port
     // forward) answers for it while it is down; and a busy agent is up.
-    matches!(
-        e.status(),
-        Some(
-            StatusCode::BAD_GATEWAY
-                | StatusCode::SERVICE_UNAVAILABLE
-                | StatusCode::GATEWAY_TIMEOUT
-                | StatusCode::TOO_MANY_REQUESTS
+    // An answer that is the agent's own but wrong (a readiness body that
+    // does not parse) is not "not up yet": it ends the wait.
+    matches!(e, Error::Status { .. })
+        && matches!(
+            e.status(),
+            Some(
+                StatusCode::BAD_GATEWAY
+                    | StatusCode::SERVICE_UNAVAILABLE
+                    | StatusCode::GATEWAY_TIMEOUT
+                    | StatusCode::TOO_MANY_REQUESTS
+            )
         )
-    ) && e
-        .error_code()
-        .is_none_or(|c| c == lab_agent_proto::ErrorCode::Busy)
+        && e.error_code()
+            .is_none_or(|c| c == lab_agent_proto::ErrorCode::Busy)
 }
 
 fn reason_of(r: &ReadyResponse) -> String {

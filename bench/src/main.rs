@@ -10,11 +10,13 @@
 //! - [`floor`]: the posix_spawn floor, in a helper running as the user.
 //! - [`exec`]: the exec variants and the interleaved sampling loop.
 //! - [`detect`], [`memory`], [`wrk`], [`size`]: the other targets.
+//! - [`fleet`]: `lab-agent-bench fleet`, one process grading many agents.
 //! - [`http`]: a minimal blocking HTTP/1.1 client; [`stats`]: percentiles.
 
 mod children;
 mod detect;
 mod exec;
+mod fleet;
 mod floor;
 mod http;
 mod memory;
@@ -113,6 +115,23 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("floor-helper: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if argv.get(1).map(String::as_str) == Some("fleet") {
+        let args = fleet::FleetArgs::parse_from(
+            std::iter::once("lab-agent-bench fleet".to_owned()).chain(argv[2..].iter().cloned()),
+        );
+        children::install_guard(Duration::from_secs(1800));
+        let result = WorkDir::create().and_then(|work| fleet::run(&args, &work.0));
+        return match result {
+            Ok(report) => {
+                print!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
                 ExitCode::FAILURE
             }
         };
@@ -883,7 +902,7 @@ impl Drop for WorkDir {
     }
 }
 
-fn make_token(path: &Path) -> io::Result<String> {
+pub(crate) fn make_token(path: &Path) -> io::Result<String> {
     let token = labctl::token::generate().map_err(io::Error::other)?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)

@@ -17,6 +17,10 @@ pub struct ExecArgs {
     /// Kill the command after this many seconds
     #[arg(long, value_name = "SECS", default_value_t = lab_agent_proto::exec::DEFAULT_TIMEOUT_SECS)]
     pub timeout: u64,
+    /// Allow the agent this many seconds beyond `--timeout` to answer; the
+    /// whole call, retries of a busy agent included, ends by then
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_ANSWER_SECS)]
+    pub answer_timeout: u64,
     /// Working directory in the guest (default: the user's home)
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
@@ -49,6 +53,9 @@ pub struct ExecArgs {
     pub command: Vec<String>,
 }
 
+/// `--answer-timeout`'s default: the client's request timeout.
+const DEFAULT_ANSWER_SECS: u64 = lab_agent_client::client::DEFAULT_REQUEST_TIMEOUT.as_secs();
+
 #[derive(Debug)]
 pub struct Config {
     client: Client,
@@ -64,6 +71,11 @@ impl Config {
                 args.timeout,
                 lab_agent_proto::exec::MAX_TIMEOUT_SECS
             )));
+        }
+        if args.answer_timeout == 0 {
+            return Err(Failure::usage(
+                "`--answer-timeout` must be at least 1 second",
+            ));
         }
         let mut request = ExecRequest::new(command)
             .user(args.user.clone())
@@ -95,10 +107,12 @@ impl Config {
         request
             .validate()
             .map_err(|e| Failure::usage(format!("the command cannot be sent: {e}")))?;
-        Ok(Config {
-            client: args.agent.client()?,
-            request,
-        })
+        let token = common::read_token(&args.agent.token_file)?;
+        let client = Client::builder()
+            .request_timeout(std::time::Duration::from_secs(args.answer_timeout))
+            .build(&args.agent.url, &token)
+            .map_err(Failure::client)?;
+        Ok(Config { client, request })
     }
 }
 
@@ -132,6 +146,9 @@ pub fn run(args: &ExecArgs) -> Result<Exit, Failure> {
     if let Some(limits) = result.limits_text() {
         eprintln!("warning: the command {limits}");
     }
-    let status = result.shell_status().clamp(0, 255) as u8;
+    // The client refuses an exit code outside 0..=255 or a signal outside
+    // 1..=64 (a protocol error, exit 3), so this neither wraps nor clamps
+    // a lie into a success.
+    let status = u8::try_from(result.shell_status()).expect("the client checks the ranges");
     Ok(Exit::Command(status))
 }

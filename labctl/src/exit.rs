@@ -49,7 +49,15 @@ impl Exit {
             Error::SetupFailed { .. } => Exit::SetupFailed,
             Error::InvalidUrl { .. } => Exit::Usage,
             e if e.is_unauthorized() => Exit::Usage,
-            e if e.status().map(|s| s.as_u16()) == Some(400) => Exit::Usage,
+            // The agent refused a command we sent (unknown user, bad cwd):
+            // the caller's to fix. A 400 to a request that has nothing of
+            // the caller's in it (`/v1/ready`, `/v1/info`) is the guest's
+            // doing, like any other wrong answer.
+            e if e.status().map(|s| s.as_u16()) == Some(400)
+                && e.request().is_some_and(|r| r.method.as_str() == "POST") =>
+            {
+                Exit::Usage
+            }
             _ => Exit::Unreachable,
         }
     }
@@ -138,24 +146,32 @@ impl Failure {
     }
 
     /// The text printed on stderr: `error: …`, each cause, each hint.
+    /// Control characters other than line breaks are shown escaped: the
+    /// client's errors escape the guest's text in them already (an agent's
+    /// error message, a reason), and this keeps any other from driving the
+    /// terminal. Line breaks are labctl's own (a list of places looked at).
     pub fn render(&self, color: bool) -> String {
+        use lab_agent_proto::text::escape_lines as escape;
         let (red, cyan, bold, reset) = if color {
             ("\x1b[1;31m", "\x1b[1;36m", "\x1b[1m", "\x1b[0m")
         } else {
             ("", "", "", "")
         };
-        let mut out = format!("{red}error{reset}{bold}:{reset} {}\n", self.message);
+        let mut out = format!(
+            "{red}error{reset}{bold}:{reset} {}\n",
+            escape(&self.message)
+        );
         let mut cause: Option<&(dyn std::error::Error + 'static)> =
             self.source.as_deref().map(|s| s as _);
         if self.source_is_message {
             cause = cause.and_then(|c| c.source());
         }
         while let Some(c) = cause {
-            let _ = writeln!(out, "  {bold}caused by:{reset} {c}");
+            let _ = writeln!(out, "  {bold}caused by:{reset} {}", escape(&c.to_string()));
             cause = c.source();
         }
         for h in &self.hints {
-            let _ = writeln!(out, "{cyan}hint{reset}{bold}:{reset} {h}");
+            let _ = writeln!(out, "{cyan}hint{reset}{bold}:{reset} {}", escape(h));
         }
         out
     }

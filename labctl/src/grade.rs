@@ -88,7 +88,9 @@ pub fn run(args: &GradeArgs) -> Result<Exit, Failure> {
         ensure_ready(&config.client, config.wait).await?;
         let guest_lab_dir = match &config.guest_lab_dir {
             Some(dir) => dir.clone(),
-            None => reported_lab_dir(&config.client).await,
+            None => reported_lab_dir(&config.client)
+                .await
+                .map_err(Failure::client)?,
         };
         let report =
             grade_and_print(&config.client, &config.lab, &guest_lab_dir, config.json).await?;
@@ -141,6 +143,7 @@ async fn ensure_ready(client: &Client, wait: Option<Duration>) -> Result<(), Fai
         ReadyState::Failed => Exit::SetupFailed,
         _ => Exit::Unreachable,
     };
+    // The guest's words: the error's rendering escapes them.
     let reason = ready
         .reason
         .as_deref()
@@ -161,17 +164,10 @@ async fn ensure_ready(client: &Client, wait: Option<Duration>) -> Result<(), Fai
     }))
 }
 
-/// The guest's `LAB_DIR` as the agent reports it, else `/opt/lab` (an
-/// older agent, or an answer that did not come).
-pub async fn reported_lab_dir(client: &Client) -> String {
-    match client.info().await {
-        Ok(info) => info.lab_dir,
-        Err(e) => {
-            tracing::debug!(error = %e, "no /v1/info; assuming the default lab dir");
-            None
-        }
-    }
-    .unwrap_or_else(|| lab_agent_proto::GUEST_LAB_DIR.to_owned())
+/// The guest's `LAB_DIR` as the agent reports it, else `/opt/lab`
+/// ([`Client::reported_lab_dir`]).
+pub async fn reported_lab_dir(client: &Client) -> Result<String, lab_agent_client::Error> {
+    client.reported_lab_dir().await
 }
 
 /// 0 when every check passed; 5 when any could not run (an error is the
@@ -197,12 +193,14 @@ pub async fn grade_and_print(
     let style = Style {
         color: crate::color::stdout(),
     };
+    // `LAB_DIR` may be the agent's word (`/v1/info`): shown escaped.
     eprintln!(
-        "grading `{}` ({} check{}) at {} with LAB_DIR={guest_lab_dir}",
+        "grading `{}` ({} check{}) at {} with LAB_DIR={}",
         lab.name,
         lab.checks.len(),
         if lab.checks.len() == 1 { "" } else { "s" },
-        client.url()
+        client.url(),
+        lab_agent_proto::text::escape(guest_lab_dir)
     );
     let report = client
         .grade_with(lab, guest_lab_dir, |c| {
@@ -217,6 +215,8 @@ pub async fn grade_and_print(
     let mut out = std::io::stdout().lock();
     if json {
         let text = serde_json::to_string_pretty(&report).expect("a report serializes");
+        // Guest text (output, errors) only as JSON escapes, C1 included.
+        let text = lab_agent_proto::text::json_escape_controls(&text);
         let _ = writeln!(out, "{text}");
     } else {
         let _ = write!(out, "\n{}", report::summary(&report, style));

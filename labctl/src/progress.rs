@@ -188,8 +188,11 @@ impl Drop for WaitDisplay {
     }
 }
 
+/// The guest's text on one line, its control characters escaped (the
+/// reason comes from whatever answers on the agent's port).
 fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    lab_agent_proto::text::escape(&joined).into_owned()
 }
 
 fn truncate(s: &str, width: usize) -> String {

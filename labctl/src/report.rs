@@ -4,6 +4,7 @@
 //! never the student-facing `fail_message`.
 
 use lab_agent_client::{CheckResult, CheckStatus, GradeReport};
+use lab_agent_proto::text::escape;
 use std::fmt::Write as _;
 
 /// Lines of a failed check's stdout/stderr shown (the JSON has all of it).
@@ -41,7 +42,8 @@ pub fn check(c: &CheckResult, style: Style) -> String {
     match c.status {
         CheckStatus::Passed => return out,
         CheckStatus::Error => {
-            let why = c.error.as_deref().unwrap_or("it could not run");
+            // The agent's words may be in it: escaped.
+            let why = escape(c.error.as_deref().unwrap_or("it could not run"));
             let _ = writeln!(
                 out,
                 "{pad}{} {why}",
@@ -51,7 +53,7 @@ pub fn check(c: &CheckResult, style: Style) -> String {
                 )
             );
             if let Some(hint) = &c.hint {
-                let _ = writeln!(out, "{pad}hint: {hint}");
+                let _ = writeln!(out, "{pad}hint: {}", escape(hint));
             }
             return out;
         }
@@ -104,8 +106,10 @@ pub fn check(c: &CheckResult, style: Style) -> String {
             (false, false) => (format!("{name}:"), &lines[..]),
         };
         let _ = writeln!(out, "{pad}{heading}");
+        // The guest's bytes, each line with its control characters shown
+        // (a `\r` or an escape sequence could forge the report's lines).
         for l in shown {
-            let _ = writeln!(out, "{pad}  │ {l}");
+            let _ = writeln!(out, "{pad}  │ {}", escape(l));
         }
     }
     out

@@ -77,7 +77,11 @@ pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
     ));
     if config.json {
         // A reader that stops early (`| head`) is not an error.
-        let _ = writeln!(std::io::stdout(), "{}", outcomes_json(&outcomes));
+        let _ = writeln!(
+            std::io::stdout(),
+            "{}",
+            json_text(&outcomes_json(&outcomes))
+        );
     }
     report(outcomes, config.json)
 }
@@ -192,8 +196,10 @@ pub fn print_setup_log(e: &Error) {
     match r.setup.log_tail.as_deref().map(str::trim_end) {
         Some(tail) if !tail.is_empty() => {
             eprintln!("setup log (last lines):");
+            // The guest's bytes: each line with its control characters
+            // (a `\r`, an escape sequence) shown, not obeyed.
             for line in tail.lines() {
-                eprintln!("  │ {line}");
+                eprintln!("  │ {}", lab_agent_proto::text::escape(line));
             }
         }
         _ => eprintln!("setup log: (empty)"),
@@ -222,11 +228,24 @@ pub fn outcomes_json(outcomes: &[WaitOutcome]) -> serde_json::Value {
     json!({"ready": outcomes.iter().all(|o| o.result.is_ok()), "vms": vms})
 }
 
+/// JSON for stdout: guest text in it only as JSON escapes, C1 controls
+/// and DEL included (which JSON itself allows raw).
+pub fn json_text(v: &impl serde::Serialize) -> String {
+    let text = serde_json::to_string(v).expect("JSON values serialize");
+    lab_agent_proto::text::json_escape_controls(&text).into_owned()
+}
+
 fn error_kind(e: &Error) -> &'static str {
     if e.is_setup_failed() {
         "setup_failed"
     } else if e.is_unauthorized() {
         "unauthorized"
+    } else if e.is_too_large() {
+        "too_large"
+    } else if e.is_malformed() {
+        "malformed_answer"
+    } else if e.is_protocol_error() {
+        "protocol_error"
     } else if e.is_timeout() {
         "timeout"
     } else if e.is_unreachable() {

@@ -7,6 +7,8 @@
 //! - [`info`]: `GET /v1/info`.
 //! - [`error`]: the error body every non-2xx response carries.
 //! - [`guest`]: the guest contract: paths, port, token rule, defaults.
+//! - [`text`]: guest-supplied text made safe to show a person (control
+//!   characters escaped), for every client that prints it.
 //! - [`lab`] (feature `lab`): the `lab.toml` model shared by the client and
 //!   the payload generator. The agent never reads `lab.toml`.
 //!
@@ -26,6 +28,7 @@ pub mod info;
 #[cfg(feature = "lab")]
 pub mod lab;
 pub mod ready;
+pub mod text;
 
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use exec::{ExecRequest, ExecResult, InvalidRequest, Profile};

@@ -10,11 +10,20 @@ process. This file only gives the answers Python types.
 - :class:`AsyncClient` has the same methods as coroutines, for asyncio and
   FastAPI, without blocking the event loop;
 - :func:`wait_all` / :func:`wait_all_async` wait for a session's VMs;
+- :func:`grade_all` / :func:`grade_all_async` grade many VMs with a
+  concurrency bound;
 - :func:`render_secret` makes a lab's Kubernetes Secret, byte-identical to
   ``labctl secret``;
 - every error is an :class:`AgentError`; catch :class:`Unauthorized`,
   :class:`SetupFailed`, :class:`Timeout`, :class:`Unreachable`, ... as the
-  Rust client's ``is_*`` predicates would branch.
+  Rust client's ``is_*`` predicates would branch; a guest that answers what
+  no lab-agent does raises :class:`TooLarge`, :class:`MalformedAnswer` or
+  :class:`ProtocolError`. Messages show the guest's text escaped; the
+  attributes (``agent_message``, ``ready``, ``log_tail``) hold it as sent;
+- the blocking :class:`Client` raises ``KeyboardInterrupt`` on Ctrl-C
+  within 50 ms; a cancelled :class:`AsyncClient` call closes its
+  connection; at interpreter exit, calls still running are ended before
+  the interpreter finalises (no crash, whatever the agents did).
 """
 
 from __future__ import annotations
@@ -26,13 +35,17 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from . import _native
 from ._native import (
     AgentError,
+    Busy,
     Lab,
     LabError,
+    MalformedAnswer,
     NotReady,
+    ProtocolError,
     Rejected,
     RenderError,
     SetupFailed,
     Timeout,
+    TooLarge,
     Unauthorized,
     Unreachable,
     WaitTimeout,
@@ -43,13 +56,16 @@ __version__: str = _native.__version__
 __all__ = [
     "AgentError",
     "AsyncClient",
+    "Busy",
     "CheckResult",
     "Client",
     "CloudInit",
     "ExecResult",
     "Lab",
     "LabError",
+    "MalformedAnswer",
     "NotReady",
+    "ProtocolError",
     "Ready",
     "Rejected",
     "RenderError",
@@ -58,9 +74,12 @@ __all__ = [
     "SetupFailed",
     "SetupStatus",
     "Timeout",
+    "TooLarge",
     "Unauthorized",
     "Unreachable",
     "WaitTimeout",
+    "grade_all",
+    "grade_all_async",
     "render_secret",
     "wait_all",
     "wait_all_async",
@@ -449,6 +468,30 @@ async def wait_all_async(
     """:func:`wait_all` as a coroutine."""
     outcomes = await _native.wait_all_async([c._native for c in clients], timeout)
     return [_outcome(o) for o in outcomes]
+
+
+def _report_outcome(o: Union[str, AgentError]) -> Union[Report, AgentError]:
+    return o if isinstance(o, AgentError) else Report.from_json(o)
+
+
+def grade_all(
+    clients: Iterable[_Base], lab: Lab, concurrency: int = 16
+) -> List[Union[Report, AgentError]]:
+    """Grades ``lab`` on every client's VM, at most ``concurrency`` at once,
+    each with ``LAB_DIR`` as its agent reports it; returns, in order, each
+    one's :class:`Report` or the :class:`AgentError` that stopped it. A
+    hostile or dead VM costs only its own calls (each bounded by its
+    deadline). Readiness is the caller's: :func:`wait_all` first."""
+    outcomes = _native.grade_all([c._native for c in clients], lab, concurrency)
+    return [_report_outcome(o) for o in outcomes]
+
+
+async def grade_all_async(
+    clients: Iterable[_Base], lab: Lab, concurrency: int = 16
+) -> List[Union[Report, AgentError]]:
+    """:func:`grade_all` as a coroutine."""
+    outcomes = await _native.grade_all_async([c._native for c in clients], lab, concurrency)
+    return [_report_outcome(o) for o in outcomes]
 
 
 def render_secret(

@@ -7,9 +7,17 @@ __version__: str
 EXEC_HAS_PROFILE: bool
 
 class AgentError(Exception):
+    """Base of every lab_agent error. str(e) shows text from the guest
+    with its control characters escaped (\\x1b, \\n); the attributes hold
+    it as sent."""
+
     status: Optional[int]
     code: Optional[str]
     hint: Optional[str]
+    # The agent's error message (or the start of a non-JSON error body),
+    # as sent: may hold terminal escapes; print str(e) instead.
+    agent_message: Optional[str]
+    # The agent's readiness answer (JSON text), as sent.
     ready: Optional[str]
     exit_code: Optional[int]
     log_tail: Optional[str]
@@ -18,9 +26,28 @@ class Unauthorized(AgentError): ...
 class Unreachable(AgentError): ...
 class Timeout(AgentError): ...
 class WaitTimeout(Timeout): ...
+
+class Busy(Timeout):
+    """exec found the agent busy (429) until the call's deadline; the
+    command never started."""
+
 class SetupFailed(AgentError): ...
 class NotReady(AgentError): ...
 class Rejected(AgentError): ...
+
+class TooLarge(AgentError):
+    """The answer was larger than the request allows (announced or read):
+    something other than lab-agent answers, or the guest is hostile."""
+
+class MalformedAnswer(AgentError):
+    """The answer was not the JSON expected, whatever its status (also a
+    readiness answer with an unknown state)."""
+
+class ProtocolError(AgentError):
+    """The answer says what no lab-agent says: an exit code outside
+    0..=255, a signal outside 1..=64, more output than max_output_bytes
+    allows, a relative lab_dir, more than 8 interim (1xx) responses."""
+
 class LabError(AgentError): ...
 class RenderError(AgentError): ...
 
@@ -67,6 +94,10 @@ def wait_all(clients: List[Client], timeout: float) -> List[Union[str, AgentErro
 def wait_all_async(
     clients: List[Client], timeout: float
 ) -> Awaitable[List[Union[str, AgentError]]]: ...
+def grade_all(clients: List[Client], lab: Lab, concurrency: int) -> List[Union[str, AgentError]]: ...
+def grade_all_async(
+    clients: List[Client], lab: Lab, concurrency: int
+) -> Awaitable[List[Union[str, AgentError]]]: ...
 def render_secret(
     lab: Lab,
     name: str,
@@ -76,4 +107,8 @@ def render_secret(
     token: Optional[str] = None,
     format: str = "yaml",
 ) -> Rendered: ...
+def _shutdown() -> None:
+    """The atexit hook (registered on import): ends running async calls and
+    keeps the runtime's threads away from the finalising interpreter."""
+
 def _rust_exec_timings(client: Client, command: str, user: str, cwd: str, n: int) -> List[float]: ...

@@ -9,6 +9,7 @@
 use crate::error::{NotReady, SetupFailed, client_error, plain, with_attrs};
 use crate::lab::Lab;
 use crate::runtime;
+use crate::tasks::{self, Deliver, awaitable};
 use lab_agent_client::{Error, wait_all as rust_wait_all};
 use lab_agent_proto::exec::ExecRequest;
 use lab_agent_proto::ready::{ReadyResponse, ReadyState};
@@ -48,28 +49,21 @@ pub struct Client {
     inner: lab_agent_client::Client,
 }
 
-/// Runs `fut` to completion on the shared runtime with the GIL released.
+/// Runs `fut` to completion on the shared runtime with the GIL released,
+/// Ctrl-C raising `KeyboardInterrupt` ([`tasks::block`]).
 fn block<T: Send>(
     py: Python<'_>,
     fut: impl Future<Output = Result<T, Error>> + Send,
 ) -> PyResult<T> {
-    py.detach(|| runtime().block_on(fut))
-        .map_err(|e| client_error(py, e))
+    tasks::block(py, fut)?.map_err(|e| client_error(py, e))
 }
 
-/// `fut` as an asyncio awaitable on the running loop.
-fn awaitable<'py, T>(
-    py: Python<'py>,
-    fut: impl Future<Output = PyResult<T>> + Send + 'static,
-) -> PyResult<Bound<'py, PyAny>>
-where
-    T: for<'a> IntoPyObject<'a> + Send + 'static,
-{
-    pyo3_async_runtimes::tokio::future_into_py(py, fut)
-}
-
-fn to_py(e: Error) -> PyErr {
-    Python::attach(|py| client_error(py, e))
+/// A call's JSON answer, or its error as the exception, for Python.
+fn deliver_json(r: Result<String, Error>) -> Deliver {
+    Box::new(move |py| match r {
+        Ok(text) => Ok(text.into_pyobject(py)?.into_any().unbind()),
+        Err(e) => Err(client_error(py, e)),
+    })
 }
 
 fn json<T: serde::Serialize>(value: &T) -> String {
@@ -102,10 +96,10 @@ impl GradeFailure {
         match self {
             GradeFailure::Client(e) => client_error(py, e),
             GradeFailure::NotReady(ready, url) => {
-                let reason = ready
-                    .reason
-                    .as_deref()
-                    .map_or(String::new(), |r| format!(": {r}"));
+                // The guest's words, escaped; `ready` holds them raw.
+                let reason = ready.reason.as_deref().map_or(String::new(), |r| {
+                    format!(": {}", lab_agent_proto::text::escape(r))
+                });
                 let message = format!(
                     "the VM at {url} is not ready, so it was not graded: its state is `{}`{reason}",
                     ready.state.as_str()
@@ -168,7 +162,9 @@ async fn grade(
     }
     let lab_dir = match lab_dir {
         Some(dir) => dir,
-        None => labctl::grade::reported_lab_dir(&client).await,
+        None => labctl::grade::reported_lab_dir(&client)
+            .await
+            .map_err(GradeFailure::Client)?,
     };
     let report = client
         .grade(&lab, &lab_dir)
@@ -247,7 +243,7 @@ impl Client {
     fn ready_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let c = self.inner.clone();
         awaitable(py, async move {
-            c.ready().await.map(|r| json(&r)).map_err(to_py)
+            deliver_json(c.ready().await.map(|r| json(&r)))
         })
     }
 
@@ -260,10 +256,7 @@ impl Client {
         let deadline = deadline(py, timeout)?;
         let c = self.inner.clone();
         awaitable(py, async move {
-            c.wait_ready(deadline)
-                .await
-                .map(|r| json(&r))
-                .map_err(to_py)
+            deliver_json(c.wait_ready(deadline).await.map(|r| json(&r)))
         })
     }
 
@@ -278,7 +271,7 @@ impl Client {
         let req = parse_exec(py, request)?;
         let c = self.inner.clone();
         awaitable(py, async move {
-            c.exec(&req).await.map(|r| json(&r)).map_err(to_py)
+            deliver_json(c.exec(&req).await.map(|r| json(&r)))
         })
     }
 
@@ -292,8 +285,7 @@ impl Client {
     ) -> PyResult<String> {
         let lab = Client::lab_for_grade(py, lab, checks)?;
         let c = self.inner.clone();
-        py.detach(|| runtime().block_on(grade(c, lab, lab_dir)))
-            .map_err(|f| f.into_py(py))
+        tasks::block(py, grade(c, lab, lab_dir))?.map_err(|f| f.into_py(py))
     }
 
     #[pyo3(signature = (lab, checks=None, lab_dir=None))]
@@ -307,9 +299,12 @@ impl Client {
         let lab = Client::lab_for_grade(py, lab, checks)?;
         let c = self.inner.clone();
         awaitable(py, async move {
-            grade(c, lab, lab_dir)
-                .await
-                .map_err(|f| Python::attach(|py| f.into_py(py)))
+            let r = grade(c, lab, lab_dir).await;
+            let deliver: Deliver = Box::new(move |py| match r {
+                Ok(text) => Ok(text.into_pyobject(py)?.into_any().unbind()),
+                Err(f) => Err(f.into_py(py)),
+            });
+            deliver
         })
     }
 }
@@ -344,7 +339,7 @@ pub fn wait_all(
 ) -> PyResult<Vec<Py<PyAny>>> {
     let deadline = deadline(py, timeout)?;
     let clients = rust_clients(&clients);
-    let results = py.detach(|| runtime().block_on(rust_wait_all(&clients, deadline, |_, _| {})));
+    let results = tasks::block(py, rust_wait_all(&clients, deadline, |_, _| {}))?;
     Ok(outcomes(py, results))
 }
 
@@ -359,7 +354,62 @@ pub fn wait_all_async<'py>(
     let clients = rust_clients(&clients);
     awaitable(py, async move {
         let results = rust_wait_all(&clients, deadline, |_, _| {}).await;
-        Ok(Python::attach(|py| outcomes(py, results)))
+        let deliver: Deliver =
+            Box::new(move |py| Ok(outcomes(py, results).into_pyobject(py)?.into_any().unbind()));
+        deliver
+    })
+}
+
+/// Each VM's report (`--json` text) or its exception (not raised).
+fn grade_outcomes(py: Python<'_>, results: Vec<lab_agent_client::GradeOutcome>) -> Vec<Py<PyAny>> {
+    results
+        .into_iter()
+        .map(|o| match o.result {
+            Ok(r) => serde_json::to_string_pretty(&r)
+                .expect("a report serializes")
+                .into_pyobject(py)
+                .expect("a str converts")
+                .into_any()
+                .unbind(),
+            Err(e) => client_error(py, e).into_value(py).into_any(),
+        })
+        .collect()
+}
+
+/// Grades `lab` on every client, at most `concurrency` at once; one
+/// outcome per client, in order (`lab_agent_client::grade_all`).
+#[pyfunction]
+pub fn grade_all(
+    py: Python<'_>,
+    clients: Vec<PyRef<'_, Client>>,
+    lab: &Lab,
+    concurrency: usize,
+) -> PyResult<Vec<Py<PyAny>>> {
+    let clients = rust_clients(&clients);
+    let lab = lab.inner.clone();
+    let results = tasks::block(py, lab_agent_client::grade_all(&clients, &lab, concurrency))?;
+    Ok(grade_outcomes(py, results))
+}
+
+/// `grade_all` as an awaitable.
+#[pyfunction]
+pub fn grade_all_async<'py>(
+    py: Python<'py>,
+    clients: Vec<PyRef<'py, Client>>,
+    lab: &Lab,
+    concurrency: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let clients = rust_clients(&clients);
+    let lab = lab.inner.clone();
+    awaitable(py, async move {
+        let results = lab_agent_client::grade_all(&clients, &lab, concurrency).await;
+        let deliver: Deliver = Box::new(move |py| {
+            Ok(grade_outcomes(py, results)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind())
+        });
+        deliver
     })
 }
 

@@ -2,8 +2,10 @@
 //! predicates: a backend catches `Unauthorized` where Rust code asks
 //! `is_unauthorized()`. Every exception is an `AgentError` and carries
 //! `status` (HTTP status, or None), `code` (the agent's error code, or
-//! None), `hint`, and, when the agent reported one, `ready` (its readiness
-//! answer as JSON text).
+//! None), `hint`, `agent_message` (the agent's error message as sent, or
+//! None) and, when the agent reported one, `ready` (its readiness answer
+//! as JSON text). Messages show the guest's text escaped
+//! (`lab_agent_proto::text`); the attributes hold it raw.
 
 use lab_agent_client::Error;
 use pyo3::create_exception;
@@ -60,6 +62,31 @@ create_exception!(
 );
 create_exception!(
     lab_agent,
+    Busy,
+    Timeout,
+    "exec found the agent busy (429) until its deadline: the command never started."
+);
+create_exception!(
+    lab_agent,
+    TooLarge,
+    AgentError,
+    "The answer was larger than the request allows (a lab-agent never sends it)."
+);
+create_exception!(
+    lab_agent,
+    MalformedAnswer,
+    AgentError,
+    "The answer was not the JSON expected, whatever its status."
+);
+create_exception!(
+    lab_agent,
+    ProtocolError,
+    AgentError,
+    "The answer says what no lab-agent says: an exit code or signal out of range, \
+     too much output, a relative lab_dir, a flood of interim (1xx) responses."
+);
+create_exception!(
+    lab_agent,
     LabError,
     AgentError,
     "lab.toml or the lab's files are wrong, or a check name is unknown."
@@ -81,6 +108,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SetupFailed", py.get_type::<SetupFailed>())?;
     m.add("NotReady", py.get_type::<NotReady>())?;
     m.add("Rejected", py.get_type::<Rejected>())?;
+    m.add("Busy", py.get_type::<Busy>())?;
+    m.add("TooLarge", py.get_type::<TooLarge>())?;
+    m.add("MalformedAnswer", py.get_type::<MalformedAnswer>())?;
+    m.add("ProtocolError", py.get_type::<ProtocolError>())?;
     m.add("LabError", py.get_type::<LabError>())?;
     m.add("RenderError", py.get_type::<RenderError>())?;
     Ok(())
@@ -88,10 +119,20 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// The exception for `e`: the first predicate that holds picks the class,
 /// in the order a backend decides (401 first: nothing else will work).
+/// The message is the error's `Display`, where the guest's text is
+/// escaped; the raw text is in `agent_message` (and `ready`, `log_tail`).
 pub fn client_error(py: Python<'_>, e: Error) -> PyErr {
     let message = e.to_string();
     let err = if e.is_unauthorized() {
         Unauthorized::new_err(message)
+    } else if e.is_too_large() {
+        TooLarge::new_err(message)
+    } else if e.is_malformed() {
+        MalformedAnswer::new_err(message)
+    } else if e.is_protocol_error() {
+        ProtocolError::new_err(message)
+    } else if e.is_busy() {
+        Busy::new_err(message)
     } else if e.is_setup_failed() {
         SetupFailed::new_err(message)
     } else if matches!(e, Error::WaitTimeout { .. }) && !e.is_unreachable() {
@@ -107,7 +148,12 @@ pub fn client_error(py: Python<'_>, e: Error) -> PyErr {
     };
     let ready = e.ready_response();
     let setup = ready.map(|r| &r.setup);
+    let agent_message = match &e {
+        Error::Status { message, .. } | Error::Busy { message, .. } => Some(message.as_str()),
+        _ => None,
+    };
     let attrs = [
+        ("agent_message", agent_message.into_pyobject(py)),
         ("status", e.status().map(|s| s.as_u16()).into_pyobject(py)),
         ("code", e.error_code().map(|c| c.as_str()).into_pyobject(py)),
         ("hint", e.hint().into_pyobject(py)),
@@ -148,7 +194,8 @@ pub fn with_attrs<'py, E>(
 /// A failure that is not the agent's: bad arguments, a lab, a render.
 pub fn plain(py: Python<'_>, err: PyErr, hint: Option<String>) -> PyErr {
     let none = py.None().into_bound(py);
-    let attrs: [(&str, PyResult<Bound<'_, PyAny>>); 6] = [
+    let attrs: [(&str, PyResult<Bound<'_, PyAny>>); 7] = [
+        ("agent_message", Ok(none.clone())),
         ("status", Ok(none.clone())),
         ("code", Ok(none.clone())),
         ("hint", hint.into_pyobject(py).map_err(PyErr::from)),

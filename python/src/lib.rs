@@ -14,6 +14,9 @@
 //!   `lab_agent_client::Error` to it.
 //! - [`lab`] — `Lab.load`.
 //! - [`render`] — `render_secret`.
+//! - [`tasks`] — asyncio futures resolved from the runtime, blocking
+//!   waits Ctrl-C interrupts, and the exit hook that keeps the runtime's
+//!   threads away from a finalising interpreter.
 
 use pyo3::prelude::*;
 
@@ -21,6 +24,7 @@ mod client;
 mod error;
 mod lab;
 mod render;
+mod tasks;
 
 /// The process's one tokio runtime, shared by blocking and asyncio calls
 /// (pyo3-async-runtimes owns it, so its awaitables and `block_on` agree).
@@ -37,7 +41,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<render::Rendered>()?;
     m.add_function(wrap_pyfunction!(client::wait_all, m)?)?;
     m.add_function(wrap_pyfunction!(client::wait_all_async, m)?)?;
+    m.add_function(wrap_pyfunction!(client::grade_all, m)?)?;
+    m.add_function(wrap_pyfunction!(client::grade_all_async, m)?)?;
     m.add_function(wrap_pyfunction!(render::render_secret, m)?)?;
     m.add_function(wrap_pyfunction!(client::_rust_exec_timings, m)?)?;
+    tasks::register(m)?;
     error::register(m)
 }

@@ -173,3 +173,46 @@ def reserved_port() -> Iterator[ReservedPort]:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+HOSTILE_AGENT_BIN = os.environ.get("HOSTILE_AGENT_BIN", "")
+
+
+class Hostile:
+    """Fake agents from the `hostile-agent` binary (tests/src/hostile.rs):
+    each answers one way no lab-agent does. Stopped (stdin closed) at the
+    end of the test."""
+
+    def __init__(self) -> None:
+        self.procs: List[subprocess.Popen] = []
+
+    def start(self, behaviour: str) -> str:
+        assert HOSTILE_AGENT_BIN, "HOSTILE_AGENT_BIN is not set (tests/tests/python.rs sets it)"
+        p = subprocess.Popen(
+            [HOSTILE_AGENT_BIN, behaviour],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(p)
+        assert p.stdout is not None
+        url = p.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        return url
+
+    def close(self) -> None:
+        for p in self.procs:
+            assert p.stdin is not None
+            p.stdin.close()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def hostile() -> Iterator[Hostile]:
+    h = Hostile()
+    yield h
+    h.close()

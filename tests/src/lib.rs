@@ -1,5 +1,6 @@
 //! Test-only package: see `tests/`.
 
+pub mod hostile;
 pub mod local;
 pub mod pydeps;
 pub mod vm;

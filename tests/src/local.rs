@@ -26,6 +26,12 @@ pub fn labctl_bin() -> PathBuf {
     bin("LABCTL_BIN", "labctl")
 }
 
+/// The hostile fake agent (`src/bin/hostile-agent.rs`), for tests in
+/// other languages.
+pub fn hostile_agent_bin() -> PathBuf {
+    bin("HOSTILE_AGENT_BIN", "hostile-agent")
+}
+
 fn bin(env: &str, name: &str) -> PathBuf {
     if let Some(p) = std::env::var_os(env) {
         let p = PathBuf::from(p);
@@ -36,7 +42,8 @@ fn bin(env: &str, name: &str) -> PathBuf {
     let p = dir.join(name);
     assert!(
         p.is_file(),
-        "`{}` does not exist; build it with `cargo build -p lab-agent -p labctl --bins` \
+        "`{}` does not exist; build it with \
+         `cargo build -p lab-agent -p labctl -p lab-agent-tests --bins` \
          or set {env}",
         p.display()
     );
@@ -56,7 +63,16 @@ fn built_bins() -> &'static Path {
         }
         if let Some(cargo) = std::env::var_os("CARGO") {
             let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-p", "lab-agent", "-p", "labctl", "--bins"]);
+            cmd.args([
+                "build",
+                "-p",
+                "lab-agent",
+                "-p",
+                "labctl",
+                "-p",
+                "lab-agent-tests",
+            ])
+            .arg("--bins");
             if dir.file_name().is_some_and(|n| n == "release") {
                 cmd.arg("--release");
             }

@@ -1269,3 +1269,306 @@ mod output {
         assert!(!stderr(&out).contains("error"), "{}", describe(&out));
     }
 }
+
+/// `labctl wait/exec/grade` against hostile fake agents
+/// (`lab_agent_tests::hostile`): each run ends by its deadline with the exit
+/// status that says what happened (3: the guest answered wrongly), and no
+/// control character from the guest reaches the terminal raw, on stderr or
+/// (with `--json`) on stdout.
+mod hostile {
+    use super::*;
+    use lab_agent_tests::hostile::{Behaviour, ESCAPES, HostileAgent};
+    use std::process::Output;
+    use std::time::{Duration, Instant};
+
+    /// `labctl VERB --url … --token-file … ARGS…` against `agent`; killed
+    /// (and the test failed) if it outlives `bound`.
+    fn run(
+        agent: &HostileAgent,
+        verb: &[&str],
+        args: &[&str],
+        bound: Duration,
+    ) -> (Output, Duration) {
+        let dir = TempDir::new("hostile");
+        let token = dir.join("token");
+        write_token(&token, "token-for-a-hostile-agent-xxxxxxxxxxxx");
+        let bin = labctl_bin();
+        let start = Instant::now();
+        let mut child = Command::new(bin)
+            .args(verb)
+            .args(["--url", &agent.url(), "--token-file"])
+            .arg(&token)
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > bound {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!("labctl outlived {bound:?}:\n{}", describe(&out));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let took = start.elapsed();
+        (child.wait_with_output().unwrap(), took)
+    }
+
+    /// No control character but newlines (and JSON's own escapes) in
+    /// what labctl printed.
+    fn no_raw_controls(what: &str, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        let bad: Vec<char> = text
+            .chars()
+            .filter(|&c| c != '\n' && lab_agent_proto::text::is_unsafe(c))
+            .collect();
+        assert!(bad.is_empty(), "{what} carries {bad:?} raw:\n{text}");
+    }
+
+    const EXEC: &[&str] = &["exec"];
+
+    /// Regression: `labctl exec --timeout 5 -- true` took 914 s against an
+    /// agent answering 429 forever; now the call ends by `--timeout` +
+    /// `--answer-timeout`.
+    #[test]
+    fn exec_on_a_busy_agent_ends_by_its_deadline() {
+        let agent = HostileAgent::start(Behaviour::Busy { retry_after: 1 });
+        let args = ["--timeout", "1", "--answer-timeout", "2", "--", "true"];
+        let (out, took) = run(&agent, EXEC, &args, Duration::from_secs(15));
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        assert!(took <= Duration::from_secs(3 + 2), "{took:?}");
+        assert!(
+            stderr(&out).contains("still busy after"),
+            "{}",
+            describe(&out)
+        );
+    }
+
+    /// Regression: a `100 Continue` flood held `labctl exec` (and a core)
+    /// for the whole timeout; now it ends at once, saying so.
+    #[test]
+    fn exec_on_a_continue_flood_ends_and_says_so() {
+        let agent = HostileAgent::start(Behaviour::ContinueFlood);
+        let args = ["--timeout", "1", "--answer-timeout", "20", "--", "true"];
+        let (out, took) = run(&agent, EXEC, &args, Duration::from_secs(21 + 2));
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        assert!(
+            stderr(&out).contains("interim (1xx) responses"),
+            "{}",
+            describe(&out)
+        );
+        assert!(took < Duration::from_secs(21), "{took:?}");
+    }
+
+    /// Regression: `exit_code: -1` and signal 2147483647 made `labctl exec`
+    /// exit 0.
+    #[test]
+    fn exec_exit_statuses_cannot_lie() {
+        for (exit_code, signal, want) in [
+            (Some(-1), None, "exit code -1 is outside 0..=255"),
+            (
+                None,
+                Some(2147483647),
+                "signal 2147483647 is outside 1..=64",
+            ),
+            (Some(256), None, "exit code 256"),
+        ] {
+            let agent = HostileAgent::start(Behaviour::Exit { exit_code, signal });
+            let (out, _) = run(&agent, EXEC, &["--", "true"], Duration::from_secs(40));
+            assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+            assert!(stderr(&out).contains(want), "{}", describe(&out));
+        }
+        let agent = HostileAgent::start(Behaviour::Exit {
+            exit_code: None,
+            signal: Some(9),
+        });
+        let (out, _) = run(&agent, EXEC, &["--", "true"], Duration::from_secs(40));
+        assert_eq!(out.status.code(), Some(137), "{}", describe(&out));
+    }
+
+    /// Regression: 8 MB of stdout was accepted (and printed) for a 1 MiB cap.
+    #[test]
+    fn exec_output_past_the_cap_is_refused() {
+        let agent = HostileAgent::start(Behaviour::Oversized {
+            stdout_bytes: 8 << 20,
+        });
+        let (out, _) = run(&agent, EXEC, &["--", "true"], Duration::from_secs(40));
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        assert!(out.stdout.is_empty());
+        assert!(
+            stderr(&out).contains("more than `max_output_bytes`"),
+            "{}",
+            describe(&out)
+        );
+    }
+
+    /// Regression: the agent's error text (or a non-JSON body's start)
+    /// reached the terminal raw.
+    #[test]
+    fn exec_errors_are_escaped() {
+        for b in [Behaviour::Escapes, Behaviour::NonJsonError] {
+            let agent = HostileAgent::start(b.clone());
+            let (out, _) = run(&agent, EXEC, &["--", "true"], Duration::from_secs(40));
+            no_raw_controls("stderr", &out.stderr);
+            assert!(
+                stderr(&out).contains("\\x1b]0;pwned\\x07"),
+                "{b:?}: {}",
+                describe(&out)
+            );
+            // A 400 to an exec is the agent refusing our command (2); a
+            // 500 is the guest's (3).
+            let want = if b == Behaviour::Escapes { 2 } else { 3 };
+            assert_eq!(out.status.code(), Some(want), "{b:?}: {}", describe(&out));
+        }
+    }
+
+    /// Regression: `reason` and `log_tail` of a failed setup reached the
+    /// terminal raw (a `\r` overwrote lines, `\n` forged one); `--json`
+    /// carries them only as JSON escapes.
+    #[test]
+    fn wait_escapes_the_guests_reason_and_log() {
+        let agent = HostileAgent::start(Behaviour::Escapes);
+        let (out, _) = run(
+            &agent,
+            &["wait"],
+            &["--timeout", "10"],
+            Duration::from_secs(15),
+        );
+        assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+        no_raw_controls("stderr", &out.stderr);
+        let err = stderr(&out);
+        assert!(
+            err.contains("  │ \\x1b]0;pwned\\x07\\x1b[2J\\rforged"),
+            "{err}"
+        );
+        assert!(
+            !err.lines().any(|l| l.starts_with("error: forged line")),
+            "{err}"
+        );
+
+        let (out, _) = run(
+            &agent,
+            &["wait"],
+            &["--timeout", "10", "--json"],
+            Duration::from_secs(15),
+        );
+        assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+        no_raw_controls("stdout", &out.stdout);
+        no_raw_controls("stderr", &out.stderr);
+        let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON alone");
+        let reason = v["vms"][0]["ready"]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains(ESCAPES),
+            "the raw value is in the JSON: {reason:?}"
+        );
+    }
+
+    /// Regression: a hostile 400 on `/v1/ready` exited 2 ("usage"); a 503
+    /// with an unknown state read "the agent never answered".
+    #[test]
+    fn wait_on_wrong_answers_exits_3() {
+        let agent = HostileAgent::start(Behaviour::Ready400);
+        let (out, _) = run(
+            &agent,
+            &["wait"],
+            &["--timeout", "10"],
+            Duration::from_secs(15),
+        );
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        let agent = HostileAgent::start(Behaviour::UnknownState);
+        let (out, took) = run(
+            &agent,
+            &["wait"],
+            &["--timeout", "10"],
+            Duration::from_secs(15),
+        );
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        assert!(
+            !stderr(&out).contains("never answered"),
+            "{}",
+            describe(&out)
+        );
+        assert!(
+            stderr(&out).contains("unexpected response body (status 503)"),
+            "{}",
+            describe(&out)
+        );
+        assert!(took < Duration::from_secs(10), "ended at once: {took:?}");
+    }
+
+    fn one_check_lab() -> TempDir {
+        lab_folder(
+            "hostile-lab",
+            "name = \"l\"\n[[checks]]\nname = \"true\"\nrun = \"true\"\ntimeout_secs = 1\n",
+        )
+    }
+
+    /// Regression: the agent-reported `lab_dir` was printed raw (even with
+    /// `--json`), and a relative one was used although `--lab-dir`
+    /// refuses one.
+    #[test]
+    fn grade_escapes_and_checks_the_reported_lab_dir() {
+        let lab = one_check_lab();
+        let lab_arg = lab.path.display().to_string();
+        let agent = HostileAgent::start(Behaviour::EscapedLabDir);
+        for json in [false, true] {
+            let mut args = vec![];
+            if json {
+                args.push("--json");
+            }
+            let (out, _) = run(&agent, &["grade", &lab_arg], &args, Duration::from_secs(40));
+            assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+            no_raw_controls("stdout", &out.stdout);
+            no_raw_controls("stderr", &out.stderr);
+            assert!(
+                stderr(&out).contains("LAB_DIR=/opt/lab\\x1b]0;pwned"),
+                "{}",
+                describe(&out)
+            );
+            if json {
+                let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON alone");
+                assert_eq!(v["passed"], 1);
+            }
+        }
+        let agent = HostileAgent::start(Behaviour::RelativeLabDir);
+        let (out, _) = run(&agent, &["grade", &lab_arg], &[], Duration::from_secs(40));
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        assert!(
+            stderr(&out).contains("`opt/lab` is not an absolute path"),
+            "{}",
+            describe(&out)
+        );
+    }
+
+    /// A VM whose agent reports a failed setup with escapes in its reason,
+    /// and one answering 429 to everything: refused within bounds, the
+    /// guest's words escaped.
+    #[test]
+    fn grade_on_hostile_agents_is_bounded_and_escaped() {
+        let lab = one_check_lab();
+        let lab_arg = lab.path.display().to_string();
+        let agent = HostileAgent::start(Behaviour::Escapes);
+        let (out, _) = run(&agent, &["grade", &lab_arg], &[], Duration::from_secs(40));
+        assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+        no_raw_controls("stderr", &out.stderr);
+        assert!(
+            stderr(&out).contains("setup failed: \\x1b]0;pwned"),
+            "{}",
+            describe(&out)
+        );
+
+        let agent = HostileAgent::start(Behaviour::Busy { retry_after: 1 });
+        let (out, took) = run(
+            &agent,
+            &["grade", &lab_arg],
+            &["--timeout", "2"],
+            Duration::from_secs(10),
+        );
+        // `/v1/ready` is busy too: not ready, exit 3, at once.
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+}

@@ -91,7 +91,7 @@ fn payload_boot_cost_first_boot_and_reboot(guest: GuestOs) {
     let min_first_stages = cloud_init_stages(&console);
     // The harness's smoke checks: cloud-init ran the user-data to the end
     // without errors, from the NoCloud seed.
-    let result = without_kernel_lines(&between(
+    let result = console_json(&between(
         &console,
         "MINIMAL-RESULT-BEGIN",
         "MINIMAL-RESULT-JSON",

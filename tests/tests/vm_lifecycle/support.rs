@@ -643,37 +643,31 @@ pub fn between(text: &str, start: &str, end: &str) -> String {
     text[at..at + text[at..].find(end).unwrap()].to_owned()
 }
 
-/// What a guest program wrote to the serial console, without the kernel's
-/// console lines (`[   72.56] …`, printk and what journald forwards) that
-/// the console interleaves with it at any point, even mid-line: Debian
-/// 13's single-process cloud-init prints its ssh host keys there while
-/// the test's unit prints `result.json`.
-pub fn without_kernel_lines(text: &str) -> String {
-    let is_kernel = |line: &str| {
-        line.trim_start()
-            .strip_prefix('[')
-            .and_then(|rest| rest.split_once(']'))
-            .is_some_and(|(stamp, _)| {
-                let stamp = stamp.trim();
-                stamp.contains('.') && stamp.chars().all(|c| c.is_ascii_digit() || c == '.')
-            })
-    };
-    text.split('\n')
+/// The JSON object a guest program printed on the serial console between
+/// two markers, without what the console interleaves with it: the kernel's
+/// lines (`[   72.56] …`, printk and what journald forwards) and systemd's
+/// status lines (`[  OK  ] Finished …`), both of which begin with `[`,
+/// which no line of a pretty-printed object does. Debian 13's
+/// single-process cloud-init prints its ssh host keys there, and systemd
+/// its units, while the test's unit prints `result.json`.
+pub fn console_json(text: &str) -> String {
+    let kept: Vec<&str> = text
+        .split('\n')
         .map(|l| l.trim_end_matches('\r'))
-        .filter(|l| !is_kernel(l))
-        .collect::<Vec<_>>()
-        .join("\n")
+        .filter(|l| !l.trim_start().starts_with('['))
+        .collect();
+    let kept = kept.join("\n");
+    match (kept.find('{'), kept.rfind('}')) {
+        (Some(a), Some(b)) if a < b => kept[a..=b].to_owned(),
+        _ => kept,
+    }
 }
 
 #[test]
-fn kernel_console_lines_are_dropped_even_mid_output() {
-    let console =
-        "{\"v1\": {\r\n[   72.564227] cloud-init[425]: | o .  |\r\n  \"errors\": []}}\r\n";
-    assert_eq!(
-        without_kernel_lines(console),
-        "{\"v1\": {\n  \"errors\": []}}\n"
-    );
-    assert_eq!(without_kernel_lines("[ x ] not kernel"), "[ x ] not kernel");
+fn console_lines_are_dropped_around_and_inside_the_json() {
+    let console = "\n[\u{1b}[0;32m  OK  \u{1b}[0m] Finished cloud-final.service\r\n{\"v1\": {\r\n\
+                   [   72.564227] cloud-init[425]: | o .  |\r\n  \"errors\": []}}\r\n\n";
+    assert_eq!(console_json(console), "{\"v1\": {\n  \"errors\": []}}");
 }
 
 /// One YAML load cloud-init logged (`util.load_yaml`): how large, and how

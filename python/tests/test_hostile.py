@@ -1,0 +1,181 @@
+"""The package against hostile fake agents (the student is root in the VM
+and may answer anything on the agent's port): precise exceptions, escaped
+messages with the raw text kept, Ctrl-C honoured, and no crash at
+interpreter exit."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import lab_agent
+
+TOKEN = "t" * 40
+
+
+def no_controls(text: str) -> None:
+    bad = [c for c in text if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0]
+    assert not bad, "control characters in %r" % text
+
+
+def test_each_wrong_answer_has_its_exception(hostile) -> None:
+    c = lab_agent.Client(hostile.start("huge-content-length"), token=TOKEN)
+    with pytest.raises(lab_agent.TooLarge) as e:
+        c.exec("true")
+    assert "2147483648 bytes announced" in str(e.value)
+
+    c = lab_agent.Client(hostile.start("bad-exit"), token=TOKEN)
+    with pytest.raises(lab_agent.ProtocolError) as e:
+        c.exec("true")
+    assert "exit code -1 is outside 0..=255" in str(e.value)
+
+    c = lab_agent.Client(hostile.start("oversized"), token=TOKEN)
+    with pytest.raises(lab_agent.ProtocolError, match="more than `max_output_bytes`"):
+        c.exec("true")
+
+    c = lab_agent.Client(hostile.start("unknown-state"), token=TOKEN)
+    with pytest.raises(lab_agent.MalformedAnswer):
+        c.ready()
+    with pytest.raises(lab_agent.MalformedAnswer):
+        c.wait_ready(timeout=10)
+
+    c = lab_agent.Client(hostile.start("continue-flood"), token=TOKEN)
+    with pytest.raises(lab_agent.ProtocolError, match="interim"):
+        c.exec("true")
+
+    c = lab_agent.Client(hostile.start("relative-lab-dir"), token=TOKEN)
+    lab_dir = hostile_lab(c)
+    with pytest.raises(lab_agent.ProtocolError, match="not an absolute path"):
+        c.grade(lab_dir)
+
+
+def hostile_lab(c: lab_agent.Client) -> lab_agent.Lab:
+    import tempfile
+    from pathlib import Path
+
+    d = Path(tempfile.mkdtemp(prefix="hostile-lab-"))
+    (d / "lab.toml").write_text('name = "l"\n[[checks]]\nname = "t"\nrun = "true"\n')
+    return lab_agent.Lab.load(str(d))
+
+
+def test_busy_until_the_deadline_is_busy(hostile) -> None:
+    c = lab_agent.Client(hostile.start("busy:10"), token=TOKEN)
+    start = time.monotonic()
+    # Retry-After 10 s cannot fit in a 1 s + 30 s deadline three times over.
+    with pytest.raises(lab_agent.Busy) as e:
+        c.exec("true", timeout_secs=1)
+    assert isinstance(e.value, lab_agent.Timeout)
+    assert time.monotonic() - start <= 31 + 2
+
+
+def test_messages_are_escaped_and_the_raw_text_kept(hostile) -> None:
+    c = lab_agent.Client(hostile.start("escapes"), token=TOKEN)
+    with pytest.raises(lab_agent.SetupFailed) as e:
+        c.wait_ready(timeout=10)
+    no_controls(str(e.value))
+    assert "\\x1b]0;pwned" in str(e.value)
+    assert "\x1b]0;pwned" in e.value.log_tail
+    with pytest.raises(lab_agent.Rejected) as e:
+        c.exec("true")
+    no_controls(str(e.value))
+    assert e.value.agent_message.startswith("\x1b]0;pwned\x07")
+
+    c = lab_agent.Client(hostile.start("non-json-error"), token=TOKEN)
+    with pytest.raises(lab_agent.Rejected) as e:
+        c.exec("true")
+    no_controls(str(e.value))
+    assert e.value.status == 500 and "<html>\x1b" in e.value.agent_message
+
+
+def test_ctrl_c_interrupts_a_blocking_call(hostile) -> None:
+    # A call that would sleep a 10 s Retry-After: Ctrl-C at once.
+    url = hostile.start("busy:10")
+    code = textwrap.dedent(
+        """
+        import sys, time, lab_agent
+        c = lab_agent.Client(sys.argv[1], token="t" * 40)
+        print("calling", flush=True)
+        try:
+            c.exec("true")
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        """
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, url], stdout=subprocess.PIPE, text=True
+    )
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "calling"
+    time.sleep(0.5)
+    sent = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=30)
+    took = time.monotonic() - sent
+    assert "interrupted" in out
+    assert took < 3, "KeyboardInterrupt came %.1f s after SIGINT" % took
+
+
+CRASH = textwrap.dedent(
+    """
+    import asyncio, sys, lab_agent
+    async def main():
+        c = lab_agent.AsyncClient(sys.argv[1], token="t" * 40)
+        calls = [asyncio.ensure_future(c.ready()) for _ in range(300)]
+        await asyncio.sleep(0.01)
+    # Ends with the calls still running: asyncio.run cancels them, and
+    # their Rust halves end on the runtime's threads as the interpreter
+    # exits.
+    asyncio.run(main())
+    """
+)
+
+
+def test_exit_is_safe_with_calls_still_running(hostile) -> None:
+    """Regression: a tokio worker resolved (or dropped) a Python object
+    while the interpreter finalised: SIGSEGV or SIGABRT at exit in ~15 % of
+    these runs before the fix."""
+    url = hostile.start("hangup")
+    runs, parallel = 200, 2
+    failures = []
+    for _ in range(runs // parallel):
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", CRASH, url],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(parallel)
+        ]
+        for p in procs:
+            _, err = p.communicate(timeout=60)
+            if p.returncode != 0:
+                failures.append((p.returncode, err[-300:]))
+    assert not failures, "%d of %d runs crashed: %r" % (len(failures), runs, failures[:3])
+
+
+def test_grade_all_grades_each_vm_and_a_hostile_one_costs_only_itself(agents, hostile) -> None:
+    honest = [agents.start() for _ in range(2)]
+    clients = [lab_agent.Client(a.url, token=a.token) for a in honest]
+    for c in clients:
+        c.wait_ready(timeout=60)
+    lab = hostile_lab(clients[0])
+    clients.append(lab_agent.Client(hostile.start("continue-flood"), token=TOKEN))
+    clients.append(lab_agent.Client(hostile.start("bad-exit"), token=TOKEN))
+    out = lab_agent.grade_all(clients, lab, concurrency=2)
+    assert [type(o).__name__ for o in out] == ["Report", "Report", "ProtocolError", "Report"]
+    assert out[0].all_passed and out[1].all_passed
+    assert out[3].has_errors and "exit code -1" in out[3].checks[0].error
+
+    async def main():
+        return await lab_agent.grade_all_async(clients, lab, concurrency=3)
+
+    import asyncio
+
+    again = asyncio.run(main())
+    assert [type(o).__name__ for o in again] == [type(o).__name__ for o in out]

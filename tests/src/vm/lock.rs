@@ -16,7 +16,7 @@
 //! tests off a VM of their own), slot N `/tmp/lab-agent-vm.lock.N`.
 
 use std::fs::{File, OpenOptions};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -38,10 +38,7 @@ impl VmLock {
     /// Slot `n`'s lock file: about the machine's CPU, so not under a cache
     /// dir that a run may override.
     pub fn path(n: usize) -> PathBuf {
-        match n {
-            0 => PathBuf::from("/tmp/lab-agent-vm.lock"),
-            n => PathBuf::from(format!("/tmp/lab-agent-vm.lock.{n}")),
-        }
+        Locks::machine().slot(n)
     }
 
     /// How many VMs may run at once: `LAB_AGENT_VM_SLOTS`, else 2 on a
@@ -61,12 +58,58 @@ impl VmLock {
 
     /// Waits (up to 40 min, saying so on stderr) for a free slot: one VM.
     pub fn acquire(who: &str) -> Result<VmLock, VmError> {
-        let slots = Self::slots();
+        Locks::machine().acquire(who, Self::slots())
+    }
+
+    /// Waits until no other VM runs and keeps it so, for a test whose
+    /// figures compare boots.
+    pub fn acquire_all(who: &str) -> Result<VmLock, VmError> {
+        Locks::machine().acquire_all(who, Self::slots())
+    }
+}
+
+/// The lock files: the machine's in `/tmp`, or a test's own.
+#[derive(Debug, Clone)]
+pub struct Locks {
+    base: PathBuf,
+}
+
+impl Locks {
+    pub fn machine() -> Locks {
+        Locks {
+            base: PathBuf::from("/tmp/lab-agent-vm.lock"),
+        }
+    }
+
+    /// Lock files under another name (tests of the lock itself).
+    pub fn at(base: PathBuf) -> Locks {
+        Locks { base }
+    }
+
+    fn slot(&self, n: usize) -> PathBuf {
+        match n {
+            0 => self.base.clone(),
+            n => PathBuf::from(format!("{}.{n}", self.base.display())),
+        }
+    }
+
+    /// Whoever takes slots passes through it first. A single-slot taker
+    /// holds it only while it looks for a free slot; a whole-machine taker
+    /// holds it until it has every slot, so no newcomer can take a slot
+    /// that is freed meanwhile (without it, tests queued on one slot each
+    /// kept taking the freed slot first, and the measurement waited until
+    /// every other VM test had run, one at a time).
+    fn turnstile(&self) -> PathBuf {
+        PathBuf::from(format!("{}.turnstile", self.base.display()))
+    }
+
+    pub fn acquire(&self, who: &str, slots: usize) -> Result<VmLock, VmError> {
         let started = Instant::now();
         let mut said = false;
+        let _turn = self.wait_for(&self.turnstile(), who, started, &mut said)?;
         loop {
             for n in 0..slots {
-                if let Some(lock) = try_slot(n)? {
+                if let Some(lock) = try_lock(&self.slot(n))? {
                     if said {
                         eprintln!("vm[{who}]: got VM slot {n} after {:.1?}", started.elapsed());
                     }
@@ -78,31 +121,17 @@ impl VmLock {
                 said = true;
             }
             give_up_after(started, "a VM slot")?;
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
-    /// Waits until no other VM runs and keeps it so: every slot, taken in
-    /// order (so two such takers cannot deadlock), for a test whose figures
-    /// compare boots.
-    pub fn acquire_all(who: &str) -> Result<VmLock, VmError> {
-        let slots = Self::slots();
+    pub fn acquire_all(&self, who: &str, slots: usize) -> Result<VmLock, VmError> {
         let started = Instant::now();
-        let mut held = Vec::with_capacity(slots);
         let mut said = false;
+        let _turn = self.wait_for(&self.turnstile(), who, started, &mut said)?;
+        let mut held = Vec::with_capacity(slots);
         for n in 0..slots {
-            loop {
-                if let Some(lock) = try_slot(n)? {
-                    held.push(lock);
-                    break;
-                }
-                if !said {
-                    eprintln!("vm[{who}]: waiting until no other VM runs (it measures time)");
-                    said = true;
-                }
-                give_up_after(started, "every VM slot")?;
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            held.push(self.wait_for(&self.slot(n), who, started, &mut said)?);
         }
         if said {
             eprintln!(
@@ -112,15 +141,34 @@ impl VmLock {
         }
         Ok(VmLock { _slots: held })
     }
+
+    fn wait_for(
+        &self,
+        path: &Path,
+        who: &str,
+        started: Instant,
+        said: &mut bool,
+    ) -> Result<Flock<File>, VmError> {
+        loop {
+            if let Some(lock) = try_lock(path)? {
+                return Ok(lock);
+            }
+            if !*said {
+                eprintln!("vm[{who}]: waiting for the VMs that run now");
+                *said = true;
+            }
+            give_up_after(started, "the VM slots")?;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
-fn try_slot(n: usize) -> Result<Option<Flock<File>>, VmError> {
-    let path = VmLock::path(n);
+fn try_lock(path: &Path) -> Result<Option<Flock<File>>, VmError> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)
+        .open(path)
         .map_err(|e| VmError::io(format!("open the VM lock `{}`", path.display()), e))?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(lock) => Ok(Some(lock)),
@@ -143,4 +191,60 @@ fn give_up_after(started: Instant, what: &str) -> Result<(), VmError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier};
+
+    /// Two "tests" that take one slot each, back to back, for as long as
+    /// the whole-machine taker waits: it gets every slot as soon as the two
+    /// running ones end, not after the queue has drained. (Without the
+    /// turnstile the freed slot went to the next single taker every time.)
+    #[test]
+    fn a_whole_machine_taker_is_not_starved_by_single_slot_takers() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = Locks::at(dir.path().join("vm.lock"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(AtomicUsize::new(0));
+        let started = Arc::new(Barrier::new(3));
+        let takers: Vec<_> = (0..2)
+            .map(|i| {
+                let (locks, stop, rounds, started) =
+                    (locks.clone(), stop.clone(), rounds.clone(), started.clone());
+                std::thread::spawn(move || {
+                    let mut first = true;
+                    while !stop.load(Ordering::SeqCst) {
+                        let held = locks.acquire(&format!("single-{i}"), 2).unwrap();
+                        if first {
+                            started.wait();
+                            first = false;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                        rounds.fetch_add(1, Ordering::SeqCst);
+                        drop(held);
+                    }
+                })
+            })
+            .collect();
+        started.wait();
+        let t = Instant::now();
+        let all = locks.acquire_all("whole", 2).unwrap();
+        let waited = t.elapsed();
+        let during = rounds.load(Ordering::SeqCst);
+        // Alone: no single taker holds a slot now.
+        assert!(try_lock(&locks.slot(0)).unwrap().is_none());
+        assert!(try_lock(&locks.slot(1)).unwrap().is_none());
+        stop.store(true, Ordering::SeqCst);
+        drop(all);
+        for t in takers {
+            t.join().unwrap();
+        }
+        assert!(
+            during <= 4 && waited < Duration::from_secs(2),
+            "the whole-machine taker waited {waited:?}, {during} single rounds ran meanwhile"
+        );
+    }
 }

@@ -24,6 +24,8 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 const BOOT: Duration = Duration::from_secs(600);
+/// How soon `/v1/ready` must answer after a runaway (the bound).
+const READY_WITHIN: Duration = Duration::from_secs(1);
 /// The VM's RAM: the hog must go past it.
 const MEMORY_MIB: u32 = 1024;
 
@@ -70,6 +72,17 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
     let mut rows: Vec<String> = Vec::new();
 
     for user in ["root", "student"] {
+        // Debian 12 has no per-command limit for root: a root fork bomb
+        // fills the unit's whole `TasksMax` and a root hog meets the
+        // global OOM killer, and the guest (TCG, 1 GiB) is still reaping
+        // them when the exec has answered — in CI `/v1/ready` once took
+        // over 3 s after the background bomb. That is the gap SECURITY.md
+        // documents; there the bound is the recovery's, not 1 s.
+        let unguarded = if !limited && user == "root" {
+            Duration::from_secs(30)
+        } else {
+            READY_WITHIN
+        };
         // ── A fork bomb left in the background: dies with its shell ──────
         let t = Instant::now();
         let bomb = exec_as(
@@ -92,6 +105,7 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
             baseline,
             t,
             &format!("{user}: fork bomb, background"),
+            unguarded,
         ));
 
         // ── A fork bomb in the foreground: stopped at the process limit,
@@ -115,6 +129,7 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
             baseline,
             t,
             &format!("{user}: fork bomb, foreground"),
+            unguarded,
         ));
 
         // ── A memory hog past the VM's RAM: the hog dies, not the agent ──
@@ -141,6 +156,7 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
             baseline,
             t,
             &format!("{user}: memory hog ({MEMORY_MIB} MiB VM)"),
+            unguarded,
         ));
 
         // ── A CPU spinner: killed with its shell by default; left running
@@ -167,6 +183,7 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
             baseline,
             t,
             &format!("{user}: spinner, killed with its shell"),
+            READY_WITHIN,
         ));
 
         let t = Instant::now();
@@ -181,7 +198,8 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
         let kept = conn.run(&format!("pgrep -f '^{spin}' | wc -l"));
         assert_eq!(kept.trim(), "1", "--leave-running keeps the spinner");
         // Ready and grading while it spins.
-        let (ready_in, graded_in) = ready_and_grade(&vm, &payload.token, &conn, &lab_arg);
+        let (ready_in, graded_in) =
+            ready_and_grade(&vm, &payload.token, &conn, &lab_arg, READY_WITHIN);
         let left = conn.run(&format!(
             "pkill -f '^{spin}'; sleep 1; pgrep -f '^{spin}' || echo none"
         ));
@@ -217,7 +235,8 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
             "runaway[{guest}]: {user} filled the disk, {} bytes left",
             avail.trim()
         );
-        let (ready_in, graded_in) = ready_and_grade(&vm, &payload.token, &conn, &lab_arg);
+        let (ready_in, graded_in) =
+            ready_and_grade(&vm, &payload.token, &conn, &lab_arg, READY_WITHIN);
         // A record rewritten on a full disk: the old one or a new one,
         // never a torn one (temp file + rename; the temp write fails).
         let rewrite = conn.exec(
@@ -290,17 +309,30 @@ fn process_count(conn: &Conn) -> usize {
         .unwrap()
 }
 
-/// `/v1/ready` answers 200 within 1 s; hello-lab grades as before the
-/// student's step, within 30 s. Returns both times.
-fn ready_and_grade(vm: &Vm, token: &str, conn: &Conn, lab: &str) -> (Duration, Duration) {
+/// `/v1/ready` answers 200 within `within`; hello-lab grades as before
+/// the student's step, within 30 s. Returns both times.
+fn ready_and_grade(
+    vm: &Vm,
+    token: &str,
+    conn: &Conn,
+    lab: &str,
+    within: Duration,
+) -> (Duration, Duration) {
     let t = Instant::now();
-    let ready = http::get(vm.addr(), "/v1/ready", Some(token)).expect("/v1/ready answers");
-    let ready_in = t.elapsed();
-    assert_eq!(ready.status, 200, "{}", ready.raw);
-    assert!(
-        ready_in < Duration::from_secs(1),
-        "/v1/ready took {ready_in:?}"
-    );
+    let ready_in = loop {
+        let left = within
+            .saturating_sub(t.elapsed())
+            .max(Duration::from_millis(100));
+        match http::get_within(vm.addr(), "/v1/ready", Some(token), left) {
+            Ok(a) if a.status == 200 => break t.elapsed(),
+            other => assert!(
+                t.elapsed() < within,
+                "/v1/ready did not answer 200 within {within:?}: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(ready_in < within, "/v1/ready took {ready_in:?}");
     let t = Instant::now();
     let graded = conn.labctl("grade", &[lab, "--json"]);
     let graded_in = t.elapsed();
@@ -329,8 +361,9 @@ fn recover(
     baseline: usize,
     since: Instant,
     what: &str,
+    ready_within: Duration,
 ) -> String {
-    let (ready_in, graded_in) = ready_and_grade(vm, token, conn, lab);
+    let (ready_in, graded_in) = ready_and_grade(vm, token, conn, lab, ready_within);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let n = process_count(conn);

@@ -100,7 +100,6 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
         rows.push(recover(
             &vm,
             &conn,
-            &payload.token,
             &lab_arg,
             baseline,
             t,
@@ -124,7 +123,6 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
         rows.push(recover(
             &vm,
             &conn,
-            &payload.token,
             &lab_arg,
             baseline,
             t,
@@ -151,7 +149,6 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
         rows.push(recover(
             &vm,
             &conn,
-            &payload.token,
             &lab_arg,
             baseline,
             t,
@@ -178,7 +175,6 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
         rows.push(recover(
             &vm,
             &conn,
-            &payload.token,
             &lab_arg,
             baseline,
             t,
@@ -198,8 +194,7 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
         let kept = conn.run(&format!("pgrep -f '^{spin}' | wc -l"));
         assert_eq!(kept.trim(), "1", "--leave-running keeps the spinner");
         // Ready and grading while it spins.
-        let (ready_in, graded_in) =
-            ready_and_grade(&vm, &payload.token, &conn, &lab_arg, READY_WITHIN);
+        let (ready_in, graded_in) = ready_and_grade(&vm, &conn, &lab_arg, READY_WITHIN);
         let left = conn.run(&format!(
             "pkill -f '^{spin}'; sleep 1; pgrep -f '^{spin}' || echo none"
         ));
@@ -235,8 +230,7 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
             "runaway[{guest}]: {user} filled the disk, {} bytes left",
             avail.trim()
         );
-        let (ready_in, graded_in) =
-            ready_and_grade(&vm, &payload.token, &conn, &lab_arg, READY_WITHIN);
+        let (ready_in, graded_in) = ready_and_grade(&vm, &conn, &lab_arg, READY_WITHIN);
         // A record rewritten on a full disk: the old one or a new one,
         // never a torn one (temp file + rename; the temp write fails).
         let rewrite = conn.exec(
@@ -311,13 +305,9 @@ fn process_count(conn: &Conn) -> usize {
 
 /// `/v1/ready` answers 200 within `within`; hello-lab grades as before
 /// the student's step, within 30 s. Returns both times.
-fn ready_and_grade(
-    vm: &Vm,
-    token: &str,
-    conn: &Conn,
-    lab: &str,
-    within: Duration,
-) -> (Duration, Duration) {
+fn ready_and_grade(vm: &Vm, conn: &Conn, lab: &str, within: Duration) -> (Duration, Duration) {
+    let token = std::fs::read_to_string(&conn.token_file).unwrap();
+    let token = token.trim();
     let t = Instant::now();
     let ready_in = loop {
         let left = within
@@ -356,14 +346,13 @@ fn ready_and_grade(
 fn recover(
     vm: &Vm,
     conn: &Conn,
-    token: &str,
     lab: &str,
     baseline: usize,
     since: Instant,
     what: &str,
     ready_within: Duration,
 ) -> String {
-    let (ready_in, graded_in) = ready_and_grade(vm, token, conn, lab, ready_within);
+    let (ready_in, graded_in) = ready_and_grade(vm, conn, lab, ready_within);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let n = process_count(conn);

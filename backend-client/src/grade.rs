@@ -153,20 +153,7 @@ impl CheckResult {
     /// What a person reads about the limits it hit: `hit its process limit
     /// (pids.max 4096)`; `None` when it hit none.
     pub fn limits_text(&self) -> Option<String> {
-        lab_agent_proto::ExecResult {
-            exit_code: None,
-            signal: None,
-            timed_out: false,
-            duration_ms: 0,
-            stdout: String::new(),
-            stderr: String::new(),
-            stdout_truncated: false,
-            stderr_truncated: false,
-            limits_hit: self.limits_hit.clone(),
-            max_pids: self.max_pids,
-            max_memory_bytes: self.max_memory_bytes,
-        }
-        .limits_text()
+        lab_agent_proto::exec::limits_text(&self.limits_hit, self.max_pids, self.max_memory_bytes)
     }
 }
 

@@ -310,6 +310,38 @@ impl ExecRequest {
     }
 }
 
+/// What a person reads about the limits a command hit, with their values
+/// where the agent sent them: `hit its process limit (pids.max 4096)`.
+/// `None` when it hit none. One wording for an exec's result and a check's.
+pub fn limits_text(
+    limits_hit: &[String],
+    max_pids: Option<u32>,
+    max_memory_bytes: Option<u64>,
+) -> Option<String> {
+    if limits_hit.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = limits_hit
+        .iter()
+        .map(|l| match l.as_str() {
+            LIMIT_PIDS => match max_pids {
+                Some(n) => format!("its process limit (pids.max {n})"),
+                None => "its process limit".into(),
+            },
+            LIMIT_MEMORY => match max_memory_bytes {
+                Some(b) => format!("its memory limit (memory.max {} MiB)", b >> 20),
+                None => "its memory limit".into(),
+            },
+            // A newer agent's limit: named, escaped, cut.
+            other => format!(
+                "its `{}` limit",
+                other.escape_debug().take(32).collect::<String>()
+            ),
+        })
+        .collect();
+    Some(format!("hit {}", parts.join(" and ")))
+}
+
 /// What happened to a command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecResult {
@@ -344,33 +376,10 @@ impl ExecResult {
         self.exit_code == Some(0) && !self.timed_out
     }
 
-    /// What a person reads about the limits the command hit, with their
-    /// values where the agent sent them: `hit its process limit (pids.max
-    /// 4096)`. `None` when it hit none.
+    /// What a person reads about the limits the command hit: see
+    /// [`limits_text`].
     pub fn limits_text(&self) -> Option<String> {
-        if self.limits_hit.is_empty() {
-            return None;
-        }
-        let parts: Vec<String> = self
-            .limits_hit
-            .iter()
-            .map(|l| match l.as_str() {
-                LIMIT_PIDS => match self.max_pids {
-                    Some(n) => format!("its process limit (pids.max {n})"),
-                    None => "its process limit".into(),
-                },
-                LIMIT_MEMORY => match self.max_memory_bytes {
-                    Some(b) => format!("its memory limit (memory.max {} MiB)", b >> 20),
-                    None => "its memory limit".into(),
-                },
-                // A newer agent's limit: named, escaped, cut.
-                other => format!(
-                    "its `{}` limit",
-                    other.escape_debug().take(32).collect::<String>()
-                ),
-            })
-            .collect();
-        Some(format!("hit {}", parts.join(" and ")))
+        limits_text(&self.limits_hit, self.max_pids, self.max_memory_bytes)
     }
 
     /// The status a shell would report: the exit code, or 128 + signal.

@@ -14,11 +14,13 @@
 //! After a reboot only `bootcmd` runs again; the agent comes back as an
 //! enabled unit and the files are already on disk.
 
-use crate::payload::{
-    AGENT_PATH, AUTOLOGIN_DROPIN, AUTOLOGIN_DROPIN_PATH, CONFIG_DIR, PayloadSpec,
-    SETUP_SCRIPT_PATH, STATE_DIR, TOKEN_PATH, UNIT_PATH, guest_unit,
-};
+use crate::spec::PayloadSpec;
+use crate::unit::{AUTOLOGIN_DROPIN, guest_unit};
 use crate::yaml::{quoted, quoted_lines};
+use lab_agent_proto::guest::{
+    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, CONFIG_DIR, SETUP_SCRIPT_PATH, STATE_DIR, TOKEN_PATH,
+    UNIT_PATH,
+};
 use lab_agent_proto::lab::GUEST_LAB_DIR;
 
 /// Continuation lines of a multi-line `content:` scalar.

@@ -19,12 +19,13 @@
 
 use crate::budget::Part;
 use crate::mime::BOUNDARY;
-use crate::payload::{AGENT_PATH, INSTALL_ERROR_PATH, PayloadSpec, SETUP_SCRIPT_PATH};
 use crate::shell;
+use crate::spec::PayloadSpec;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use flate2::Compression;
 use flate2::write::GzEncoder;
+use lab_agent_proto::guest::{AGENT_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH};
 use lab_agent_proto::lab::GUEST_LAB_DIR;
 use std::io::Write as _;
 

@@ -4,8 +4,12 @@
 //! KubeVirt (`cloudInitNoCloud.secretRef`).
 //!
 //! # Layout
-//! - [`payload`]: [`PayloadSpec`] → user-data ([`render_user_data`]); checks
-//!   the inputs and puts the parts together.
+//! - [`spec`]: [`PayloadSpec`], what one VM's user-data is made of, and the
+//!   rules its inputs keep ([`PayloadSpec::check`]).
+//! - [`payload`]: spec → user-data ([`render_user_data`]): checks the spec
+//!   and puts the parts together.
+//! - [`unit`]: the agent's systemd unit as the guest gets it, and the serial
+//!   autologin drop-in.
 //! - [`cloud_config`]: the `#cloud-config` part: `bootcmd`, `write_files`
 //!   (token, unit, serial autologin), `runcmd`. Fixed size.
 //! - [`installer`]: the `sh` part that writes the agent, the lab's files and
@@ -39,9 +43,12 @@ pub mod mime;
 pub mod payload;
 pub mod secret;
 pub mod shell;
+pub mod spec;
+pub mod unit;
 pub mod yaml;
 
 pub use budget::{Budget, Part, SECRET_LIMIT};
 pub use error::{Error, TooLarge};
-pub use payload::{PayloadSpec, SetupScript, UserData, render_user_data};
+pub use payload::{UserData, render_user_data};
 pub use secret::{Format, SecretMeta, render_secret};
+pub use spec::{PayloadSpec, SetupScript};

@@ -1,8 +1,8 @@
 //! The guest contract: where things live in a lab VM, the agent's port, the
 //! token rule and the defaults. The agent's defaults (`agent/src/cli.rs`),
-//! the payload the generator writes (`cloud-init/src/payload.rs`) and the
-//! qemu driver's port forward (`labctl`) all come from here, so a path or
-//! a rule changes in one place.
+//! the payload the generator writes (`cloud-init/src/cloud_config.rs` and
+//! `installer.rs`) and the qemu driver's port forward (`labctl`) all come
+//! from here, so a path or a rule changes in one place.
 
 use std::fmt;
 

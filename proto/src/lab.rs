@@ -597,27 +597,62 @@ fn first(mut problems: Vec<LabError>) -> LabError {
 }
 
 fn lab_name(path: &Path, name: &str) -> Result<(), LabError> {
+    check_lab_name(name).map_err(|problem| invalid(path, "name", problem.to_string()))
+}
+
+/// Longest lab name: it becomes a Kubernetes label value and part of file
+/// names.
+pub const MAX_LAB_NAME_LEN: usize = 63;
+
+/// Why a lab name is refused; see [`check_lab_name`]. Its text reads after
+/// the word "name" (`name is empty: ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabNameProblem {
+    Empty,
+    /// A character outside `A-Z a-z 0-9 - _ .`.
+    BadCharacter {
+        name: String,
+        bad: char,
+    },
+    /// Longer than [`MAX_LAB_NAME_LEN`] bytes.
+    TooLong {
+        len: usize,
+    },
+}
+
+impl fmt::Display for LabNameProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LabNameProblem::Empty => f.write_str("is empty: give the lab a name"),
+            LabNameProblem::BadCharacter { name, bad } => write!(
+                f,
+                "`{name}` contains {bad:?}: use letters, digits, `-`, `_` and `.` (it ends up in labels and file names)"
+            ),
+            LabNameProblem::TooLong { len } => {
+                write!(f, "is {len} characters long: keep it to {MAX_LAB_NAME_LEN}")
+            }
+        }
+    }
+}
+
+/// The one rule for a lab's name, for `lab.toml` and for the payload
+/// generator alike: 1 to 63 of `A-Z a-z 0-9 - _ .`, so it is safe in a
+/// label, a file name and a shell comment.
+pub fn check_lab_name(name: &str) -> Result<(), LabNameProblem> {
     if name.is_empty() {
-        return Err(invalid(path, "name", "is empty: give the lab a name"));
+        return Err(LabNameProblem::Empty);
     }
     if let Some(bad) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
     {
-        return Err(invalid(
-            path,
-            "name",
-            format!(
-                "`{name}` contains {bad:?}: use letters, digits, `-`, `_` and `.` (it ends up in labels and file names)"
-            ),
-        ));
+        return Err(LabNameProblem::BadCharacter {
+            name: name.to_owned(),
+            bad,
+        });
     }
-    if name.len() > 63 {
-        return Err(invalid(
-            path,
-            "name",
-            format!("is {} characters long: keep it to 63", name.len()),
-        ));
+    if name.len() > MAX_LAB_NAME_LEN {
+        return Err(LabNameProblem::TooLong { len: name.len() });
     }
     Ok(())
 }

@@ -12,9 +12,7 @@
 use crate::support::{TOKEN, deliver, labs, mode, secret, spec_for, user_data};
 use lab_agent_cloudinit::Format;
 use lab_agent_cloudinit::mime::INSTALLER_NAME;
-use lab_agent_cloudinit::payload::{
-    CONFIG_DIR, SETUP_SCRIPT_PATH, STATE_DIR, TOKEN_PATH, UNIT_PATH,
-};
+use lab_agent_proto::guest::{CONFIG_DIR, SETUP_SCRIPT_PATH, STATE_DIR, TOKEN_PATH, UNIT_PATH};
 use std::os::unix::fs::MetadataExt;
 
 #[test]

@@ -8,11 +8,11 @@
 use crate::support::{
     Guest, TOKEN, Tools, deliver, deliver_with, labs, secret, spec_for, user_data,
 };
-use lab_agent_cloudinit::payload::{
-    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH,
-    UNIT_PATH, guest_unit,
-};
+use lab_agent_cloudinit::unit::guest_unit;
 use lab_agent_cloudinit::{Format, PayloadSpec, SetupScript};
+use lab_agent_proto::guest::{
+    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH, UNIT_PATH,
+};
 use lab_agent_proto::lab::LabFile;
 use serde_json::json;
 

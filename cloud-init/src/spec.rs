@@ -1,0 +1,221 @@
+//! What one lab VM's user-data is made of ([`PayloadSpec`]) and the rules
+//! its inputs must keep before anything is rendered ([`PayloadSpec::check`]).
+//! The caller reads the files; nothing here does I/O.
+
+use crate::error::Error;
+use lab_agent_proto::lab::{LabFile, MAX_TIMEOUT_SECS};
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// Everything that goes into one lab VM's user-data. Files are read by the
+/// caller (`labctl secret`); this crate only renders.
+#[derive(Clone)]
+pub struct PayloadSpec {
+    /// The lab's name, as in `lab.toml` (written into a comment).
+    pub lab_name: String,
+    /// The static `lab-agent` binary.
+    pub agent: Vec<u8>,
+    /// The per-VM token, at least
+    /// [`MIN_TOKEN_LEN`](lab_agent_proto::guest::MIN_TOKEN_LEN) visible ASCII characters.
+    pub token: String,
+    /// Files for `/opt/lab/`, paths relative to it.
+    pub files: Vec<LabFile>,
+    /// The lab's setup script, if it has one.
+    pub setup: Option<SetupScript>,
+    /// Root autologin on the serial console (`ttyS0`); on by default.
+    pub serial_autologin: bool,
+}
+
+/// The setup script and how long `lab-agent setup` lets it run.
+#[derive(Clone)]
+pub struct SetupScript {
+    pub contents: Vec<u8>,
+    pub timeout_secs: u64,
+}
+
+impl PayloadSpec {
+    /// A spec with no lab files, no setup script, and serial autologin on.
+    pub fn new(lab_name: impl Into<String>, agent: Vec<u8>, token: impl Into<String>) -> Self {
+        PayloadSpec {
+            lab_name: lab_name.into(),
+            agent,
+            token: token.into(),
+            files: Vec::new(),
+            setup: None,
+            serial_autologin: true,
+        }
+    }
+}
+
+// Never print the token or a megabyte of agent.
+impl fmt::Debug for PayloadSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PayloadSpec")
+            .field("lab_name", &self.lab_name)
+            .field("agent_len", &self.agent.len())
+            .field("token", &"<redacted>")
+            .field("files", &self.files)
+            .field("setup", &self.setup)
+            .field("serial_autologin", &self.serial_autologin)
+            .finish()
+    }
+}
+
+impl fmt::Debug for SetupScript {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SetupScript")
+            .field("len", &self.contents.len())
+            .field("timeout_secs", &self.timeout_secs)
+            .finish()
+    }
+}
+
+impl PayloadSpec {
+    /// Checks every input the renderer writes into the guest: the token,
+    /// the lab name, every lab file's path and mode, and the setup timeout.
+    pub fn check(&self) -> Result<(), Error> {
+        check_token(&self.token)?;
+        check_lab_name(&self.lab_name)?;
+        check_lab_files(&self.files)?;
+        if let Some(setup) = &self.setup {
+            if !(1..=MAX_TIMEOUT_SECS).contains(&setup.timeout_secs) {
+                return Err(Error::SetupTimeout {
+                    secs: setup.timeout_secs,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_token(token: &str) -> Result<(), Error> {
+    lab_agent_proto::guest::check_token(token).map_err(|p| Error::Token {
+        problem: p.to_string(),
+    })
+}
+
+fn check_lab_name(name: &str) -> Result<(), Error> {
+    lab_agent_proto::lab::check_lab_name(name).map_err(|p| Error::LabName {
+        name: name.to_owned(),
+        problem: p.to_string(),
+    })
+}
+
+/// Paths must stay inside `/opt/lab/`, be unique, and not use a file as a
+/// folder; modes are permission bits only. Names may be any UTF-8 without
+/// control characters: quoting makes them safe for YAML, and cloud-init
+/// writes them as given.
+fn check_lab_files(files: &[LabFile]) -> Result<(), Error> {
+    let bad = |path: &str, problem: &str| Error::LabFile {
+        path: path.escape_debug().to_string(),
+        problem: problem.to_owned(),
+    };
+    let mut seen = BTreeSet::new();
+    for f in files {
+        let path = f.path.as_str();
+        if path.is_empty() {
+            return Err(bad(path, "the path is empty"));
+        }
+        if path.starts_with('/') {
+            return Err(bad(
+                path,
+                "the path is absolute: give it relative to the lab's files folder",
+            ));
+        }
+        if let Some(c) = path.chars().find(|c| c.is_control()) {
+            return Err(bad(
+                path,
+                &format!("the name contains the control character {c:?}: rename the file"),
+            ));
+        }
+        for part in path.split('/') {
+            if part.is_empty() || part == "." || part == ".." {
+                return Err(bad(
+                    path,
+                    "the path has an empty, `.` or `..` part: use a plain relative path",
+                ));
+            }
+            if part.len() > 255 {
+                return Err(bad(path, "a name is longer than 255 bytes: shorten it"));
+            }
+        }
+        if f.mode & !0o7777 != 0 {
+            return Err(bad(
+                path,
+                &format!("mode {:o} has bits other than permissions", f.mode),
+            ));
+        }
+        if !seen.insert(path) {
+            return Err(bad(path, "the path appears twice"));
+        }
+    }
+    for path in &seen {
+        if let Some(folder) = path
+            .match_indices('/')
+            .map(|(i, _)| &path[..i])
+            .find(|folder| seen.contains(folder))
+        {
+            return Err(bad(
+                path,
+                &format!(
+                    "`{}` is a file, so it cannot also be a folder",
+                    folder.escape_debug()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str, mode: u32, contents: &[u8]) -> LabFile {
+        LabFile {
+            path: path.into(),
+            mode,
+            contents: contents.into(),
+        }
+    }
+
+    #[test]
+    fn refuses_paths_that_leave_or_clash() {
+        let cases: &[(&[&str], &str)] = &[
+            (&[""], "empty"),
+            (&["/etc/passwd"], "absolute"),
+            (&["a/../b"], "`..` part"),
+            (&["a//b"], "empty"),
+            (&["./a"], "`.`"),
+            (&["a\nb"], "control character"),
+            (&["x", "x"], "appears twice"),
+            (&["a", "a-x", "a/b"], "`a` is a file"),
+        ];
+        for (paths, want) in cases {
+            let files: Vec<_> = paths.iter().map(|p| file(p, 0o644, b"")).collect();
+            let err = check_lab_files(&files).unwrap_err().to_string();
+            assert!(err.contains(want), "{paths:?}: {err}");
+        }
+        assert!(check_lab_files(&[file("ok", 0o100644, b"")]).is_err());
+        assert!(check_lab_files(&[file("ünï côdé/ファイル: #x", 0o4755, b"")]).is_ok());
+    }
+
+    #[test]
+    fn token_rules() {
+        assert!(check_token(&"a".repeat(32)).is_ok());
+        let short = check_token("short").unwrap_err().to_string();
+        assert!(short.contains("5 characters long"), "{short}");
+        let space = check_token(&format!("{} x", "a".repeat(32)))
+            .unwrap_err()
+            .to_string();
+        assert!(space.contains("contains ' '"), "{space}");
+    }
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let spec = PayloadSpec::new("l", vec![1, 2, 3], "secret-token-value-that-is-long-enough");
+        let dbg = format!("{spec:?}");
+        assert!(!dbg.contains("secret-token"), "{dbg}");
+        assert!(dbg.contains("agent_len: 3"), "{dbg}");
+    }
+}

@@ -2,7 +2,10 @@
 # Installs what the test suite needs on a Debian 12 machine, idempotently
 # (seconds when nothing is missing), leaving the host's boot and its system
 # Python as they were:
-# - the musl target (static agent), rustfmt, clippy;
+# - the musl targets (the static agent for amd64 and arm64), rustfmt, clippy;
+# - into the lab-agent cache: Debian's user-mode qemu-aarch64, unpacked, not
+#   installed (tests/qemu-user.sh: the package would register binfmt
+#   handlers), which runs the arm64 agent's tests;
 # - into the lab-agent cache, not the system (tests/pydeps.sh): Debian's
 #   cloud-init unpacked for its schema checker and loader (the package is not
 #   installed, no service enabled), and the PyPI validators kubernetes-validate
@@ -12,17 +15,20 @@
 #   python3-venv (to make that virtualenv), and the VM tools with the cached
 #   guest images (tests/vm/build-image.sh: qemu from bookworm-backports,
 #   mmdebstrap, cloud-image-utils, genisoimage);
-# - the static agent the VM tests boot.
+# - the static agents: amd64 (the VM tests boot it), arm64 (its tests run it
+#   under qemu-user).
 # Needs root for apt when a package is missing; nothing is downloaded at test
 # time. README.md says why each system package is there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 log() { printf 'install-deps: %s\n' "$*" >&2; }
 
-if ! rustup target list --installed | grep -qx x86_64-unknown-linux-musl; then
-  log "adding rustup target x86_64-unknown-linux-musl"
-  rustup target add x86_64-unknown-linux-musl
-fi
+for target in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
+  if ! rustup target list --installed | grep -qx "$target"; then
+    log "adding rustup target $target"
+    rustup target add "$target"
+  fi
+done
 for c in rustfmt clippy; do
   rustup component list --installed | grep -q "^$c" || rustup component add "$c"
 done
@@ -37,5 +43,7 @@ done
 for guest in debian-12 debian-13; do
   "$root/tests/vm/build-image.sh" --guest "$guest" >/dev/null
 done
+"$root/tests/qemu-user.sh" >/dev/null
 "$root/packaging/build-agent.sh" >/dev/null
+"$root/packaging/build-agent.sh" --arch arm64 >/dev/null
 log "done"

@@ -1,7 +1,7 @@
 use crate::support::*;
 
 #[test]
-fn every_path_and_method_needs_the_token_and_401_reveals_nothing() {
+pub(crate) fn every_path_and_method_needs_the_token_and_401_reveals_nothing() {
     let agent = Agent::local("auth");
     let wrong = format!("{}x", &TOKEN[..TOKEN.len() - 1]);
     let cases: &[(&str, &str, Option<&str>)] = &[
@@ -47,7 +47,7 @@ fn scheme_variants_and_raw_headers() {
 }
 
 #[test]
-fn the_token_never_reaches_logs_or_children() {
+pub(crate) fn the_token_never_reaches_logs_or_children() {
     let mut agent = Agent::local("auth-leak");
     // A wrong token that shares a long prefix with the right one, and the
     // right one: neither may be logged.

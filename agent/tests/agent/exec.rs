@@ -2,7 +2,7 @@ use crate::support::*;
 use serde_json::json;
 
 #[test]
-fn exit_codes_and_streams() {
+pub(crate) fn exit_codes_and_streams() {
     let agent = Agent::local("exec-basic");
     let r = agent.run(json!({"command": "echo out; echo err >&2; exit 3"}));
     assert_eq!(r["exit_code"], 3);
@@ -25,7 +25,7 @@ fn exit_codes_and_streams() {
 }
 
 #[test]
-fn stdin_cwd_env_and_the_clean_environment() {
+pub(crate) fn stdin_cwd_env_and_the_clean_environment() {
     let agent = Agent::local("exec-io");
     let r = agent.run(json!({"command": "tr a-z A-Z", "stdin": "hello\n"}));
     assert_eq!(r["stdout"], "HELLO\n");
@@ -88,7 +88,7 @@ fn runs_as_another_user_with_its_identity() {
 }
 
 #[test]
-fn login_profile_is_read_but_interactive_banners_never_appear() {
+pub(crate) fn login_profile_is_read_but_interactive_banners_never_appear() {
     let agent = Agent::local("exec-login");
     // HOME from `env` overrides passwd's, so the login shell reads this
     // profile instead of touching the machine's.
@@ -134,7 +134,7 @@ fn output_is_utf8_lossy() {
 }
 
 #[test]
-fn a_timeout_kills_the_whole_group_including_background_children() {
+pub(crate) fn a_timeout_kills_the_whole_group_including_background_children() {
     let agent = Agent::local("exec-timeout");
     let pids = agent.dir.join("pids");
     let cmd = format!(
@@ -203,7 +203,7 @@ fn a_background_child_holding_stdout_does_not_hold_the_answer() {
 }
 
 #[test]
-fn commands_run_in_their_own_session_without_a_tty() {
+pub(crate) fn commands_run_in_their_own_session_without_a_tty() {
     let agent = Agent::local("exec-session");
     let r = agent.run(json!({"command": "ps -o sid=,pgid= -p $$; tty || true"}));
     let out = r["stdout"].as_str().unwrap();

@@ -66,7 +66,7 @@ fn setup_killed_at_random_points_never_leaves_a_torn_record() {
     let (mut absent, mut died, mut finished) = (0, 0, 0);
     for run in 0..RUNS {
         let _ = std::fs::remove_dir_all(&state);
-        let mut child = Command::new(bin())
+        let mut child = agent_command()
             .args(["setup", "--timeout", "30", "--script"])
             .arg(lab.join("setup.sh"))
             .arg("--state-dir")
@@ -146,7 +146,7 @@ fn an_agent_restart_does_not_change_readiness() {
         "#!/bin/sh\necho preparing\nwhile [ ! -e \"$LAB_DIR/go\" ]; do sleep 0.05; done\necho done\n",
         0o755,
     );
-    let mut setup = Command::new(bin())
+    let mut setup = agent_command()
         .args(["setup", "--script"])
         .arg(lab.join("setup.sh"))
         .arg("--state-dir")
@@ -397,7 +397,7 @@ impl Drop for Tmpfs {
 
 fn run_setup(dir: &TempDir, state: &Path, script: &str) -> (i32, String) {
     write_file(&dir.join("setup.sh"), script, 0o755);
-    let out = Command::new(bin())
+    let out = agent_command()
         .args(["setup", "--script"])
         .arg(dir.join("setup.sh"))
         .arg("--state-dir")

@@ -1,11 +1,10 @@
 use crate::support::*;
 use serde_json::json;
-use std::process::Command;
 
 fn serve_with_token(contents: &str, mode: u32) -> (i32, String) {
     let dir = TempDir::new("token");
     write_file(&dir.join("token"), contents, mode);
-    let out = Command::new(bin())
+    let out = agent_command()
         .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
         .arg(dir.join("token"))
         .output()
@@ -31,7 +30,7 @@ fn refuses_a_short_or_missing_token() {
     let (code, err) = serve_with_token("tooshort\n", 0o600);
     assert_eq!(code, 2);
     assert!(err.contains("at least 32"), "{err}");
-    let out = Command::new(bin())
+    let out = agent_command()
         .args(["serve", "--token-file", "/no/such/token"])
         .output()
         .unwrap();
@@ -41,22 +40,19 @@ fn refuses_a_short_or_missing_token() {
 
 #[test]
 fn bad_flags_are_usage_errors() {
-    let out = Command::new(bin())
+    let out = agent_command()
         .args(["serve", "--max-execs", "0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-execs"));
-    let out = Command::new(bin())
-        .args(["serve", "--bogus"])
-        .output()
-        .unwrap();
+    let out = agent_command().args(["serve", "--bogus"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]
 fn version_and_info() {
-    let out = Command::new(bin()).arg("version").output().unwrap();
+    let out = agent_command().arg("version").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

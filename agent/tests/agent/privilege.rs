@@ -8,7 +8,6 @@
 use crate::support::*;
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
-use std::process::Command;
 
 /// A variable only the agent's own environment has.
 const SENTINEL: (&str, &str) = ("LAB_AGENT_PRIVATE_PROBE", "agent-environment-must-not-leak");
@@ -34,7 +33,7 @@ fn setup_tightens_a_loose_state_dir_and_log_and_leaks_nothing_to_the_script() {
         &format!("#!/bin/bash\necho \"fds: $({LIST_FDS})\"\nenv\n"),
         0o755,
     );
-    let mut cmd = Command::new(bin());
+    let mut cmd = agent_command();
     cmd.args(["setup", "--script"])
         .arg(dir.join("setup.sh"))
         .arg("--state-dir")

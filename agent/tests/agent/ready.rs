@@ -26,7 +26,7 @@ fn ready(agent: &Agent) -> (u16, serde_json::Value) {
 }
 
 #[test]
-fn walks_through_every_state_from_real_files() {
+pub(crate) fn walks_through_every_state_from_real_files() {
     let agent = Agent::builder("ready-states").start();
     let (status, v) = ready(&agent);
     assert_eq!((status, v["state"].as_str()), (503, Some("booting")), "{v}");
@@ -80,7 +80,7 @@ fn walks_through_every_state_from_real_files() {
 }
 
 #[test]
-fn failed_setup_is_failed_at_once_with_reason_and_log() {
+pub(crate) fn failed_setup_is_failed_at_once_with_reason_and_log() {
     let agent = Agent::builder("ready-failed").start();
     std::fs::create_dir_all(agent.state_dir()).unwrap();
     std::fs::write(
@@ -170,7 +170,7 @@ fn corrupt_records_give_a_reason_not_a_crash() {
 }
 
 #[test]
-fn long_poll_returns_when_the_state_becomes_ready() {
+pub(crate) fn long_poll_returns_when_the_state_becomes_ready() {
     let agent = Agent::builder("ready-longpoll").start();
     record(
         &agent,

@@ -1,6 +1,5 @@
 use crate::support::*;
 use std::os::unix::fs::PermissionsExt;
-use std::process::Command;
 
 struct Run {
     status: i32,
@@ -12,7 +11,7 @@ struct Run {
 
 fn setup(tag: &str, script: Option<&str>, extra: &[&str]) -> Run {
     let dir = TempDir::new(tag);
-    let mut cmd = Command::new(bin());
+    let mut cmd = agent_command();
     cmd.arg("setup")
         .arg("--state-dir")
         .arg(dir.join("state"))
@@ -37,7 +36,7 @@ fn setup(tag: &str, script: Option<&str>, extra: &[&str]) -> Run {
 }
 
 #[test]
-fn success_is_recorded_logged_and_echoed() {
+pub(crate) fn success_is_recorded_logged_and_echoed() {
     let r = setup(
         "setup-ok",
         Some("#!/bin/bash\necho \"lab=$LAB_DIR\"; echo to-stderr >&2; pwd\n"),
@@ -64,7 +63,7 @@ fn success_is_recorded_logged_and_echoed() {
 }
 
 #[test]
-fn a_failing_script_is_mirrored() {
+pub(crate) fn a_failing_script_is_mirrored() {
     let r = setup("setup-fail", Some("echo about to fail\nexit 7\n"), &[]);
     assert_eq!(r.status, 7);
     assert_eq!(r.record["state"], "failed");
@@ -76,7 +75,7 @@ fn a_failing_script_is_mirrored() {
 fn a_non_executable_script_still_runs_through_the_shell() {
     let dir = TempDir::new("setup-noexec");
     write_file(&dir.join("s.sh"), "echo via-shell\n", 0o644);
-    let out = Command::new(bin())
+    let out = agent_command()
         .args(["setup", "--script"])
         .arg(dir.join("s.sh"))
         .arg("--state-dir")
@@ -97,7 +96,7 @@ fn no_script_is_success() {
 #[test]
 fn a_missing_script_is_failed_with_the_reason() {
     let dir = TempDir::new("setup-missing");
-    let out = Command::new(bin())
+    let out = agent_command()
         .args(["setup", "--script", "/no/such/setup.sh", "--state-dir"])
         .arg(dir.join("state"))
         .output()
@@ -146,7 +145,7 @@ fn runs_as_the_given_user() {
 }
 
 #[test]
-fn serve_run_setup_reports_setting_up_then_ready() {
+pub(crate) fn serve_run_setup_reports_setting_up_then_ready() {
     let dir = TempDir::new("serve-setup");
     write_file(
         &dir.join("lab/setup.sh"),
@@ -173,7 +172,7 @@ fn serve_run_setup_reports_setting_up_then_ready() {
 }
 
 #[test]
-fn serve_run_setup_failure_is_reported() {
+pub(crate) fn serve_run_setup_failure_is_reported() {
     let dir = TempDir::new("serve-setup-fail");
     write_file(&dir.join("setup.sh"), "echo oops >&2\nexit 42\n", 0o755);
     let agent = Agent::builder("serve-setup-fail-agent")
@@ -193,7 +192,7 @@ fn serve_run_setup_failure_is_reported() {
 /// setup does not run against a half-installed lab, and the failure names
 /// the installer's reason, so `/v1/ready` reports it.
 #[test]
-fn an_installer_failure_is_a_failed_setup_with_its_reason() {
+pub(crate) fn an_installer_failure_is_a_failed_setup_with_its_reason() {
     let b = Agent::builder("setup-install-error").no_cloud_init();
     let state = b.dir.join("state");
     write_file(
@@ -207,7 +206,7 @@ fn an_installer_failure_is_a_failed_setup_with_its_reason() {
         &format!("touch {}\n", ran.display()),
         0o755,
     );
-    let out = Command::new(bin())
+    let out = agent_command()
         .arg("setup")
         .arg("--state-dir")
         .arg(&state)

@@ -4,7 +4,6 @@
 
 use crate::support::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::process::Command;
 
 const NOBODY: u32 = 65534;
 
@@ -49,7 +48,7 @@ fn a_planted_setup_log_symlink_is_replaced_not_followed() {
     std::os::unix::fs::symlink(&victim, state.join("setup.log")).unwrap();
     let script = dir.join("setup.sh");
     write_file(&script, "#!/bin/sh\necho setup output\n", 0o755);
-    let out = Command::new(bin())
+    let out = agent_command()
         .args(["setup", "--script"])
         .arg(&script)
         .arg("--state-dir")
@@ -117,7 +116,7 @@ fn a_forged_record_in_a_foreign_owned_state_dir_is_not_ready() {
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert_eq!(agent.get("/v1/ready").status, 503);
     // And `lab-agent setup` refuses to write into it.
-    let out = Command::new(bin())
+    let out = agent_command()
         .args(["setup", "--state-dir"])
         .arg(&state)
         .output()
@@ -140,7 +139,7 @@ fn a_token_owned_by_another_user_is_refused_with_the_fix() {
     let token = dir.join("token");
     write_file(&token, &format!("{TOKEN}\n"), 0o600);
     chown(&token, NOBODY);
-    let mut child = Command::new(bin())
+    let mut child = agent_command()
         .args([
             "serve",
             "--listen",

@@ -11,8 +11,47 @@ use std::time::{Duration, Instant};
 
 pub const TOKEN: &str = "test-token-0123456789-abcdefghijklmnopqrstuv";
 
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_lab-agent")
+/// The agent these tests run and what runs it: cargo's build of it for this
+/// host, directly, unless a test has set another for its thread
+/// ([`with_foreign_agent`]).
+#[derive(Debug, Clone)]
+pub struct Foreign {
+    /// A program that runs `agent`: `qemu-aarch64` for the aarch64 agent
+    /// on an x86_64 host. Its own process is the agent's: same pid, and
+    /// what the agent spawns are its children.
+    pub runner: PathBuf,
+    pub agent: PathBuf,
+}
+
+thread_local! {
+    static FOREIGN: std::cell::RefCell<Option<Foreign>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `test` (one of this suite's tests) with every agent it starts, as
+/// `serve` or `setup`, being `foreign`: the same test, another build of the
+/// agent (`arm64.rs` reruns a subset under qemu-user this way).
+pub fn with_foreign_agent(foreign: &Foreign, test: &mut dyn FnMut()) {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            FOREIGN.with(|f| f.borrow_mut().take());
+        }
+    }
+    FOREIGN.with(|f| *f.borrow_mut() = Some(foreign.clone()));
+    let _reset = Reset;
+    test();
+}
+
+/// `lab-agent` as this thread's tests run it (see [`Foreign`]).
+pub fn agent_command() -> Command {
+    match FOREIGN.with(|f| f.borrow().clone()) {
+        None => Command::new(env!("CARGO_BIN_EXE_lab-agent")),
+        Some(Foreign { runner, agent }) => {
+            let mut cmd = Command::new(runner);
+            cmd.arg(agent);
+            cmd
+        }
+    }
 }
 
 /// A temp dir removed on drop.
@@ -101,7 +140,7 @@ impl AgentBuilder {
         }
         let addr_file = dir.join("addr");
         let log = dir.join("agent.log");
-        let mut cmd = Command::new(bin());
+        let mut cmd = agent_command();
         cmd.arg("serve")
             .args(["--listen", "127.0.0.1:0", "--addr-file"])
             .arg(&addr_file)

@@ -121,6 +121,11 @@ pub enum AccelMode {
     Force(Accel),
 }
 
+impl AccelMode {
+    /// What [`AccelMode`]'s `FromStr` accepts, as a help text lists them.
+    pub const NAMES: [&'static str; 3] = ["auto", "kvm", "tcg"];
+}
+
 impl std::str::FromStr for AccelMode {
     type Err = String;
     fn from_str(s: &str) -> Result<AccelMode, String> {

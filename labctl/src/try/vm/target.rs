@@ -1,0 +1,282 @@
+//! A booting or booted VM ([`VmTarget`]): the payload rendered into its run
+//! dir, qemu started under the accelerator the config allows, and the
+//! watches that end a wait early (qemu exited, a console gone silent).
+
+use super::VmConfig;
+use crate::agent_bin::{self, Linkage};
+use crate::exit::{Exit, Failure};
+use crate::qemu::accel::{self, Hooks};
+use crate::qemu::machine::make_run_dir;
+use crate::qemu::{self, AccelMode, Machine, MachineSpec, QemuError, console, seed};
+use crate::secret::{self, RenderOptions, SecretError, write_private};
+use crate::r#try::{Config, Target};
+use lab_agent_client::{Client, ClientBuilder, Progress};
+use lab_agent_cloudinit::{Format, SecretMeta};
+use std::fs;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A booting or booted VM and its run dir.
+#[derive(Debug)]
+pub(super) struct VmTarget {
+    /// `None` once stopped or left running.
+    pub(super) machine: Option<Machine>,
+    /// Emptied once stopped or left running: nothing left for `Drop`.
+    pub(super) dir: PathBuf,
+    token: String,
+    pub(super) token_file: PathBuf,
+    /// qemu start → the agent's first answer.
+    pub(super) first_answer: OnceLock<Duration>,
+}
+
+impl VmTarget {
+    /// Renders the payload, prepares overlay and seed, starts qemu under
+    /// the accelerator `vm.accel` allows (under `auto`, that takes up to a
+    /// KVM trial's grace). Returns as soon as the guest is booting, or,
+    /// unproven, once `cancelled()`.
+    pub(super) fn start(
+        config: &Config,
+        vm: &VmConfig,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<VmTarget, Failure> {
+        let version = qemu::check_installed().map_err(qemu_failure)?;
+        let lab = &config.lab;
+        let dir = make_run_dir("labctl-try-vm", &lab.name).map_err(qemu_failure)?;
+        let mut target = VmTarget {
+            machine: None,
+            token: String::new(),
+            token_file: dir.join("token"),
+            dir,
+            first_answer: OnceLock::new(),
+        };
+
+        // The payload exactly as `labctl secret` renders it for a Secret.
+        let user_data = target.render(config).map_err(|e| {
+            let hint = e.hint();
+            Failure::usage("failed to render the lab's payload")
+                .with_source(e)
+                .hints(hint)
+        })?;
+
+        let mut spec = MachineSpec::new(lab.name.clone(), vm.guest.clone());
+        spec.memory_mib = vm.memory_mib;
+        spec.cpus = vm.cpus;
+        spec.disk_gib = vm.disk_gib;
+        spec.detached = config.keep;
+        let instance = format!(
+            "labctl-try-{}-{}",
+            qemu::sanitize(&lab.name),
+            std::process::id()
+        );
+        let meta = seed::meta_data(&instance, &seed::hostname(&lab.name));
+        let hooks = Hooks {
+            say: &|line| eprintln!("{line}"),
+            cancelled,
+        };
+        let started = accel::start(&spec, vm.accel, &user_data, &meta, &target.dir, &hooks)
+            .map_err(qemu_failure)?;
+        let machine = started.machine;
+        if cancelled() {
+            // The caller stops it at once: nothing to announce.
+            target.machine = Some(machine);
+            return Ok(target);
+        }
+        let accel = machine.accel();
+        let why = match (vm.accel, vm.accel_set_by) {
+            (AccelMode::Force(_), Some(accel::ENV)) => format!("as {} asks", accel::ENV),
+            (AccelMode::Force(_), _) => "as asked".to_owned(),
+            (AccelMode::Auto, _) => started.why,
+        };
+        eprintln!(
+            "accelerator: {} ({why})\nbooting `{}` (qemu {}): qemu pid {}, agent at {} \
+             (token in `{}`), console `{}`",
+            accel.as_str().to_uppercase(),
+            vm.guest.base().display(),
+            version_number(&version),
+            machine.pid(),
+            machine.agent_url(),
+            target.token_file.display(),
+            machine.console_log_path().display()
+        );
+        target.machine = Some(machine);
+        Ok(target)
+    }
+
+    /// Renders the lab's payload with a fresh token and writes it to the
+    /// run dir as `labctl secret` would (token, user-data, secret.yaml, all
+    /// 0600); returns the user-data for the seed.
+    fn render(&mut self, config: &Config) -> Result<Vec<u8>, SecretError> {
+        let agent = agent_bin::load(Some(&config.agent), Linkage::Static)?;
+        let token = crate::token::generate().map_err(SecretError::Random)?;
+        let opts = RenderOptions {
+            meta: SecretMeta {
+                name: "labctl-try".into(),
+                namespace: None,
+                labels: Default::default(),
+            },
+            format: Format::Yaml,
+            serial_autologin: true,
+        };
+        let rendered =
+            secret::render_logged(&config.lab, &agent, &token, &opts, &mut std::io::stderr())?;
+        write_private(
+            &self.token_file,
+            format!("{token}\n").as_bytes(),
+            "the token",
+        )?;
+        write_private(
+            &self.dir.join("user-data"),
+            rendered.user_data.as_bytes(),
+            "the user-data",
+        )?;
+        write_private(
+            &self.dir.join("secret.yaml"),
+            rendered.manifest.as_bytes(),
+            "the Secret",
+        )?;
+        self.token = token;
+        Ok(rendered.user_data.as_bytes().to_vec())
+    }
+
+    fn machine(&self) -> &Machine {
+        self.machine.as_ref().expect("the VM is running")
+    }
+
+    pub(super) fn is_running(&self) -> bool {
+        self.machine.as_ref().is_some_and(Machine::is_running)
+    }
+
+    /// Resolves when qemu exits, with a failure that says so.
+    pub(super) async fn qemu_exited(&self) -> Failure {
+        loop {
+            if let Some(status) = self.machine().exit_status() {
+                let stderr = self.machine().qemu_stderr();
+                let mut f = Failure::new(
+                    Exit::Unreachable,
+                    format!("qemu exited ({status}) before `labctl try` was done"),
+                );
+                if !stderr.trim().is_empty() {
+                    f = f.with_source(qemu::tail_lines(stderr.trim(), 5));
+                }
+                return f;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Resolves, with a failure, when the serial console has printed
+    /// nothing for `limit` and the agent has never answered: a guest that
+    /// does not boot (whatever the accelerator) ends here, not at the
+    /// boot allowance. Pending for good once the agent has answered (the
+    /// setup's own timeout then bounds the wait).
+    pub(super) async fn silent_console(&self, limit: Duration) -> Failure {
+        let path = self.machine().console_log_path().to_owned();
+        let mut seen = console::mark(&path);
+        let mut since = self.machine().started_at();
+        loop {
+            if self.first_answer.get().is_some() {
+                return std::future::pending().await;
+            }
+            let now = console::mark(&path);
+            if now != seen {
+                (seen, since) = (now, Instant::now());
+            }
+            if since.elapsed() >= limit {
+                return Failure::new(
+                    Exit::Unreachable,
+                    format!(
+                        "the guest printed nothing on its serial console for {}s and its agent \
+                         never answered: it is not booting",
+                        limit.as_secs()
+                    ),
+                )
+                .hint(
+                    "`--boot-silence SECS` waits longer for a guest that is quiet while it boots",
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl Target for VmTarget {
+    fn client(&self) -> Result<Client, Failure> {
+        ClientBuilder::default()
+            // Short long-polls: the display shows each state as it comes.
+            .long_poll(Duration::from_secs(2))
+            // Before the guest listens, qemu's port forward accepts and then
+            // says nothing: give up on such an attempt soon and try again.
+            .request_timeout(Duration::from_secs(5))
+            .build(&self.machine().agent_url(), &self.token)
+            .map_err(Failure::client)
+    }
+
+    fn guest_lab_dir(&self) -> &str {
+        lab_agent_proto::GUEST_LAB_DIR
+    }
+
+    fn on_progress(&self, progress: &Progress) -> Option<String> {
+        let machine = self.machine();
+        if progress.state.is_some() {
+            self.first_answer.get_or_init(|| machine.elapsed());
+            return None;
+        }
+        let text = machine.console_text();
+        Some(format!(
+            "booting: {}",
+            console::milestone(&text).unwrap_or("qemu has started")
+        ))
+    }
+
+    fn on_ready(&self) {
+        let machine = self.machine();
+        let ready = machine.elapsed();
+        let answered = *self.first_answer.get().unwrap_or(&ready);
+        eprintln!(
+            "vm: qemu start → agent answered {:.1}s → ready {:.1}s",
+            answered.as_secs_f64(),
+            ready.as_secs_f64()
+        );
+    }
+}
+
+impl Drop for VmTarget {
+    /// A panic or an early return: qemu dies with the machine; the dir goes.
+    fn drop(&mut self) {
+        if let Some(machine) = self.machine.take() {
+            machine.kill();
+        }
+        if !self.dir.as_os_str().is_empty() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// "10.0.2" from "QEMU emulator version 10.0.2 (Debian …)".
+fn version_number(line: &str) -> &str {
+    line.split_once("version ")
+        .and_then(|(_, v)| v.split_whitespace().next())
+        .unwrap_or(line)
+}
+
+pub(super) fn qemu_failure(e: QemuError) -> Failure {
+    match e {
+        QemuError::Missing(_) | QemuError::Io { .. } => Failure::usage(e.to_string()),
+        e => Failure::new(Exit::Unreachable, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qemu_versions_are_short() {
+        assert_eq!(
+            version_number("QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2)"),
+            "10.0.2"
+        );
+        assert_eq!(version_number("odd"), "odd");
+    }
+}

@@ -15,9 +15,9 @@
 
 use crate::client::Client;
 use crate::error::Error;
-use lab_agent_proto::ExecRequest;
 use lab_agent_proto::exec::DEFAULT_USER;
 use lab_agent_proto::lab::{Check, LAB_DIR_ENV, Lab};
+use lab_agent_proto::{ExecRequest, ReadyResponse, ReadyState};
 use serde::{Deserialize, Serialize};
 
 /// The outcome of grading one lab on one VM.
@@ -260,7 +260,29 @@ impl Client {
     }
 }
 
+/// Whether a VM may be graded now; see [`Client::gradable`].
+#[derive(Debug)]
+pub enum Gradable {
+    Ready,
+    /// Not ready: its answer, which says why (setup running or failed,
+    /// cloud-init not done).
+    NotReady(Box<ReadyResponse>),
+}
+
 impl Client {
+    /// The one rule of grading: a VM that is not ready is not graded, since
+    /// a check run while setup is still going would read as the student's
+    /// failure. `labctl grade` and the Python package's `grade` both ask
+    /// this first; waiting for readiness is the caller's choice.
+    pub async fn gradable(&self) -> Result<Gradable, Error> {
+        let ready = self.ready().await?;
+        Ok(if ready.state == ReadyState::Ready {
+            Gradable::Ready
+        } else {
+            Gradable::NotReady(Box::new(ready))
+        })
+    }
+
     /// The guest's `LAB_DIR` as the agent reports it in `/v1/info`, else
     /// `/opt/lab` (an older agent that does not report it, or no answer).
     /// An answer no lab-agent gives (a relative `lab_dir`, a body too large

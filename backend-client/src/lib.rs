@@ -53,6 +53,6 @@ pub mod wait;
 
 pub use client::{Client, ClientBuilder, RawResponse};
 pub use error::Error;
-pub use grade::{CheckResult, CheckStatus, GradeOutcome, GradeReport, grade_all};
+pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;
 pub use wait::{Progress, WaitOutcome, wait_all};

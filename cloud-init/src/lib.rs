@@ -23,10 +23,15 @@
 //!   breaking the YAML.
 //! - [`error`]: the one error type.
 //!
+//! The edge, behind the feature `fs` (off by default): [`lab_payload`]
+//! renders a lab folder (reads its files and setup script, then the pure
+//! functions above), [`agent_bin`] finds and checks the static agent,
+//! [`token`] makes per-VM tokens. `labctl` and the Python package render
+//! through it; it holds no CLI and no qemu code.
+//!
 //! # Invariants
-//! - No I/O: the caller reads the lab, the agent and the token (and
-//!   generates the token); rendering is a pure function of its input, so the
-//!   same input gives byte-identical output.
+//! - No I/O outside the `fs` edge: rendering is a pure function of its
+//!   input, so the same input gives byte-identical output.
 //! - The user-data is ASCII. In the cloud-config every string value is a
 //!   double-quoted, escaped scalar; in the installer every file is readable
 //!   text only when it is plain ASCII, else base64 (gzip first when smaller).
@@ -34,16 +39,22 @@
 //!   lab byte go into the installer, which cloud-init never YAML-parses.
 //! - The systemd unit exists once, in `packaging/lab-agent.service`.
 
+#[cfg(feature = "fs")]
+pub mod agent_bin;
 pub mod budget;
 pub mod cloud_config;
 pub mod error;
 pub mod installer;
 pub mod k8s_names;
+#[cfg(feature = "fs")]
+pub mod lab_payload;
 pub mod mime;
 pub mod payload;
 pub mod secret;
 pub mod shell;
 pub mod spec;
+#[cfg(feature = "fs")]
+pub mod token;
 pub mod unit;
 pub mod yaml;
 

@@ -8,7 +8,7 @@ use super::common::{self, AgentArgs};
 use super::exit::{Exit, Failure};
 use super::report::{self, Style};
 use super::wait::{print_setup_log, wait_with_display};
-use lab_agent_client::{Client, GradeReport};
+use lab_agent_client::{Client, Gradable, GradeReport};
 use lab_agent_proto::ReadyState;
 use lab_agent_proto::lab::Lab;
 use std::io::Write;
@@ -88,7 +88,9 @@ pub fn run(args: &GradeArgs) -> Result<Exit, Failure> {
         ensure_ready(&config.client, config.wait).await?;
         let guest_lab_dir = match &config.guest_lab_dir {
             Some(dir) => dir.clone(),
-            None => reported_lab_dir(&config.client)
+            None => config
+                .client
+                .reported_lab_dir()
                 .await
                 .map_err(Failure::client)?,
         };
@@ -98,29 +100,11 @@ pub fn run(args: &GradeArgs) -> Result<Exit, Failure> {
     })
 }
 
-/// Keeps only the checks named in `names` (all of them when it is empty),
-/// in the lab's order. An unknown name is a usage error listing the names.
+/// `--check NAME`: keeps only the named checks ([`Lab::select_checks`]);
+/// an unknown name is a usage error listing the names.
 pub fn select_checks(lab: &mut Lab, names: &[String]) -> Result<(), Failure> {
-    if names.is_empty() {
-        return Ok(());
-    }
-    if let Some(unknown) = names
-        .iter()
-        .find(|n| !lab.checks.iter().any(|c| &c.name == *n))
-    {
-        let known: Vec<String> = lab.checks.iter().map(|c| format!("`{}`", c.name)).collect();
-        let known = if known.is_empty() {
-            "it has none".to_owned()
-        } else {
-            format!("its checks are {}", known.join(", "))
-        };
-        return Err(Failure::usage(format!(
-            "lab `{}` has no check named `{unknown}`: {known}",
-            lab.name
-        )));
-    }
-    lab.checks.retain(|c| names.contains(&c.name));
-    Ok(())
+    lab.select_checks(names)
+        .map_err(|e| Failure::usage(e.to_string()))
 }
 
 /// Returns when the agent is ready; else the failure to report: not ready
@@ -137,9 +121,11 @@ async fn ensure_ready(client: &Client, wait: Option<Duration>) -> Result<(), Fai
             Failure::client(e)
         });
     }
-    let ready = client.ready().await.map_err(Failure::client)?;
+    let ready = match client.gradable().await.map_err(Failure::client)? {
+        Gradable::Ready => return Ok(()),
+        Gradable::NotReady(ready) => ready,
+    };
     let exit = match ready.state {
-        ReadyState::Ready => return Ok(()),
         ReadyState::Failed => Exit::SetupFailed,
         _ => Exit::Unreachable,
     };
@@ -162,12 +148,6 @@ async fn ensure_ready(client: &Client, wait: Option<Duration>) -> Result<(), Fai
         }
         _ => "grade once it is ready: `labctl grade --wait SECS` waits for it first",
     }))
-}
-
-/// The guest's `LAB_DIR` as the agent reports it, else `/opt/lab`
-/// ([`Client::reported_lab_dir`]).
-pub async fn reported_lab_dir(client: &Client) -> Result<String, lab_agent_client::Error> {
-    client.reported_lab_dir().await
 }
 
 /// 0 when every check passed; 5 when any could not run (an error is the

@@ -9,8 +9,9 @@
 //! - [`wait`], [`exec`], [`grade`], [`r#try`]: talk to agents.
 //! - [`lint`]: checks a lab without running it (`try` runs it first).
 //! - [`secret`]: renders a lab's payload ([`secret::render`], which
-//!   `try --vm` uses too); [`token`] makes per-VM tokens, [`tempdir`]
-//!   temp dirs.
+//!   `try --vm` uses too); [`tempdir`] makes temp dirs. [`agent_bin`]
+//!   (finding the agent) and [`token`] (per-VM tokens) are the generator's,
+//!   re-exported.
 //! - [`exit`]: exit codes and how errors print; [`common`], [`progress`],
 //!   [`report`], [`color`]: shared by the verbs.
 //! - [`qemu`]: booting a guest with a NoCloud seed, for `try --vm` (and the
@@ -20,7 +21,6 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-pub mod agent_bin;
 pub mod color;
 pub mod common;
 pub mod exec;
@@ -32,11 +32,13 @@ pub mod qemu;
 pub mod report;
 pub mod secret;
 pub mod tempdir;
-pub mod token;
 pub mod r#try;
 pub mod wait;
 
 pub use exit::{Exit, Failure};
+// The agent finder and the token generator are the generator's edge
+// (`lab-agent-cloudinit`, feature `fs`), shared with the Python package.
+pub use lab_agent_cloudinit::{agent_bin, token};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -1,6 +1,7 @@
 //! `labctl secret LAB_DIR --name NAME …`: the edge of the payload generator.
 //! It reads the lab, the agent and the token (or makes one), hands them to
-//! [`render`] (which `labctl try --vm` calls too), and writes the results.
+//! [`render`] (the generator's `lab_payload`, which `labctl try --vm` and
+//! the Python package call too), and writes the results.
 //!
 //! stdout carries data only (the Secret, or the `--json` object); progress,
 //! the budget line and errors go to stderr. Exit status: 0 done; 2 anything
@@ -9,10 +10,9 @@
 
 use crate::agent_bin::{self, AgentBinError, AgentBinary, Linkage};
 use crate::exit::{Exit, Failure};
-use lab_agent_cloudinit::{
-    Budget, Format, PayloadSpec, SECRET_LIMIT, SecretMeta, SetupScript, UserData, render_secret,
-    render_user_data,
-};
+use lab_agent_cloudinit::lab_payload::{self, RenderLabError};
+pub use lab_agent_cloudinit::lab_payload::{BudgetReport, RenderOptions, Rendered};
+use lab_agent_cloudinit::{Format, SecretMeta};
 use lab_agent_proto::lab::{Lab, LabError};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -91,6 +91,16 @@ pub enum SecretError {
     },
 }
 
+impl From<RenderLabError> for SecretError {
+    fn from(e: RenderLabError) -> SecretError {
+        match e {
+            RenderLabError::Lab(e) => SecretError::Lab(e),
+            RenderLabError::Read { what, path, source } => SecretError::Read { what, path, source },
+            RenderLabError::Render(e) => SecretError::Render(e),
+        }
+    }
+}
+
 impl SecretError {
     /// What to try, printed as `hint: …` after the error.
     pub fn hint(&self) -> Option<String> {
@@ -135,35 +145,6 @@ pub struct Report {
     /// The manifest, when it was not written to `-o`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
-}
-
-/// The budget in bytes of user-data (= decoded Secret data, what Kubernetes
-/// limits).
-#[derive(Debug, serde::Serialize)]
-pub struct BudgetReport {
-    pub agent_bytes: usize,
-    pub lab_files_bytes: usize,
-    pub rest_bytes: usize,
-    pub total_bytes: usize,
-    /// Of the total, the `#cloud-config` part: all cloud-init YAML-parses
-    /// on every boot (the rest is an installer script it runs once).
-    pub cloud_config_bytes: usize,
-    pub limit_bytes: usize,
-    pub percent_of_limit: f64,
-}
-
-impl From<&Budget> for BudgetReport {
-    fn from(b: &Budget) -> Self {
-        BudgetReport {
-            agent_bytes: b.agent,
-            lab_files_bytes: b.lab_files,
-            rest_bytes: b.rest,
-            total_bytes: b.total,
-            cloud_config_bytes: b.cloud_config,
-            limit_bytes: SECRET_LIMIT,
-            percent_of_limit: (b.percent_of_limit() * 10.0).round() / 10.0,
-        }
-    }
 }
 
 /// Where the token comes from.
@@ -226,59 +207,16 @@ pub fn run(args: &SecretArgs) -> Result<Exit, Failure> {
     Ok(Exit::Success)
 }
 
-/// How to render a payload, beyond the lab, the agent and the token.
-#[derive(Debug, Clone)]
-pub struct RenderOptions {
-    /// The Secret's name, namespace and labels.
-    pub meta: SecretMeta,
-    pub format: Format,
-    /// Log root in on the serial console.
-    pub serial_autologin: bool,
-}
-
-/// A lab's payload: the user-data and the Secret that carries it.
-#[derive(Debug)]
-pub struct Rendered {
-    pub user_data: UserData,
-    /// The Secret manifest, in the format asked for.
-    pub manifest: String,
-}
-
-/// Renders `lab`'s payload for `agent` with `token`: reads the lab's files
-/// and setup script, then the generator's pure functions. `labctl secret`
-/// and `labctl try --vm` both call this, so a VM boots what a Secret holds.
+/// Renders `lab`'s payload ([`lab_payload::render`], the generator's edge),
+/// with `labctl secret`'s error. `labctl secret`, `try --vm` and `lint`
+/// call this.
 pub fn render(
     lab: &Lab,
     agent: &AgentBinary,
     token: &str,
     opts: &RenderOptions,
 ) -> Result<Rendered, SecretError> {
-    let files = lab.collect_files()?;
-    let setup = match lab.setup_script_path() {
-        None => None,
-        Some(path) => Some(SetupScript {
-            contents: std::fs::read(&path).map_err(|source| SecretError::Read {
-                what: "the setup script",
-                path,
-                source,
-            })?,
-            timeout_secs: lab.setup_timeout_secs(),
-        }),
-    };
-    let spec = PayloadSpec {
-        lab_name: lab.name.clone(),
-        agent: agent.bytes.clone(),
-        token: token.to_owned(),
-        files,
-        setup,
-        serial_autologin: opts.serial_autologin,
-    };
-    let user_data = render_user_data(&spec)?;
-    let manifest = render_secret(&user_data, &opts.meta, opts.format)?;
-    Ok(Rendered {
-        user_data,
-        manifest,
-    })
+    lab_payload::render(lab, agent, token, opts).map_err(SecretError::from)
 }
 
 /// [`render`] with what a person wants to see on the way: which agent, and

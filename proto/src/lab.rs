@@ -596,6 +596,56 @@ fn first(mut problems: Vec<LabError>) -> LabError {
     problems.remove(0)
 }
 
+impl Lab {
+    /// Keeps only the checks named in `names` (all of them when it is
+    /// empty), in the lab's order. `labctl grade --check`, `labctl try
+    /// --check` and the Python package's `checks=` all select through this.
+    pub fn select_checks(&mut self, names: &[String]) -> Result<(), UnknownCheck> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        if let Some(unknown) = names
+            .iter()
+            .find(|n| !self.checks.iter().any(|c| &c.name == *n))
+        {
+            return Err(UnknownCheck {
+                lab: self.name.clone(),
+                name: unknown.clone(),
+                known: self.checks.iter().map(|c| c.name.clone()).collect(),
+            });
+        }
+        self.checks.retain(|c| names.contains(&c.name));
+        Ok(())
+    }
+}
+
+/// A check asked for by a name the lab does not have; see
+/// [`Lab::select_checks`]. Its text lists the names the lab has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownCheck {
+    pub lab: String,
+    pub name: String,
+    pub known: Vec<String>,
+}
+
+impl fmt::Display for UnknownCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let known: Vec<String> = self.known.iter().map(|n| format!("`{n}`")).collect();
+        let known = if known.is_empty() {
+            "it has none".to_owned()
+        } else {
+            format!("its checks are {}", known.join(", "))
+        };
+        write!(
+            f,
+            "lab `{}` has no check named `{}`: {known}",
+            self.lab, self.name
+        )
+    }
+}
+
+impl std::error::Error for UnknownCheck {}
+
 fn lab_name(path: &Path, name: &str) -> Result<(), LabError> {
     check_lab_name(name).map_err(|problem| invalid(path, "name", problem.to_string()))
 }

@@ -10,7 +10,7 @@ use crate::error::{NotReady, SetupFailed, client_error, plain, with_attrs};
 use crate::lab::Lab;
 use crate::runtime;
 use crate::tasks::{self, Deliver, awaitable};
-use lab_agent_client::{Error, wait_all as rust_wait_all};
+use lab_agent_client::{Error, Gradable, wait_all as rust_wait_all};
 use lab_agent_proto::exec::ExecRequest;
 use lab_agent_proto::ready::{ReadyResponse, ReadyState};
 use pyo3::exceptions::PyValueError;
@@ -153,16 +153,13 @@ async fn grade(
     lab: lab_agent_proto::lab::Lab,
     lab_dir: Option<String>,
 ) -> Result<String, GradeFailure> {
-    let ready = client.ready().await.map_err(GradeFailure::Client)?;
-    if ready.state != ReadyState::Ready {
-        return Err(GradeFailure::NotReady(
-            Box::new(ready),
-            client.url().to_owned(),
-        ));
+    if let Gradable::NotReady(ready) = client.gradable().await.map_err(GradeFailure::Client)? {
+        return Err(GradeFailure::NotReady(ready, client.url().to_owned()));
     }
     let lab_dir = match lab_dir {
         Some(dir) => dir,
-        None => labctl::grade::reported_lab_dir(&client)
+        None => client
+            .reported_lab_dir()
             .await
             .map_err(GradeFailure::Client)?,
     };
@@ -180,8 +177,8 @@ impl Client {
         checks: Option<Vec<String>>,
     ) -> PyResult<lab_agent_proto::lab::Lab> {
         let mut lab = lab.inner.clone();
-        labctl::grade::select_checks(&mut lab, &checks.unwrap_or_default())
-            .map_err(|f| plain(py, crate::error::LabError::new_err(f.message), None))?;
+        lab.select_checks(&checks.unwrap_or_default())
+            .map_err(|e| plain(py, crate::error::LabError::new_err(e.to_string()), None))?;
         Ok(lab)
     }
 }

@@ -1,7 +1,8 @@
 //! `lab_agent._native`: the Rust half of the `lab_agent` Python package.
 //!
 //! One implementation, two languages: every call here is
-//! `lab-agent-client` (or, for `render_secret`, `labctl::secret::render`)
+//! `lab-agent-client` (or, for `render_secret`, the generator's
+//! `lab_payload::render`)
 //! run on one tokio runtime per process. Answers cross into Python as the
 //! JSON the Rust types serialize to, so `Report.to_json()` is `labctl grade
 //! --json` by construction; `lab_agent/__init__.py` turns them into typed

@@ -1,13 +1,13 @@
 //! `render_secret`: `labctl secret` as a function. It calls what the verb
-//! calls (`labctl::secret::render`, the same agent finder and token
-//! generator), so `.text` is byte-identical to what `labctl secret --format
-//! FORMAT` prints for the same lab, agent and token.
+//! calls (the generator's `lab_payload::render`, the same agent finder and
+//! token generator), so `.text` is byte-identical to what `labctl secret
+//! --format FORMAT` prints for the same lab, agent and token.
 
 use crate::error::{RenderError, plain};
 use crate::lab::Lab;
+use lab_agent_cloudinit::agent_bin::{self, Linkage};
+use lab_agent_cloudinit::lab_payload::{self, BudgetReport, RenderOptions};
 use lab_agent_cloudinit::{Format, SecretMeta};
-use labctl::agent_bin::{self, Linkage};
-use labctl::secret::{BudgetReport, RenderOptions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::BTreeMap;
@@ -68,7 +68,7 @@ pub fn render_secret(
     let (token, token_generated) = match token {
         Some(t) => (t, false),
         None => (
-            labctl::token::generate().map_err(|e| {
+            lab_agent_cloudinit::token::generate().map_err(|e| {
                 render_error(
                     py,
                     format!("failed to get random bytes for the token: {e}"),
@@ -85,8 +85,8 @@ pub fn render_secret(
     };
     let lab = &lab.inner;
     let rendered = py
-        .detach(|| labctl::secret::render(lab, &agent, &token, &opts))
-        .map_err(|e| render_error(py, e.to_string(), e.hint()))?;
+        .detach(|| lab_payload::render(lab, &agent, &token, &opts))
+        .map_err(|e| render_error(py, e.to_string(), e.hint().map(str::to_owned)))?;
     let budget = BudgetReport::from(rendered.user_data.budget());
     Ok(Rendered {
         text: rendered.manifest,

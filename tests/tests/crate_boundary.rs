@@ -1,8 +1,9 @@
 //! The architecture's absences, as the crate graph enforces them: a backend
 //! that links `lab-agent-client` pulls in no CLI, generator, process
 //! control or randomness, and the agent that ships in every VM none of the
-//! client's, the CLI's or the generator's crates. `cargo tree` reads the
-//! lockfile; nothing is built or fetched.
+//! client's, the CLI's or the generator's crates; the Python wheel no CLI
+//! and no qemu driver. `cargo tree` reads the lockfile; nothing is built or
+//! fetched.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -100,4 +101,23 @@ fn the_agent_pulls_in_nothing_of_the_client_cli_or_generator() {
 #[test]
 fn labctl_pulls_in_no_python_binding() {
     check("labctl", &["pyo3", "lab-agent-python"], 200);
+}
+
+/// The wheel is the client, the wire types and the generator (with its
+/// `fs` edge for `render_secret`): no CLI (clap, labctl and the qemu driver
+/// inside it), no tracing subscriber, no process control.
+#[test]
+fn the_python_wheel_pulls_in_no_cli_or_qemu_driver() {
+    check(
+        "lab-agent-python",
+        &[
+            "clap",
+            "clap_builder",
+            "labctl",
+            "tracing-subscriber",
+            "nix",
+            "tempfile",
+        ],
+        70,
+    );
 }

@@ -1,4 +1,5 @@
-//! Finding the `lab-agent` binary: `labctl secret` ships it into lab VMs, so
+//! Finding the `lab-agent` binary (feature `fs`): `labctl secret` and the
+//! Python package's `render_secret` ship it into lab VMs, so
 //! it must be a static x86_64 executable; `labctl try` runs it on this
 //! machine, where any build will do ([`Linkage::Any`]).
 //!
@@ -344,7 +345,10 @@ mod tests {
 
     #[test]
     fn an_agent_older_than_its_source_is_stale() {
-        let tree = crate::tempdir::create("labctl-stale", 0o700).unwrap();
+        let tree = tempfile::Builder::new()
+            .prefix("labctl-stale-")
+            .tempdir()
+            .unwrap();
         let src = tree.path().join("agent/src");
         std::fs::create_dir_all(&src).unwrap();
         std::fs::write(src.join("main.rs"), "fn main() {}").unwrap();

@@ -1,4 +1,5 @@
-//! The one generator of per-VM tokens, for `labctl secret` and `labctl try`.
+//! The one generator of per-VM tokens (feature `fs`), for `labctl secret`,
+//! `labctl try` and the Python package's `render_secret`.
 
 use base64::Engine as _;
 

@@ -1,0 +1,122 @@
+//! A lab folder rendered into its payload (feature `fs`): the edge where
+//! the generator reads (the lab's files and setup script), then calls its
+//! pure functions. `labctl secret`, `labctl try --vm`, `labctl lint` and
+//! the Python package's `render_secret` all render through [`render`], so
+//! a VM boots what a Secret holds, byte for byte.
+
+use crate::agent_bin::AgentBinary;
+use crate::budget::{Budget, SECRET_LIMIT};
+use crate::payload::{UserData, render_user_data};
+use crate::secret::{Format, SecretMeta, render_secret};
+use crate::spec::{PayloadSpec, SetupScript};
+use lab_agent_proto::lab::{Lab, LabError};
+use std::path::PathBuf;
+
+/// How to render a payload, beyond the lab, the agent and the token.
+#[derive(Debug, Clone)]
+pub struct RenderOptions {
+    /// The Secret's name, namespace and labels.
+    pub meta: SecretMeta,
+    pub format: Format,
+    /// Log root in on the serial console.
+    pub serial_autologin: bool,
+}
+
+/// A lab's payload: the user-data and the Secret that carries it.
+#[derive(Debug)]
+pub struct Rendered {
+    pub user_data: UserData,
+    /// The Secret manifest, in the format asked for.
+    pub manifest: String,
+}
+
+/// Why a lab could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderLabError {
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    #[error("failed to read {what} `{}`", path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Render(#[from] crate::Error),
+}
+
+impl RenderLabError {
+    /// What to try, printed as `hint: …` after the error.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            RenderLabError::Lab(e) => e.hint(),
+            RenderLabError::Render(e) => e.hint(),
+            RenderLabError::Read { .. } => None,
+        }
+    }
+}
+
+/// Renders `lab`'s payload for `agent` with `token`: reads the lab's files
+/// and setup script, then the generator's pure functions.
+pub fn render(
+    lab: &Lab,
+    agent: &AgentBinary,
+    token: &str,
+    opts: &RenderOptions,
+) -> Result<Rendered, RenderLabError> {
+    let files = lab.collect_files()?;
+    let setup = match lab.setup_script_path() {
+        None => None,
+        Some(path) => Some(SetupScript {
+            contents: std::fs::read(&path).map_err(|source| RenderLabError::Read {
+                what: "the setup script",
+                path,
+                source,
+            })?,
+            timeout_secs: lab.setup_timeout_secs(),
+        }),
+    };
+    let spec = PayloadSpec {
+        lab_name: lab.name.clone(),
+        agent: agent.bytes.clone(),
+        token: token.to_owned(),
+        files,
+        setup,
+        serial_autologin: opts.serial_autologin,
+    };
+    let user_data = render_user_data(&spec)?;
+    let manifest = render_secret(&user_data, &opts.meta, opts.format)?;
+    Ok(Rendered {
+        user_data,
+        manifest,
+    })
+}
+
+/// The budget in bytes of user-data (= decoded Secret data, what Kubernetes
+/// limits), as `labctl secret --json` and the Python package report it.
+#[derive(Debug, serde::Serialize)]
+pub struct BudgetReport {
+    pub agent_bytes: usize,
+    pub lab_files_bytes: usize,
+    pub rest_bytes: usize,
+    pub total_bytes: usize,
+    /// Of the total, the `#cloud-config` part: all cloud-init YAML-parses
+    /// on every boot (the rest is an installer script it runs once).
+    pub cloud_config_bytes: usize,
+    pub limit_bytes: usize,
+    pub percent_of_limit: f64,
+}
+
+impl From<&Budget> for BudgetReport {
+    fn from(b: &Budget) -> Self {
+        BudgetReport {
+            agent_bytes: b.agent,
+            lab_files_bytes: b.lab_files,
+            rest_bytes: b.rest,
+            total_bytes: b.total,
+            cloud_config_bytes: b.cloud_config,
+            limit_bytes: SECRET_LIMIT,
+            percent_of_limit: (b.percent_of_limit() * 10.0).round() / 10.0,
+        }
+    }
+}

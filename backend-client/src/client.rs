@@ -143,12 +143,37 @@ impl fmt::Debug for Client {
     }
 }
 
+/// A future that opens one connection to the agent.
+pub type Dialing = Pin<Box<dyn Future<Output = std::io::Result<TcpStream>> + Send>>;
+
+/// Opens the connections of a [`Client`] in place of a plain TCP connect
+/// to the URL's host and port: "bring your own connected stream". The
+/// client still applies its connect timeout, `TCP_NODELAY` and everything
+/// above the socket. `labctl try` uses it to open its sockets inside the
+/// sandbox's network namespace, where the agent listens on loopback.
+pub trait Dialer: Send + Sync + 'static {
+    /// A connected stream to `host:port` (the URL's).
+    fn dial(&self, host: &str, port: u16) -> Dialing;
+}
+
 /// Options for a [`Client`]; start with [`Client::builder`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientBuilder {
     connect_timeout: Duration,
     request_timeout: Duration,
     long_poll: Duration,
+    dialer: Option<Arc<dyn Dialer>>,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("long_poll", &self.long_poll)
+            .field("dialer", &self.dialer.is_some())
+            .finish()
+    }
 }
 
 impl Default for ClientBuilder {
@@ -157,6 +182,7 @@ impl Default for ClientBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             long_poll: DEFAULT_LONG_POLL,
+            dialer: None,
         }
     }
 }
@@ -181,6 +207,13 @@ impl ClientBuilder {
             Duration::from_secs(1),
             Duration::from_secs(lab_agent_proto::MAX_READY_WAIT_SECS),
         );
+        self
+    }
+
+    /// Opens connections through `dialer` instead of a TCP connect of
+    /// this process (see [`Dialer`]).
+    pub fn dialer(mut self, dialer: Arc<dyn Dialer>) -> Self {
+        self.dialer = Some(dialer);
         self
     }
 
@@ -236,6 +269,8 @@ impl ClientBuilder {
             .pool_timer(TokioTimer::new())
             .build(Counted {
                 http,
+                dialer: self.dialer.clone(),
+                connect_timeout: self.connect_timeout,
                 opened: opened.clone(),
             });
 
@@ -681,10 +716,13 @@ fn looks_like_ready(body: &[u8]) -> bool {
         .is_ok_and(|m| m.contains_key("state"))
 }
 
-/// hyper-util's connector, counting the connections it makes.
+/// hyper-util's connector (or the caller's [`Dialer`]), counting the
+/// connections it makes.
 #[derive(Clone)]
 struct Counted {
     http: HttpConnector,
+    dialer: Option<Arc<dyn Dialer>>,
+    connect_timeout: Duration,
     opened: Arc<AtomicU64>,
 }
 
@@ -705,8 +743,21 @@ impl tower_service::Service<Uri> for Counted {
     }
 
     fn call(&mut self, uri: Uri) -> Connecting {
-        let connecting = self.http.call(uri);
         let opened = self.opened.clone();
+        if let Some(dialer) = &self.dialer {
+            let host = uri.host().unwrap_or_default();
+            let dialing = dialer.dial(host, uri.port_u16().unwrap_or(80));
+            let timeout = self.connect_timeout;
+            return Box::pin(async move {
+                let stream = tokio::time::timeout(timeout, dialing)
+                    .await
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+                stream.set_nodelay(true)?;
+                opened.fetch_add(1, Ordering::Relaxed);
+                Ok(TokioIo::new(stream))
+            });
+        }
+        let connecting = self.http.call(uri);
         Box::pin(async move {
             let io = connecting.await?;
             opened.fetch_add(1, Ordering::Relaxed);

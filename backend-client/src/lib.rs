@@ -51,7 +51,7 @@ pub mod error;
 pub mod grade;
 pub mod wait;
 
-pub use client::{Client, ClientBuilder, RawResponse};
+pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};
 pub use error::Error;
 pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;

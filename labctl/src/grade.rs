@@ -170,6 +170,17 @@ pub async fn grade_and_print(
     guest_lab_dir: &str,
     json: bool,
 ) -> Result<GradeReport, Failure> {
+    grade_and_print_with(client, lab, guest_lab_dir, json, None).await
+}
+
+/// [`grade_and_print`], with one more member (`extra`) in the JSON object.
+pub async fn grade_and_print_with(
+    client: &Client,
+    lab: &Lab,
+    guest_lab_dir: &str,
+    json: bool,
+    extra: Option<(&str, serde_json::Value)>,
+) -> Result<GradeReport, Failure> {
     let style = Style {
         color: crate::color::stdout(),
     };
@@ -194,7 +205,11 @@ pub async fn grade_and_print(
         .map_err(Failure::client)?;
     let mut out = std::io::stdout().lock();
     if json {
-        let text = serde_json::to_string_pretty(&report).expect("a report serializes");
+        let mut value = serde_json::to_value(&report).expect("a report serializes");
+        if let (Some((key, extra)), Some(object)) = (extra, value.as_object_mut()) {
+            object.insert(key.to_owned(), extra);
+        }
+        let text = serde_json::to_string_pretty(&value).expect("a report serializes");
         // Guest text (output, errors) only as JSON escapes, C1 included.
         let text = lab_agent_proto::text::json_escape_controls(&text);
         let _ = writeln!(out, "{text}");

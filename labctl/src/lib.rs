@@ -69,6 +69,9 @@ pub enum Command {
     Try(r#try::TryArgs),
     /// Render the cloud-init user-data and the Kubernetes Secret for a lab
     Secret(secret::SecretArgs),
+    /// The keeper of a local `labctl try`'s sandbox (started by `try`)
+    #[command(name = "__sandbox", hide = true)]
+    Sandbox(r#try::sandbox::KeeperArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -93,6 +96,7 @@ pub fn run(command: &Command) -> Result<Exit, Failure> {
         Command::Lint(args) => lint::run(args),
         Command::Try(args) => r#try::run(args),
         Command::Secret(args) => secret::run(args),
+        Command::Sandbox(args) => r#try::sandbox::keeper_main(args),
     }
 }
 

@@ -707,3 +707,42 @@ async fn grade_all_grades_each_vm_and_a_hostile_one_costs_only_itself() {
         "{r:?}"
     );
 }
+
+/// A [`lab_agent_client::Dialer`] that reaches the agent wherever the URL
+/// points (here a name that resolves nowhere), counting its calls.
+struct ToAgent {
+    addr: std::net::SocketAddr,
+    calls: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl lab_agent_client::Dialer for ToAgent {
+    fn dial(&self, host: &str, port: u16) -> lab_agent_client::Dialing {
+        assert_eq!((host, port), ("agent.invalid", 8899));
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let addr = self.addr;
+        Box::pin(tokio::net::TcpStream::connect(addr))
+    }
+}
+
+#[tokio::test]
+async fn a_dialer_opens_the_connections() {
+    let agent = Agent::start(AgentOptions::default());
+    let addr: std::net::SocketAddr = agent.url().trim_start_matches("http://").parse().unwrap();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let c = Client::builder()
+        .dialer(std::sync::Arc::new(ToAgent {
+            addr,
+            calls: calls.clone(),
+        }))
+        .build("http://agent.invalid:8899", &agent.token)
+        .unwrap();
+    c.wait_ready(in_secs(60)).await.unwrap();
+    let r = c.exec(&ExecRequest::new("echo hi")).await.unwrap();
+    assert_eq!(r.stdout, "hi\n");
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::Relaxed) as u64,
+        c.connections_opened()
+    );
+    assert!(c.connections_opened() >= 1);
+}

@@ -1,19 +1,24 @@
 //! The local target of `labctl try`: a `lab-agent serve` on loopback,
-//! running the lab's setup itself, with everything it needs in one temp
-//! dir that goes away afterwards:
+//! running the lab's setup itself, in the throwaway sandbox of
+//! [`super::sandbox`] (or, with `--host`, on this machine itself), with
+//! everything it needs in one temp dir that goes away afterwards:
 //!
 //! ```text
 //! /tmp/labctl-try-XXXX/   0711: others may pass (checks run as `student`)
 //!   token                 0600, fresh 32 random bytes
 //!   addr                  written by the agent once it listens
-//!   agent.log             the agent's stdout and stderr
+//!   agent.log             the agent's (and the sandbox keeper's) stdout and stderr
 //!   state/                the agent's setup.json and setup.log
 //!   setup/<script>        a copy of the lab's setup script, 0755 (a lab without
 //!                         one: `lab-agent setup` records "succeeded" first)
 //!   lab/                  the staged `[files].source`: setup's and checks' $LAB_DIR
+//!   sandbox/ lab-agent    the sandbox's mount points; sandbox.pid, init.pid,
+//!   sandbox.pid …         layers, kept: see `sandbox.rs`
 //! ```
 
 use super::Config;
+use super::changes::{self, Changes};
+use super::sandbox;
 use crate::agent_bin::{self, Linkage};
 use crate::exit::{Exit, Failure};
 use lab_agent_client::{Client, ClientBuilder};
@@ -40,6 +45,8 @@ pub struct LocalAgent {
     child: Option<tokio::process::Child>,
     url: String,
     token: String,
+    /// In a sandbox: the keeper's PID and the way into its network.
+    sandbox: Option<(u32, sandbox::NetnsDialer)>,
 }
 
 impl LocalAgent {
@@ -101,26 +108,39 @@ impl LocalAgent {
             staged.display(),
             config.agent.display()
         );
-        let mut cmd = tokio::process::Command::new(&config.agent);
-        cmd.arg("serve")
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--addr-file")
-            .arg(&addr_file)
-            .arg("--token-file")
-            .arg(&token_path)
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("--no-cloud-init");
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "serve".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--addr-file".into(),
+            addr_file.clone().into(),
+            "--token-file".into(),
+            token_path.into(),
+            "--state-dir".into(),
+            state.into(),
+            "--no-cloud-init".into(),
+        ];
         if let Some(script) = &script {
-            cmd.arg("--run-setup")
-                .arg(script)
-                .arg("--setup-timeout")
-                .arg(lab.setup_timeout_secs().to_string());
+            args.extend([
+                "--run-setup".into(),
+                script.into(),
+                "--setup-timeout".into(),
+                lab.setup_timeout_secs().to_string().into(),
+            ]);
         }
-        cmd.arg("--lab-dir")
-            .arg(&staged)
-            .stdin(Stdio::null())
+        args.extend(["--lab-dir".into(), staged.into()]);
+        let mut cmd = if config.sandbox {
+            let mounts = dir.path.join(sandbox::MOUNT_DIR);
+            fs::create_dir(&mounts).map_err(|e| io("create", &mounts, e))?;
+            let agent_file = dir.path.join(sandbox::AGENT_FILE);
+            fs::write(&agent_file, "").map_err(|e| io("create", &agent_file, e))?;
+            sandbox::keeper_command(&dir.path, &config.agent, args)
+        } else {
+            let mut cmd = tokio::process::Command::new(&config.agent);
+            cmd.args(args);
+            cmd
+        };
+        cmd.stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
             // Its own process group: Ctrl-C reaches labctl alone, which
@@ -135,15 +155,35 @@ impl LocalAgent {
             )
             .with_source(e)
         })?;
+        let sandbox = match child.id().filter(|_| config.sandbox) {
+            Some(pid) => {
+                let pid_file = dir.path.join(sandbox::KEEPER_PID_FILE);
+                fs::write(&pid_file, pid.to_string()).map_err(|e| io("write", &pid_file, e))?;
+                let dialer = sandbox::NetnsDialer::new(pid).map_err(|e| {
+                    Failure::new(
+                        Exit::Usage,
+                        "failed to open the sandbox's network namespace",
+                    )
+                    .with_source(e)
+                })?;
+                Some((pid, dialer))
+            }
+            None => None,
+        };
         let mut agent = LocalAgent {
             dir,
             child: Some(child),
             url: String::new(),
             token,
+            sandbox,
         };
         let addr = agent.await_addr(&addr_file).await?;
         agent.url = format!("http://{addr}");
-        eprintln!("agent listening on {}", agent.url);
+        if agent.sandbox.is_some() {
+            eprintln!("agent listening on {} inside the sandbox", agent.url);
+        } else {
+            eprintln!("agent listening on {}", agent.url);
+        }
         Ok(agent)
     }
 
@@ -185,10 +225,55 @@ impl LocalAgent {
     /// A client for the agent. Checks may take as long as their timeout;
     /// the client adds its own margin on top.
     pub fn client(&self) -> Result<Client, Failure> {
-        ClientBuilder::default()
-            .long_poll(Duration::from_secs(2))
+        let mut builder = ClientBuilder::default().long_poll(Duration::from_secs(2));
+        if let Some((_, dialer)) = &self.sandbox {
+            builder = builder.dialer(std::sync::Arc::new(dialer.clone()));
+        }
+        builder
             .build(&self.url, &self.token)
             .map_err(Failure::client)
+    }
+
+    /// The try dir.
+    pub fn dir(&self) -> &Path {
+        &self.dir.path
+    }
+
+    /// What the lab changed in the sandbox; `None` on the host.
+    pub fn changes(&self) -> Option<Result<Changes, Failure>> {
+        let (keeper, _) = self.sandbox.as_ref()?;
+        Some(changes::collect(*keeper, &self.dir.path).map_err(|e| {
+            Failure::new(
+                Exit::Usage,
+                "failed to read what the lab changed in the sandbox",
+            )
+            .with_source(e)
+        }))
+    }
+
+    /// `--keep` in a sandbox: the keeper no longer dies with `labctl`, and
+    /// neither the sandbox nor the try dir goes when this is dropped.
+    /// `labctl try --stop DIR` ends it.
+    pub async fn keep_sandbox(mut self) -> Result<(), Failure> {
+        let Some((keeper, _)) = self.sandbox else {
+            return Err(Failure::usage("not a sandbox"));
+        };
+        let kept = self.dir.path.join(sandbox::KEPT_FILE);
+        let _ = kill(Pid::from_raw(keeper as i32), Signal::SIGUSR2);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !kept.exists() {
+            if Instant::now() >= deadline {
+                return Err(Failure::new(
+                    Exit::Unreachable,
+                    "the sandbox did not confirm that it outlives labctl",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Dropped, the child would be killed (`kill_on_drop`).
+        std::mem::forget(self.child.take());
+        self.dir.keep();
+        Ok(())
     }
 
     pub fn url(&self) -> &str {
@@ -254,8 +339,8 @@ impl Drop for LocalAgent {
 /// The temp dir; removed on drop.
 #[derive(Debug)]
 struct TempDir {
-    /// Removes the dir (if `remove` has not) when dropped.
-    _dir: tempfile::TempDir,
+    /// Removes the dir (if `remove` has not) when dropped; `None` once kept.
+    dir: Option<tempfile::TempDir>,
     path: PathBuf,
     staged: String,
 }
@@ -270,12 +355,18 @@ impl TempDir {
         Ok(TempDir {
             staged: path.join("lab").to_string_lossy().into_owned(),
             path,
-            _dir: dir,
+            dir: Some(dir),
         })
     }
 
+    fn keep(&mut self) {
+        if let Some(d) = self.dir.take() {
+            let _ = d.keep();
+        }
+    }
+
     fn remove(&self) {
-        if self.path.exists() {
+        if self.dir.is_some() && self.path.exists() {
             if let Err(e) = fs::remove_dir_all(&self.path) {
                 eprintln!("warning: failed to remove `{}`: {e}", self.path.display());
             }

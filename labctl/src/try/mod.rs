@@ -10,17 +10,23 @@
 //! Where the agent runs is a *target*; this module is the flow, the same
 //! for every target ([`Target`]):
 //! - [`local`]: `lab-agent serve --no-cloud-init --run-setup` on loopback,
-//!   with the lab staged in a temp dir (the default).
+//!   with the lab staged in a temp dir, inside a throwaway [`sandbox`] of
+//!   this machine (the default; [`changes`] reads what the lab changed
+//!   there), or on the machine itself (`--host`).
 //! - [`vm`]: a qemu guest (`--vm IMAGE`, or `--kernel/--initrd/--rootfs`)
 //!   booted with the payload `labctl secret` renders, on a NoCloud seed, as
 //!   in production; the agent is reached through a loopback port forward.
 
+pub mod changes;
+mod kept;
 pub mod local;
+pub mod sandbox;
+mod systemd;
 pub mod vm;
 
 use super::common;
 use super::exit::{Exit, Failure};
-use super::grade::{exit_for, grade_and_print, select_checks};
+use super::grade::{exit_for, grade_and_print_with, select_checks};
 use super::lint;
 use super::wait::{print_setup_log, wait_with_display_hooked};
 use lab_agent_client::{Client, Progress};
@@ -31,8 +37,26 @@ use std::time::{Duration, Instant};
 #[derive(Debug, clap::Args)]
 pub struct TryArgs {
     /// The lab's folder (with its `lab.toml`)
-    #[arg(value_name = "LAB_DIR")]
-    pub lab: PathBuf,
+    #[arg(value_name = "LAB_DIR", required_unless_present_any = ["enter", "stop"])]
+    pub lab: Option<PathBuf>,
+    /// Run the lab on this machine itself instead of a throwaway sandbox of
+    /// it: what the setup changes stays changed
+    #[arg(long)]
+    pub host: bool,
+    /// List every path the lab changed outside `$LAB_DIR` in the sandbox
+    /// (the report always has a one-line summary)
+    #[arg(long)]
+    pub changes: bool,
+    /// Enter a sandbox kept with `--keep` (its try dir): a login shell, or
+    /// the COMMAND given after `--`
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["stop", "lab", "host"])]
+    pub enter: Option<PathBuf>,
+    /// Stop a sandbox kept with `--keep` (its try dir) and remove it
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["lab", "host"])]
+    pub stop: Option<PathBuf>,
+    /// With `--enter`: the command to run inside the sandbox
+    #[arg(last = true, value_name = "COMMAND", requires = "enter")]
+    pub command: Vec<std::ffi::OsString>,
     /// The `lab-agent` binary to run (default: next to `labctl`, the static
     /// build, or built from this source tree; then `PATH`). A VM needs the
     /// static build (`packaging/build-agent.sh`)
@@ -52,9 +76,10 @@ pub struct TryArgs {
     /// Grade only the check with this name (repeat for several)
     #[arg(long = "check", value_name = "NAME")]
     pub checks: Vec<String>,
-    /// After grading, keep the agent running, to try commands and grade
-    /// again with `labctl exec` and `labctl grade`: until Ctrl-C locally; a
-    /// VM is left running after `labctl` exits (it prints how to stop it)
+    /// After grading, keep the lab running: a sandbox is left running after
+    /// `labctl` exits (enter it with `--enter DIR`, end it with `--stop
+    /// DIR`); with `--host`, the agent runs until Ctrl-C; a VM is left
+    /// running after `labctl` exits (it prints how to stop it)
     #[arg(long)]
     pub keep: bool,
     #[command(flatten)]
@@ -72,22 +97,36 @@ pub struct Config {
     pub keep: bool,
     /// `Some`: try the lab in a VM, not on this machine.
     pub vm: Option<vm::VmConfig>,
+    /// Locally: in a sandbox of this machine (not `--host`).
+    pub sandbox: bool,
+    /// `--changes`: list what the lab changed in the sandbox.
+    pub list_changes: bool,
 }
 
 impl Config {
     pub fn from_args(args: &TryArgs) -> Result<Config, Failure> {
         let vm = vm::VmConfig::from_args(&args.vm)?;
+        let lab_dir = args.lab.as_deref().expect("clap requires LAB_DIR here");
+        if vm.is_some() && args.host {
+            return Err(Failure::usage("`--host` and `--vm` exclude each other"));
+        }
+        if args.changes && (vm.is_some() || args.host) {
+            return Err(Failure::usage(
+                "`--changes` reads the sandbox of a local try: drop `--host`/`--vm`",
+            ));
+        }
         if vm.is_none() && !nix::unistd::geteuid().is_root() {
             return Err(Failure::usage(
-                "`labctl try` runs the lab's setup and checks on this machine, as root and as \
-                 the lab's users, and this user is not root",
+                "`labctl try` builds its sandbox of this machine with namespaces and mounts, \
+                 and runs the lab's setup and checks in it as root and as the lab's users, \
+                 and this user is not root",
             )
             .hint("run as root, or use `--vm IMAGE` to try the lab in a VM"));
         }
         // Everything `labctl lint` finds, before anything starts: a lab
         // that `labctl secret` would refuse must not pass `try`.
         let budget_agent = vm.as_ref().and(args.agent.as_deref());
-        let mut lab = lint::report(&args.lab, &lint::lint(&args.lab, budget_agent))?;
+        let mut lab = lint::report(lab_dir, &lint::lint(lab_dir, budget_agent))?;
         select_checks(&mut lab, &args.checks)?;
         let timeout = match args.timeout {
             Some(0) => return Err(Failure::usage("`--timeout` must be at least 1 second")),
@@ -109,6 +148,8 @@ impl Config {
             timeout,
             json: args.json,
             keep: args.keep,
+            sandbox: vm.is_none() && !args.host,
+            list_changes: args.changes,
             vm,
         })
     }
@@ -130,6 +171,10 @@ trait Target {
     /// The wait failed for another reason than a failed setup: show what
     /// helps (the agent's own log, a console).
     fn explain_wait_failure(&self) {}
+    /// What the lab changed, where the target can tell (a sandbox).
+    fn changes(&self) -> Option<Result<changes::Changes, Failure>> {
+        None
+    }
 }
 
 impl Target for local::LocalAgent {
@@ -142,17 +187,43 @@ impl Target for local::LocalAgent {
     fn explain_wait_failure(&self) {
         self.print_log_tail();
     }
+    fn changes(&self) -> Option<Result<changes::Changes, Failure>> {
+        local::LocalAgent::changes(self)
+    }
 }
 
 pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
+    if let Some(dir) = &args.enter {
+        return kept::enter(dir, &args.command);
+    }
+    if let Some(dir) = &args.stop {
+        return kept::stop(dir);
+    }
     let config = Config::from_args(args)?;
     if let Some(vm) = &config.vm {
         return vm::run(&config, vm);
+    }
+    if !config.sandbox {
+        eprintln!(
+            "warning: `--host`: the lab's setup runs on this machine itself, as root; what it \
+             changes stays changed"
+        );
+    } else if let Some(what) = systemd::mentioned(&config.lab) {
+        eprintln!(
+            "note: {what} `systemctl`; the sandbox runs no systemd: if that fails here, try \
+             the lab in a VM with `--vm IMAGE`"
+        );
     }
     let rt = common::runtime()?;
     rt.block_on(async {
         let mut agent = interruptible(local::LocalAgent::start(&config)).await??;
         let outcome = interruptible(flow(&config, &agent)).await;
+        if config.keep && config.sandbox && matches!(outcome, Ok(Ok(_))) {
+            let dir = agent.dir().to_owned();
+            agent.keep_sandbox().await?;
+            kept::print_how(&dir);
+            return outcome?;
+        }
         if config.keep && outcome.is_ok() {
             // The grading outcome stands; Ctrl-C now just ends the session.
             keep_running(&config, &agent);
@@ -183,6 +254,13 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
         Ok(_) => target.on_ready(),
         Err(e) => {
             print_setup_log(&e);
+            if config.sandbox
+                && e.ready_response()
+                    .and_then(|r| r.setup.log_tail.as_deref())
+                    .is_some_and(systemd::needed)
+            {
+                eprintln!("{}", systemd::HINT);
+            }
             if !e.is_setup_failed() {
                 target.explain_wait_failure();
             }
@@ -195,7 +273,47 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
             setup_failed = true;
         }
     }
-    let report = grade_and_print(&client, &config.lab, target.guest_lab_dir(), config.json).await?;
+    // What the setup changed (before the checks run).
+    let changes = match target.changes() {
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            eprintln!("warning: {}", e.render(false).trim_end());
+            None
+        }
+        None => None,
+    };
+    let extra = changes.as_ref().map(|c| {
+        (
+            "changes",
+            serde_json::to_value(c).expect("changes serialize"),
+        )
+    });
+    let report = grade_and_print_with(
+        &client,
+        &config.lab,
+        target.guest_lab_dir(),
+        config.json,
+        extra,
+    )
+    .await?;
+    if let Some(c) = &changes {
+        if !config.json {
+            println!("{}", c.summary());
+            if config.list_changes {
+                print!("{}", c.listing());
+            } else if c.files() > 0 {
+                println!("(`--changes` lists them)");
+            }
+        }
+    }
+    if config.sandbox
+        && report.checks.iter().any(|c| {
+            !matches!(c.status, lab_agent_client::CheckStatus::Passed)
+                && (systemd::needed(&c.stderr) || systemd::needed(&c.stdout))
+        })
+    {
+        eprintln!("{}", systemd::HINT);
+    }
     Ok(if setup_failed {
         Exit::SetupFailed
     } else {

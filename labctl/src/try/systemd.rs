@@ -1,0 +1,54 @@
+//! The sandbox runs no systemd (its PID 1 is `labctl`'s init): a lab that
+//! needs it is told to use `--vm`, before and after, instead of failing
+//! without a word of why.
+
+use lab_agent_proto::lab::Lab;
+
+/// What `labctl try` prints when systemd's absence shows in an output.
+pub const HINT: &str = "hint: this needs systemd, which the sandbox of `labctl try` does not run: \
+                        try the lab in a VM with `--vm IMAGE` (see docs/lab-toml.md, \
+                        \"What the sandbox cannot hold\")";
+
+/// What systemctl, journalctl and `service` say without a running systemd.
+const SIGNS: [&str; 4] = [
+    "System has not been booted with systemd",
+    "Failed to connect to bus",
+    "Failed to connect to system scope bus",
+    "Running in chroot, ignoring",
+];
+
+/// Whether an output shows that systemd was needed.
+pub fn needed(output: &str) -> bool {
+    SIGNS.iter().any(|s| output.contains(s))
+}
+
+/// Which part of the lab calls `systemctl` (or `journalctl`), if any: the
+/// setup script or a check, named for the note printed before the try.
+pub fn mentioned(lab: &Lab) -> Option<String> {
+    let calls = |text: &str| text.contains("systemctl") || text.contains("journalctl");
+    if let Some(path) = lab.setup_script_path() {
+        if std::fs::read_to_string(&path).is_ok_and(|t| calls(&t)) {
+            return Some(format!(
+                "the setup script `{}` calls",
+                path.file_name().unwrap_or_default().to_string_lossy()
+            ));
+        }
+    }
+    lab.checks
+        .iter()
+        .find(|c| calls(&c.run))
+        .map(|c| format!("the check \"{}\" calls", c.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn systemctl_without_systemd_is_recognised() {
+        assert!(needed(
+            "System has not been booted with systemd as init system (PID 1). Can't operate.\n"
+        ));
+        assert!(!needed("nginx: [emerg] bind() to 0.0.0.0:80 failed"));
+    }
+}

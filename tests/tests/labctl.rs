@@ -711,10 +711,12 @@ mod r#try {
         let text = stdout(&out);
         assert!(text.contains("  ✓ student account exists ("), "{text}");
         assert!(text.contains("  ✗ hello.sh runs ("), "{text}");
+        // Then what the setup changed, in the sandbox only.
         assert!(
-            text.ends_with("hello-lab: 3 of 4 checks passed, score 3/5\n"),
+            text.contains("\nhello-lab: 3 of 4 checks passed, score 3/5\nthe lab changed "),
             "{text}"
         );
+        assert!(v["changes"]["added"].is_array(), "{v}");
     }
 
     fn failing_lab() -> TempDir {

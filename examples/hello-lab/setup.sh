@@ -6,7 +6,8 @@
 #
 # Outside $LAB_DIR it touches only what it owns: the `student` user (created
 # if missing, with its home) and /etc/profile.d/hello-lab-banner.sh.
-# `cleanup.sh` beside this file removes both.
+# `cleanup.sh` beside this file removes both (needed only after `labctl try
+# --host` or a run by hand: `labctl try` runs it in a throwaway sandbox).
 set -euo pipefail
 
 log() { printf 'hello-lab setup: %s\n' "$*"; }

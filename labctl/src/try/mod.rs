@@ -254,12 +254,11 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
         Ok(_) => target.on_ready(),
         Err(e) => {
             print_setup_log(&e);
-            if config.sandbox
-                && e.ready_response()
-                    .and_then(|r| r.setup.log_tail.as_deref())
-                    .is_some_and(systemd::needed)
-            {
-                eprintln!("{}", systemd::HINT);
+            if config.sandbox {
+                let tail = e.ready_response().and_then(|r| r.setup.log_tail.as_deref());
+                for hint in systemd::hints(tail.unwrap_or_default()) {
+                    eprintln!("{hint}");
+                }
             }
             if !e.is_setup_failed() {
                 target.explain_wait_failure();
@@ -306,13 +305,19 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
             }
         }
     }
-    if config.sandbox
-        && report.checks.iter().any(|c| {
-            !matches!(c.status, lab_agent_client::CheckStatus::Passed)
-                && (systemd::needed(&c.stderr) || systemd::needed(&c.stdout))
-        })
-    {
-        eprintln!("{}", systemd::HINT);
+    if config.sandbox {
+        let mut hints: Vec<&str> = report
+            .checks
+            .iter()
+            .filter(|c| !matches!(c.status, lab_agent_client::CheckStatus::Passed))
+            .flat_map(|c| [systemd::hints(&c.stdout), systemd::hints(&c.stderr)])
+            .flatten()
+            .collect();
+        hints.sort_unstable();
+        hints.dedup();
+        for hint in hints {
+            eprintln!("{hint}");
+        }
     }
     Ok(if setup_failed {
         Exit::SetupFailed

@@ -28,8 +28,11 @@
 //! `/proc` is the PID namespace's own with `/proc/sys` read-only except
 //! `/proc/sys/net` (the network namespace's own), `/sys` is read-only, and
 //! the bounding set drops `CAP_SYS_MODULE`, `CAP_SYS_RAWIO`, `CAP_SYS_TIME`,
-//! `CAP_MKNOD` and `CAP_SYSLOG`: a lab cannot load a module, set a kernel
-//! sysctl or the clock, or make a disk's device node.
+//! `CAP_MKNOD`, `CAP_SYSLOG` and `CAP_DAC_READ_SEARCH`: a lab cannot load a
+//! module, set a kernel sysctl or the clock, make a disk's device node or
+//! open a host file by handle. It guards the machine against a lab's
+//! accidents, not against a hostile lab (root inside keeps
+//! `CAP_SYS_ADMIN`): a lab is its author's own code.
 //!
 //! The try dir is bound at its own path inside (not recursively, so the
 //! keeper's tmpfs is not seen from inside): the token, the agent's state
@@ -83,9 +86,11 @@ pub const KEEPER_VERB: &str = "__sandbox";
 
 /// Capabilities init drops from the bounding set before the agent's exec:
 /// what would reach the host's kernel or disks from inside.
-/// (`linux/capability.h`: `CAP_SYS_MODULE` 16, `CAP_SYS_RAWIO` 17,
-/// `CAP_SYS_TIME` 25, `CAP_MKNOD` 27, `CAP_SYSLOG` 34.)
-const DROPPED_CAPS: [libc::c_ulong; 5] = [16, 17, 25, 27, 34];
+/// `CAP_DAC_READ_SEARCH` too: its `open_by_handle_at` opens any file of a
+/// host file system by handle, past every mount (Docker drops it for that).
+/// (`linux/capability.h`: `CAP_DAC_READ_SEARCH` 2, `CAP_SYS_MODULE` 16,
+/// `CAP_SYS_RAWIO` 17, `CAP_SYS_TIME` 25, `CAP_MKNOD` 27, `CAP_SYSLOG` 34.)
+const DROPPED_CAPS: [libc::c_ulong; 6] = [2, 16, 17, 25, 27, 34];
 
 /// Mount points never carried into the sandbox as overlays: those get
 /// fresh mounts of their own, or none.

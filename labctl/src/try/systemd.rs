@@ -1,6 +1,6 @@
-//! The sandbox runs no systemd (its PID 1 is `labctl`'s init): a lab that
-//! needs it is told to use `--vm`, before and after, instead of failing
-//! without a word of why.
+//! The sandbox runs no systemd (its PID 1 is `labctl`'s init) and has no
+//! network but loopback: a lab that needs either is told to use `--vm`,
+//! instead of failing without a word of why.
 
 use lab_agent_proto::lab::Lab;
 
@@ -17,9 +17,35 @@ const SIGNS: [&str; 4] = [
     "Running in chroot, ignoring",
 ];
 
+/// What `labctl try` prints when the lack of a network shows in an output.
+pub const NETWORK_HINT: &str = "hint: this needs the network, and the sandbox of `labctl try` \
+                                has only loopback: try the lab in a VM with `--vm IMAGE`, or on \
+                                this machine itself with `--host`";
+
+/// What apt, curl, getent and the resolver say without a network.
+const NETWORK_SIGNS: [&str; 5] = [
+    "Temporary failure resolving",
+    "Temporary failure in name resolution",
+    "Could not resolve host",
+    "Network is unreachable",
+    "Name or service not known",
+];
+
 /// Whether an output shows that systemd was needed.
 pub fn needed(output: &str) -> bool {
     SIGNS.iter().any(|s| output.contains(s))
+}
+
+/// The hints an output calls for (systemd, the network), one a line.
+pub fn hints(output: &str) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if needed(output) {
+        out.push(HINT);
+    }
+    if NETWORK_SIGNS.iter().any(|s| output.contains(s)) {
+        out.push(NETWORK_HINT);
+    }
+    out
 }
 
 /// Which part of the lab calls `systemctl` (or `journalctl`), if any: the
@@ -50,5 +76,11 @@ mod tests {
             "System has not been booted with systemd as init system (PID 1). Can't operate.\n"
         ));
         assert!(!needed("nginx: [emerg] bind() to 0.0.0.0:80 failed"));
+        assert_eq!(
+            hints(
+                "E: Failed to fetch http://deb.debian.org/  Temporary failure resolving 'deb.debian.org'"
+            ),
+            [NETWORK_HINT]
+        );
     }
 }

@@ -65,7 +65,7 @@ pub enum Command {
     Grade(grade::GradeArgs),
     /// Check a lab without running it: lab.toml, files, shell syntax, payload size
     Lint(lint::LintArgs),
-    /// Try a lab: start an agent here (or in a qemu VM: `--vm`), run setup, grade, clean up
+    /// Try a lab: start an agent in a throwaway sandbox of this machine (or a qemu VM: `--vm`), run setup, grade, clean up
     Try(r#try::TryArgs),
     /// Render the cloud-init user-data and the Kubernetes Secret for a lab
     Secret(secret::SecretArgs),

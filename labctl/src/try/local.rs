@@ -200,6 +200,18 @@ impl LocalAgent {
             let child = self.child.as_mut().expect("started");
             if let Ok(Some(status)) = child.try_wait() {
                 self.print_log_tail();
+                if self.sandbox.is_some() {
+                    // The keeper reports its own failures (exit 125).
+                    return Err(Failure::new(
+                        Exit::Unreachable,
+                        format!("the sandbox or the agent in it exited at start ({status})"),
+                    )
+                    .hint(
+                        "its log is above; where the sandbox cannot be built (no overlayfs, \
+                           no mount namespaces), `--host` runs the lab on this machine itself \
+                           and `--vm IMAGE` in a VM",
+                    ));
+                }
                 return Err(Failure::new(
                     Exit::Unreachable,
                     format!("`lab-agent serve` exited at start ({status})"),

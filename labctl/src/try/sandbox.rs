@@ -674,3 +674,27 @@ fn loopback_up() -> io::Result<()> {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(
+            unescape_mountinfo("/mnt/a\\040b\\011c"),
+            OsString::from("/mnt/a b\tc")
+        );
+        assert_eq!(unescape_mountinfo("/plain\\"), OsString::from("/plain\\"));
+    }
+
+    #[test]
+    fn only_disks_outside_the_private_trees_are_layers() {
+        // Whatever this machine mounts: never `/`, a virtual file system,
+        // or anything under the trees the sandbox replaces.
+        for m in host_disk_mounts(Path::new("/nonexistent/try")) {
+            assert_ne!(m, Path::new("/"));
+            assert!(!PRIVATE_TREES.iter().any(|t| m.starts_with(t)), "{m:?}");
+        }
+    }
+}

@@ -2,6 +2,8 @@
 //! a status and a JSON body. Adding a variant forces a choice of status here.
 
 use crate::http::{Response, json_response};
+use crate::identity::IdentityError;
+use crate::process::SpawnError;
 use hyper::StatusCode;
 use lab_agent_proto::{ErrorBody, ErrorCode};
 
@@ -33,6 +35,32 @@ pub enum ApiError {
     ShuttingDown,
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// A user the request named: no such user, a bad name, or one the agent
+/// cannot switch to is the caller's (400); a failed passwd lookup the
+/// guest's (500).
+impl From<IdentityError> for ApiError {
+    fn from(e: IdentityError) -> ApiError {
+        if e.is_client_error() {
+            ApiError::BadRequest(e.to_string())
+        } else {
+            ApiError::Internal(e.to_string())
+        }
+    }
+}
+
+/// A command that cannot start because of what the request asked (a
+/// missing cwd, values too big for execve) is the caller's (400); any
+/// other failure to start the guest's (500).
+impl From<SpawnError> for ApiError {
+    fn from(e: SpawnError) -> ApiError {
+        if e.is_client_error() {
+            ApiError::BadRequest(e.to_string())
+        } else {
+            ApiError::Internal(e.to_string())
+        }
+    }
 }
 
 impl ApiError {

@@ -26,8 +26,6 @@ pub struct App {
     pub lab_dir: PathBuf,
     /// 401s and refused connections, summarised in the log periodically.
     pub rejections: crate::rejections::Rejections,
-    /// Wakes `serve`'s housekeeping task (the next exec's cgroup).
-    pub housekeeping: tokio::sync::Notify,
     /// Flips to `true` once shutdown begins: long-polls answer at once and
     /// new execs are refused.
     pub shutdown: watch::Receiver<bool>,

@@ -132,6 +132,37 @@ pub struct Cgroups {
     stale: Mutex<Vec<PathBuf>>,
 }
 
+/// What contains a command here, as [`Cgroups::setup`] finds it.
+#[derive(Debug)]
+pub enum Containment {
+    /// Each command in a cgroup of its own.
+    Cgroups(Cgroups),
+    /// No cgroup: commands are killed by session; `why` is for the log.
+    Sessions { why: String },
+}
+
+/// What the sweep does with a finished command's cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reuse {
+    /// Processes are still in it: looked at again by a later sweep.
+    Busy,
+    /// Empty and clean: back into the pool.
+    Recycle,
+    /// Empty, but a (root) command froze it, made cgroups below it or hit
+    /// a limit in it, which the next command must not inherit; or it is
+    /// unreadable (gone).
+    Remove,
+}
+
+/// What an `rmdir` of a cgroup left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    Gone,
+    /// Still there: not empty yet, or something else is wrong; a later
+    /// sweep tries again.
+    Remains,
+}
+
 /// How many empty cgroups are kept for reuse. Sequential execs need one
 /// (the sweep after an answer returns it before the next request); the
 /// second covers an exec that comes before the sweep ran, or two at once.
@@ -158,8 +189,9 @@ pub struct ExecCgroup {
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
 impl Cgroups {
-    /// Resolves `mode` at start. `Ok(None)`: no cgroup, and why (for the
-    /// log); an error only for an explicit `--cgroup PATH` that cannot work.
+    /// Resolves `mode` at start: cgroups, or commands contained by session
+    /// and why (for the log); an error only for an explicit `--cgroup PATH`
+    /// that cannot work.
     ///
     /// `defaults`: the operator's `--pids-max` and `--memory-max`; a
     /// `memory` of `None` there means the guest's memory less a reserve
@@ -168,9 +200,13 @@ impl Cgroups {
         mode: &Mode,
         defaults: Limits,
         memory_auto: bool,
-    ) -> Result<Result<Cgroups, String>, CgroupError> {
+    ) -> Result<Containment, CgroupError> {
         let (root, controllers) = match mode {
-            Mode::Off => return Ok(Err("--cgroup off".into())),
+            Mode::Off => {
+                return Ok(Containment::Sessions {
+                    why: "--cgroup off".into(),
+                });
+            }
             Mode::Path(p) => {
                 check_cgroup2(p)?;
                 (p.clone(), true)
@@ -183,7 +219,7 @@ impl Cgroups {
             // controllers (EBUSY), and the unit would fail to start.
             Mode::Auto => match delegated_self() {
                 Ok(found) => found,
-                Err(why) => return Ok(Err(why)),
+                Err(why) => return Ok(Containment::Sessions { why }),
             },
         };
         let pids = controllers && enable(&root, "pids", b"+pids");
@@ -201,7 +237,7 @@ impl Cgroups {
         defaults.pids = at_most(defaults.pids, ceiling);
         let mut cg = Cgroups::new(root, pids, memory, defaults);
         cg.pids_ceiling = ceiling;
-        Ok(Ok(cg))
+        Ok(Containment::Cgroups(cg))
     }
 
     fn new(root: PathBuf, pids: bool, memory: bool, defaults: Limits) -> Cgroups {
@@ -366,7 +402,7 @@ impl Cgroups {
     /// leaves it to the sweep to remove once empty. An error path: the
     /// `rmdir` here costs nothing that matters.
     pub fn discard(&self, cg: ExecCgroup) {
-        if remove(&cg.path) {
+        if remove(&cg.path) == Removal::Remains {
             lock(&self.stale).push(cg.path);
         }
     }
@@ -381,40 +417,37 @@ impl Cgroups {
         let mut busy = Vec::new();
         for mut cg in done {
             match self.reusable(&cg) {
-                None => busy.push(cg),
-                Some(true) => {
+                Reuse::Busy => busy.push(cg),
+                Reuse::Recycle => {
                     let mut free = lock(&self.free);
                     if free.len() < POOL && self.recycle(&mut cg) {
                         free.push(cg);
                         continue;
                     }
                     drop(free);
-                    if remove(&cg.path) {
+                    if remove(&cg.path) == Removal::Remains {
                         busy.push(cg);
                     }
                 }
-                Some(false) => {
-                    if remove(&cg.path) {
+                Reuse::Remove => {
+                    if remove(&cg.path) == Removal::Remains {
                         busy.push(cg);
                     }
                 }
             }
         }
         lock(&self.released).extend(busy);
-        lock(&self.stale).retain(|p| remove(p));
+        lock(&self.stale).retain(|p| remove(p) == Removal::Remains);
     }
 
-    /// `None`: processes are still in it. `Some(false)`: empty, but a
-    /// (root) command froze it or made cgroups below it, which the next
-    /// command must not inherit, or it is unreadable (gone): it is removed
-    /// instead.
-    fn reusable(&self, cg: &ExecCgroup) -> Option<bool> {
+    /// Whether a finished command's cgroup can serve the next command.
+    fn reusable(&self, cg: &ExecCgroup) -> Reuse {
         let mut buf = [0u8; 256];
         let Ok(events) = read_fresh(&cg.events, &mut buf) else {
-            return Some(false);
+            return Reuse::Remove;
         };
         if has_line(events, b"populated 1") {
-            return None;
+            return Reuse::Busy;
         }
         let frozen = has_line(events, b"frozen 1");
         let mut buf = [0u8; 1024];
@@ -425,7 +458,11 @@ impl Cgroups {
         // A limit was hit in it (by the command, or by what it left): its
         // counters would be the next command's starting point.
         let hit = cg.limits_hit() != Hit::default();
-        Some(!frozen && !nested && !hit)
+        if frozen || nested || hit {
+            Reuse::Remove
+        } else {
+            Reuse::Recycle
+        }
     }
 
     /// Readies an empty cgroup for the next command: the default limits
@@ -436,12 +473,12 @@ impl Cgroups {
     }
 }
 
-/// Removes an empty cgroup; `true` when it is still there (not empty yet,
-/// or something else is wrong: a later sweep tries again).
-fn remove(path: &Path) -> bool {
+/// Removes an empty cgroup.
+fn remove(path: &Path) -> Removal {
     match std::fs::remove_dir(path) {
-        Ok(()) => false,
-        Err(e) => e.kind() != io::ErrorKind::NotFound,
+        Ok(()) => Removal::Gone,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Removal::Gone,
+        Err(_) => Removal::Remains,
     }
 }
 
@@ -455,7 +492,7 @@ impl Drop for Cgroups {
         for cg in lock(&self.released).drain(..) {
             let _ = std::fs::remove_dir(&cg.path);
         }
-        lock(&self.stale).retain(|p| remove(p));
+        lock(&self.stale).retain(|p| remove(p) == Removal::Remains);
     }
 }
 
@@ -482,7 +519,7 @@ impl ExecCgroup {
     /// SIGKILL to everything in the cgroup, atomically with respect to
     /// forks (`cgroup.kill`, Linux 5.14+; before it, one pass of kill(2)).
     pub fn kill(&self) {
-        let _ = kill_path(&self.path);
+        kill(&self.path);
     }
 
     /// Whether any process is left in it.
@@ -607,6 +644,13 @@ fn read_fresh<'a>(f: &std::fs::File, buf: &'a mut [u8]) -> io::Result<&'a [u8]> 
 
 fn has_line(text: &[u8], line: &[u8]) -> bool {
     text.split(|b| *b == b'\n').any(|l| l == line)
+}
+
+/// SIGKILL to everything in the cgroup at `path`: the one kill path for a
+/// command's cgroup, whether the command's [`ExecCgroup`] is at hand or
+/// only its path (the agent's shutdown, [`crate::process::Jobs::kill_all`]).
+pub fn kill(path: &Path) {
+    let _ = kill_path(path);
 }
 
 fn kill_path(path: &Path) -> io::Result<()> {

@@ -5,17 +5,22 @@ use crate::app::App;
 use crate::body::Body;
 use crate::budget::{PER_ANSWER, Reservation};
 use crate::capture::{Capped, pump};
-use crate::http::{Response, json_body, read_body};
+use crate::http::{Response, json_body};
 use crate::identity::Identity;
 use crate::process::{self, Cwd, Script, ShellCommand, Stdio};
+use http_body_util::{BodyExt, Limited};
 use hyper::StatusCode;
-use hyper::body::Incoming;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::CONTENT_LENGTH;
 use lab_agent_proto::exec::{LIMIT_MEMORY, LIMIT_PIDS};
 use lab_agent_proto::{ExecRequest, ExecResult, MAX_BODY_BYTES};
 use std::path::Path;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
+/// How long a client may take to send a request body once its headers are in.
+/// Together with hyper's header timeout this bounds a trickling client.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Grace between SIGTERM and SIGKILL when a command times out.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long to keep reading output after the shell exited: a background
@@ -56,7 +61,7 @@ pub async fn handle(
         })?;
     let declared = req
         .headers()
-        .get(hyper::header::CONTENT_LENGTH)
+        .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         .unwrap_or(MAX_BODY_BYTES as u64)
         .min(MAX_BODY_BYTES as u64);
@@ -73,13 +78,7 @@ pub async fn handle(
         env_bytes: request.env.iter().map(|(k, v)| k.len() + 1 + v.len()).sum(),
         ..ExecLog::default()
     });
-    let identity = Identity::cached(&request.user).map_err(|e| {
-        if e.is_client_error() {
-            ApiError::BadRequest(e.to_string())
-        } else {
-            ApiError::Internal(e.to_string())
-        }
-    })?;
+    let identity = Identity::cached(&request.user)?;
     // Both streams at their cap, and what sending the answer buffers.
     let mut output = reserve(app, 2 * request.max_output_bytes + PER_ANSWER)?;
     let (result, held) = run(app, &request, &identity).await?;
@@ -93,6 +92,37 @@ pub async fn handle(
     // Given back once the answer is sent, or dropped with its connection.
     resp.body_mut().hold(output);
     Ok(resp)
+}
+
+/// Reads the whole body, refusing more than `limit` bytes (by the declared
+/// length before reading, by the bytes actually sent while reading) and a
+/// client that does not finish within [`BODY_READ_TIMEOUT`].
+async fn read_body(req: hyper::Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+    if let Some(len) = req.headers().get(CONTENT_LENGTH)
+        && let Some(len) = len.to_str().ok().and_then(|s| s.parse::<u64>().ok())
+        && len > limit as u64
+    {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
+    let body = Limited::new(req.into_body(), limit);
+    match tokio::time::timeout(BODY_READ_TIMEOUT, body.collect()).await {
+        Err(_) => Err(ApiError::BadRequest(format!(
+            "request body was not received within {} s",
+            BODY_READ_TIMEOUT.as_secs()
+        ))),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(ApiError::PayloadTooLarge { limit })
+            } else {
+                Err(ApiError::BadRequest(format!(
+                    "failed to read the request body: {e}"
+                )))
+            }
+        }
+    }
 }
 
 fn reserve(app: &App, bytes: u64) -> Result<Reservation, ApiError> {
@@ -201,14 +231,7 @@ async fn run(
             }),
         },
         &app.jobs,
-    )
-    .map_err(|e| {
-        if e.is_client_error() {
-            ApiError::BadRequest(e.to_string())
-        } else {
-            ApiError::Internal(e.to_string())
-        }
-    })?;
+    )?;
 
     let cap = req.max_output_bytes as usize;
     let mut out = Capped::new(cap);
@@ -271,10 +294,8 @@ async fn run(
             max_memory_bytes = limits.memory;
         }
     }
+    // Its cgroup goes back to the pool while the answer is sent.
     drop(job);
-    // This command's cgroup goes back into the pool (or a new one is
-    // made) while the answer is sent.
-    app.housekeeping.notify_one();
     let held = (out.held() + err.held()) as u64;
     let result = ExecResult {
         exit_code: exit.code(),

@@ -3,23 +3,30 @@
 //!
 //! # Layout
 //! - [`cli`]: arguments → validated [`serve::ServeConfig`] / [`setup::SetupConfig`].
-//! - [`serve`]: `lab-agent serve` wiring: token, bind, signals, optional setup.
-//! - [`server`]: accept loop, timeouts, graceful shutdown.
-//! - [`conns`]: the connection cap; the longest-idle connection makes room.
-//! - [`router`]: the routing table; auth first; one log line per request.
+//! - [`serve`]: `lab-agent serve` wiring: token, bind, signals, cgroups,
+//!   optional setup, the housekeeping task.
+//! - [`app`]: the state every handler shares ([`app::App`]).
+//! - [`server`]: accept loop, timeouts, graceful shutdown; [`conn_io`]: the
+//!   socket as hyper sees it (write timeout, busy while bytes are unsent);
+//!   [`conns`]: the connection cap; the longest-idle connection makes room.
+//! - [`router`]: the routing table; auth first; one log line per request;
+//!   [`rejections`]: 401s and refused connections, counted and summarised.
 //! - [`ready`], [`exec`], [`info`]: one file per endpoint.
 //! - [`readiness`]: the readiness rule, from `result.json` and `setup.json`.
 //! - [`setup`], [`setup_record`]: running the setup script; its record.
 //! - [`process`], [`identity`], [`capture`]: login shells as a user, in their
 //!   own process group, with timeouts and capped output; [`spawn`]: the
-//!   vfork-style process creation underneath.
+//!   vfork-style process creation underneath; [`cgroup`]: each command's
+//!   cgroup (the pool, limits, what was hit, the kill).
+//! - [`budget`]: the output budget exec answers reserve from.
 //! - [`token`]: loading and checking the bearer token.
 //! - [`api_error`], [`http`], [`body`]: error → status + JSON; HTTP helpers;
 //!   response bodies that escape command output while sending it.
 //! - [`logging`], [`timefmt`]: a one-line-per-event log subscriber; timestamps.
 //!
-//! Data flows one way: `server` → `router` → endpoint → (`readiness` |
-//! `process`). Nothing here reads `lab.toml` or knows about Kubernetes.
+//! Requests go one way: `server` → `router` → endpoint → (`readiness` |
+//! `process` → `spawn`, `cgroup`); no module imports one that imports it
+//! back. Nothing here reads `lab.toml` or knows about Kubernetes.
 
 pub mod api_error;
 pub mod app;

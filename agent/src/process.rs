@@ -154,12 +154,17 @@ impl SpawnError {
 
 /// The commands still running (their sessions, and cgroups where they have
 /// one), so a shutting-down agent can kill what is left after its grace
-/// period; and where new commands' cgroups come from.
+/// period; and the lifecycle of their cgroups: taken for a command in
+/// [`spawn`], given back (or discarded) when its [`Job`] ends, which rings
+/// [`Jobs::ended`] for the housekeeping that sweeps and refills the pool
+/// ([`Jobs::housekeep`]), and killed through [`crate::cgroup::kill`].
 #[derive(Debug, Clone, Default)]
 pub struct Jobs {
     /// A handful at most (`--max-execs`).
     running: Arc<Mutex<Vec<Running>>>,
     cgroups: Option<Arc<Cgroups>>,
+    /// Rung when a command has ended and its cgroup was given back.
+    ended: Arc<tokio::sync::Notify>,
     /// `--pids-max`: where no cgroup enforces it, `RLIMIT_NPROC` of a
     /// non-root command.
     pids_default: Option<u64>,
@@ -174,12 +179,29 @@ impl Jobs {
         Jobs {
             running: Arc::default(),
             cgroups,
+            ended: Arc::default(),
             pids_default,
         }
     }
 
     pub fn cgroups(&self) -> Option<&Arc<Cgroups>> {
         self.cgroups.as_ref()
+    }
+
+    /// Resolves once a command has ended since the last call (its cgroup
+    /// is back for the sweep).
+    pub async fn ended(&self) {
+        self.ended.notified().await
+    }
+
+    /// Off every request's path: finished commands' emptied cgroups back
+    /// into the pool (sweep first: a recycled cgroup makes the `mkdir`
+    /// unneeded), then one made only if the pool is still empty.
+    pub fn housekeep(&self) {
+        if let Some(cg) = &self.cgroups {
+            cg.sweep();
+            cg.prepare();
+        }
     }
 
     fn insert(&self, pgid: i32, cgroup: Option<PathBuf>) {
@@ -207,7 +229,7 @@ impl Jobs {
         for (pgid, cgroup) in &running {
             let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
             if let Some(path) = cgroup {
-                let _ = std::fs::write(path.join("cgroup.kill"), b"1");
+                crate::cgroup::kill(path);
             }
         }
         running.len()
@@ -789,22 +811,27 @@ pub async fn session_members(sid: i32) -> Vec<i32> {
 
 impl Drop for Job {
     fn drop(&mut self) {
-        self.jobs.remove(self.pid);
         if self.pid <= 0 {
             return;
         }
         if self.status.is_some() {
+            self.jobs.remove(self.pid);
             // Ended (or was terminated): its cgroup goes now, or once what
             // it left in the background has ended.
             if let (Some(cgs), Some(cg)) = (self.jobs.cgroups.clone(), self.cgroup.take()) {
                 cgs.release(cg);
             }
+            // The housekeeping returns it to the pool (or makes a new one)
+            // while the answer is sent.
+            self.jobs.ended.notify_one();
             return;
         }
         // Dropped before the shell was reaped: the request was abandoned
         // (client gone, agent stopping). Everything the command started
         // gets what a timeout gives it — SIGTERM, SIGKILL after the grace —
         // in the background, and the shell is reaped so it leaves no zombie.
+        // It stays in the running list (for the agent's shutdown) until
+        // then: this second Job's drop takes it out.
         let mut job = Job {
             pid: self.pid,
             exit: self.exit.take(),
@@ -820,8 +847,6 @@ impl Drop for Job {
         self.pid = 0;
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                job.jobs
-                    .insert(job.pid, job.cgroup.as_ref().map(|c| c.path().to_path_buf()));
                 rt.spawn(async move {
                     if job.terminate(ABANDON_GRACE).await.is_err() {
                         // Not ours to reap after all: do not try again.

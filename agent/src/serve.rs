@@ -2,6 +2,7 @@
 //! run the server until SIGTERM/SIGINT.
 
 use crate::app::App;
+use crate::cgroup::Containment;
 use crate::process::Jobs;
 use crate::readiness::{Readiness, ReadinessConfig};
 use crate::setup::{self, SetupConfig};
@@ -100,8 +101,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     };
     let cgroups = crate::cgroup::Cgroups::setup(&cfg.cgroup, defaults, cfg.memory_max.is_none())?;
     // Said once, at start: what contains a command here, and what not.
-    match &cgroups {
-        Ok(cg) => {
+    let cgroups = match cgroups {
+        Containment::Cgroups(cg) => {
             let (on, d) = (cg.enforces(), cg.defaults());
             tracing::info!(
                 root = %cg.root().display(),
@@ -110,13 +111,16 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
                 oom_protected,
                 "each command runs in a cgroup of its own; a limit of 0: no controller (needs DelegateSubgroup=, systemd >= 254), so no memory limit and RLIMIT_NPROC for non-root commands only"
             );
+            Some(Arc::new(cg))
         }
-        Err(why) => tracing::info!(
-            reason = %why,
-            "no cgroup: commands are killed by session, which misses what leaves it and loses its parent (setsid, double forks); no memory limit, RLIMIT_NPROC for non-root commands only"
-        ),
-    }
-    let cgroups = cgroups.ok().map(Arc::new);
+        Containment::Sessions { why } => {
+            tracing::info!(
+                reason = %why,
+                "no cgroup: commands are killed by session, which misses what leaves it and loses its parent (setsid, double forks); no memory limit, RLIMIT_NPROC for non-root commands only"
+            );
+            None
+        }
+    };
     if let Some(cg) = &cgroups {
         cg.prepare();
     }
@@ -135,7 +139,6 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         started: Instant::now(),
         lab_dir: cfg.lab_dir.clone(),
         rejections: Default::default(),
-        housekeeping: Default::default(),
         shutdown: shutdown_rx,
     });
     tracing::info!(
@@ -180,8 +183,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// Off every request's path, in one task: after each exec's answer
-/// ([`App::housekeeping`]) its cgroup goes back into the pool if it is
+/// Off every request's path, in one task: after each command's end
+/// ([`Jobs::ended`]) its cgroup goes back into the pool if it is
 /// empty, and one is made only if the pool is still empty; cgroups that
 /// commands left background processes in are recycled or removed once
 /// those end; the summary of rejected requests is written once due (at
@@ -197,14 +200,10 @@ async fn housekeeping(app: Arc<App>) {
     const EVERY: Duration = Duration::from_secs(10);
     loop {
         tokio::select! {
-            _ = app.housekeeping.notified() => {}
+            _ = app.jobs.ended() => {}
             _ = tokio::time::sleep(EVERY) => {}
         }
-        if let Some(cg) = app.jobs.cgroups() {
-            // Sweep first: a recycled cgroup makes the `mkdir` unneeded.
-            cg.sweep();
-            cg.prepare();
-        }
+        app.jobs.housekeep();
         app.rejections.flush_due();
     }
 }

@@ -8,7 +8,8 @@
 //! tables, and both processes then take copy-on-write faults until the
 //! child execs. Measured on the benchmark machine (`bench/`, BENCHMARKS.md):
 //! fork + setuid cost ~0.6 ms more per `bash --login -c true` than this,
-//! which alone is more than SPEC §7's 5 % budget over the local floor.
+//! which alone is more than the 5 % budget over the local floor
+//! (BENCHMARKS.md, "Targets").
 //!
 //! The child runs on a small stack of its own and, sharing our memory, may
 //! only make raw system calls on data prepared here: no allocation, no

@@ -54,35 +54,28 @@ pub fn agent_command() -> Command {
     }
 }
 
-/// A temp dir removed on drop.
-pub struct TempDir(PathBuf);
+/// A temp dir removed on drop: `tempfile`'s, so its name is random and it
+/// is created exclusively (never one someone else made first), 0755 so the
+/// other users the tests run commands as can reach what is in it.
+pub struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "lab-agent-it-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
+        TempDir(
+            tempfile::Builder::new()
+                .prefix(&format!("lab-agent-it-{tag}-"))
+                .permissions(std::fs::Permissions::from_mode(0o755))
+                .tempdir()
+                .unwrap(),
+        )
     }
 
     pub fn path(&self) -> &Path {
-        &self.0
+        self.0.path()
     }
 
     pub fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path().join(p)
     }
 }
 

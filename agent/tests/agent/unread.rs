@@ -119,8 +119,9 @@ fn eviction_at_the_connection_cap_never_cuts_an_answer_being_written() {
         body.len()
     )
     .unwrap();
-    // Let the command finish and the answer start; do not read it yet.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The command has finished and its answer started once its first byte
+    // is here: wait for that, without reading it yet.
+    s.peek(&mut [0u8; 1]).expect("the answer starts");
     let silent: Vec<TcpStream> = (0..260)
         .map(|_| TcpStream::connect(agent.addr).unwrap())
         .collect();

@@ -1,5 +1,5 @@
 //! Grading: a lab's checks, run in order over `/v1/exec`, into a
-//! [`GradeReport`] whose JSON is the one SPEC §6 fixes:
+//! [`GradeReport`] whose JSON `docs/lab-toml.md` documents (`[[checks]]`):
 //! `{"lab","passed","failed","errors","total","score","max_score","checks":[{"name",
 //! "status","passed","points","exit_code","signal","timed_out","stdout","stderr",
 //! "stdout_truncated","stderr_truncated","duration_ms","fail_message","error"}]}`.

@@ -73,7 +73,7 @@ impl User {
         })
     }
 
-    /// The clean login environment lab-agent gives its commands (SPEC §3),
+    /// The clean login environment lab-agent gives its commands (API.md),
     /// so that every variant's shell starts from the same place.
     pub fn login_env(&self) -> Vec<(&'static str, String)> {
         vec![

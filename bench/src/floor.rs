@@ -30,8 +30,8 @@ pub enum Mode {
     /// The floor: posix_spawn, the helper already runs as the user.
     PosixSpawn,
     /// Diagnostic: the floor plus `POSIX_SPAWN_SETSID`, the new session
-    /// SPEC §3 requires of every command (and which, with the kernel's
-    /// autogroup scheduling, costs the shell a fresh task group).
+    /// the agent gives every command (API.md, `POST /v1/exec`), which with
+    /// the kernel's autogroup scheduling costs the shell a fresh task group.
     PosixSpawnSetsid,
     /// Diagnostic: fork, then setsid/setgroups/setgid/setuid/chdir in the
     /// child, from a root helper (std's `pre_exec`, as lab-agent 0.1 did).

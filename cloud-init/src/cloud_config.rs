@@ -3,7 +3,7 @@
 //! it about ten times on every boot in pure Python.
 //!
 //! What cloud-init does with it, in its own order (observed on Debian 12's
-//! cloud-init 22.4, `../shared/notes/vm-guest-facts.md`):
+//! cloud-init 22.4 by the VM tests, `tests/vm/README.md`):
 //! 1. network stage: `bootcmd` (every boot) makes the private directories,
 //!    then `write_files` writes the token, the unit and the autologin drop-in;
 //! 2. final stage: the installer part ([`crate::installer`]) has put the agent

@@ -204,7 +204,7 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Report:
-    """A grade, as ``labctl grade --json`` prints it (SPEC section 6).
+    """A grade, as ``labctl grade --json`` prints it (``docs/lab-toml.md`` documents its JSON).
 
     ``to_json()`` is that exact text; ``to_dict()`` is it parsed.
     A check with ``status == "error"`` could not run: the lab's fault, not

@@ -1,4 +1,4 @@
-//! The payload's boot cost, side by side in one run (SPEC §7: time to ready
+//! The payload's boot cost, side by side in one run (BENCHMARKS.md's target: time to ready
 //! with the full payload ≤ 1.10 × a minimal user-data's time to
 //! `result.json`, on the first boot and after a reboot):
 //!

@@ -33,7 +33,7 @@ const BANNER: &str = "Your task is in ~/welcome.txt";
 /// ≥ 23.4 then calls the boot "degraded done", and `cloud-init status`
 /// exits 2; on Debian 13 deprecations are logged as warnings) and a module
 /// that fails (an unknown time zone: `cc_timezone` raises, `result.json`
-/// lists it). Neither may hold readiness back (SPEC: cloud-init's errors
+/// lists it). Neither may hold readiness back (the contract: cloud-init's errors
 /// are warnings, not fatal), and both must be visible in `/v1/ready`. A
 /// separate part, so the payload's own lists (`runcmd`, `bootcmd`) are not
 /// replaced by cloud-init's merge.

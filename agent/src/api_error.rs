@@ -42,11 +42,7 @@ pub enum ApiError {
 /// guest's (500).
 impl From<IdentityError> for ApiError {
     fn from(e: IdentityError) -> ApiError {
-        if e.is_client_error() {
-            ApiError::BadRequest(e.to_string())
-        } else {
-            ApiError::Internal(e.to_string())
-        }
+        ApiError::callers_or_guests(e.is_client_error(), e)
     }
 }
 
@@ -55,15 +51,21 @@ impl From<IdentityError> for ApiError {
 /// other failure to start the guest's (500).
 impl From<SpawnError> for ApiError {
     fn from(e: SpawnError) -> ApiError {
-        if e.is_client_error() {
+        ApiError::callers_or_guests(e.is_client_error(), e)
+    }
+}
+
+impl ApiError {
+    /// A 400 when the caller asked for what cannot be, else a 500: the
+    /// guest failed.
+    fn callers_or_guests(callers: bool, e: impl std::fmt::Display) -> ApiError {
+        if callers {
             ApiError::BadRequest(e.to_string())
         } else {
             ApiError::Internal(e.to_string())
         }
     }
-}
 
-impl ApiError {
     pub fn code(&self) -> ErrorCode {
         match self {
             ApiError::Unauthorized => ErrorCode::Unauthorized,

@@ -7,7 +7,7 @@ use crate::budget::{PER_ANSWER, Reservation};
 use crate::capture::{Capped, pump};
 use crate::http::{Response, json_body};
 use crate::identity::Identity;
-use crate::process::{self, Cwd, Script, ShellCommand, Stdio};
+use crate::process::{self, Cwd, Limits, Script, ShellCommand, Stdio};
 use http_body_util::{BodyExt, Limited};
 use hyper::StatusCode;
 use hyper::body::{Bytes, Incoming};
@@ -225,7 +225,7 @@ async fn run(
             stdout: Stdio::piped(),
             stderr: Stdio::piped(),
             leave_running: req.leave_running,
-            limits: Some(crate::cgroup::Limits {
+            limits: Some(Limits {
                 pids: req.max_pids.map(u64::from),
                 memory: req.max_memory_bytes,
             }),
@@ -281,8 +281,8 @@ async fn run(
     };
     let exit =
         exit.map_err(|e| ApiError::Internal(format!("failed to wait for the command: {e}")))?;
-    // Read before the cgroup goes back to the pool; with the values, so a
-    // report can say which limit (a timed-out bomb hit pids.max too).
+    // Read before the job ends; with the values, so a report can say
+    // which limit (a timed-out bomb hit pids.max too).
     let (mut limits_hit, mut max_pids, mut max_memory_bytes) = (Vec::new(), None, None);
     if let Some((hit, limits)) = job.limits_hit() {
         if hit.pids {
@@ -294,7 +294,7 @@ async fn run(
             max_memory_bytes = limits.memory;
         }
     }
-    // Its cgroup goes back to the pool while the answer is sent.
+    // Ended: what it held is given back while the answer is sent.
     drop(job);
     let held = (out.held() + err.held()) as u64;
     let result = ExecResult {

@@ -37,8 +37,9 @@
 //! - [`client`]: [`Client`], its builder and connection pool; `ready`,
 //!   `exec`, `info`, unchecked requests.
 //! - [`wait`]: `wait_ready`, [`wait_all`], [`Progress`].
-//! - [`grade`]: `grade`, [`GradeReport`], each check's [`CheckStatus`];
-//!   [`grade_all`] for many VMs with a concurrency bound.
+//! - [`grade`]: `gradable` (a VM that is not ready is not graded),
+//!   `reported_lab_dir`, `grade`, [`GradeReport`], each check's
+//!   [`CheckStatus`]; [`grade_all`] for many VMs with a concurrency bound.
 //! - [`error`]: the [`Error`] enum.
 //!
 //! The wire types are `lab-agent-proto`'s, re-exported as [`proto`]; this

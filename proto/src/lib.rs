@@ -10,7 +10,9 @@
 //! - [`text`]: guest-supplied text made safe to show a person (control
 //!   characters escaped), for every client that prints it.
 //! - [`lab`] (feature `lab`): the `lab.toml` model shared by the client and
-//!   the payload generator. The agent never reads `lab.toml`.
+//!   the payload generator, with the rules every front end shares
+//!   (`check_lab_name`, `Lab::select_checks`). The agent never reads
+//!   `lab.toml`.
 //!
 //! These types are the *only* definition of the wire format: the agent
 //! serializes them and the client deserializes them, so the two cannot drift.

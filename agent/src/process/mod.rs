@@ -21,6 +21,7 @@ pub mod job;
 pub mod oom;
 pub mod session;
 
+pub use crate::cgroup::{Hit, Limits};
 pub use job::{Exit, Job};
 pub use oom::{AGENT_OOM_SCORE_ADJ, protect_from_oom};
 pub use session::session_members;
@@ -28,7 +29,7 @@ pub use session::session_members;
 use command::{argv, cstr, envp, working_dir};
 use oom::OOM_RESET;
 
-use crate::cgroup::{Cgroups, ExecCgroup, Limits};
+use crate::cgroup::{Cgroups, ExecCgroup};
 use crate::identity::Identity;
 use crate::spawn::{self, Spec};
 use lab_agent_proto::Profile;

@@ -27,6 +27,9 @@ pub struct Part {
 /// How the user-data's bytes split up. `agent + lab_files + rest == total`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
+    /// The payload's architecture: its agent is that machine's, and the two
+    /// agents differ in size.
+    pub arch: crate::Arch,
     /// The agent's block in the installer (gzip, base64, framing included).
     pub agent: usize,
     /// The lab's files and its setup script.
@@ -44,6 +47,7 @@ pub struct Budget {
 
 impl Budget {
     pub(crate) fn new(
+        arch: crate::Arch,
         agent: usize,
         lab_files: usize,
         cloud_config: usize,
@@ -58,6 +62,7 @@ impl Budget {
         // Largest first; equal sizes keep their document order.
         parts.sort_by_key(|p| std::cmp::Reverse(p.bytes));
         Budget {
+            arch,
             agent,
             lab_files,
             rest,
@@ -81,13 +86,14 @@ impl Budget {
 }
 
 /// The one-line summary `labctl secret` prints on stderr, e.g.
-/// `budget: agent 301.2 KiB + lab files 1.1 KiB + rest 2.0 KiB = 304.3 KiB (29.7% of the 1 MiB Secret limit); cloud-init parses 1.8 KiB of it as YAML`.
+/// `budget (amd64): agent 301.2 KiB + lab files 1.1 KiB + rest 2.0 KiB = 304.3 KiB (29.7% of the 1 MiB Secret limit); cloud-init parses 1.8 KiB of it as YAML`.
 impl fmt::Display for Budget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "budget: agent {} + lab files {} + rest {} = {} ({:.1}% of the 1 MiB Secret limit); \
+            "budget ({}): agent {} + lab files {} + rest {} = {} ({:.1}% of the 1 MiB Secret limit); \
              cloud-init parses {} of it as YAML",
+            self.arch,
             Kib(self.agent),
             Kib(self.lab_files),
             Kib(self.rest),
@@ -122,6 +128,7 @@ mod tests {
     #[test]
     fn rest_is_what_the_entries_do_not_explain() {
         let b = Budget::new(
+            crate::Arch::Arm64,
             600,
             300,
             50,
@@ -142,17 +149,17 @@ mod tests {
         assert_eq!(b.excess(), None);
         assert_eq!(
             b.to_string(),
-            "budget: agent 0.6 KiB + lab files 0.3 KiB + rest 0.1 KiB = 1.0 KiB (0.1% of the 1 MiB \
+            "budget (arm64): agent 0.6 KiB + lab files 0.3 KiB + rest 0.1 KiB = 1.0 KiB (0.1% of the 1 MiB \
              Secret limit); cloud-init parses 0.0 KiB of it as YAML"
         );
     }
 
     #[test]
     fn exactly_the_limit_is_allowed() {
-        let at = Budget::new(0, 0, 0, SECRET_LIMIT, vec![]);
+        let at = Budget::new(crate::Arch::Amd64, 0, 0, 0, SECRET_LIMIT, vec![]);
         assert_eq!(at.excess(), None);
         assert_eq!(at.percent_of_limit(), 100.0);
-        let over = Budget::new(0, 0, 0, SECRET_LIMIT + 7, vec![]);
+        let over = Budget::new(crate::Arch::Amd64, 0, 0, 0, SECRET_LIMIT + 7, vec![]);
         assert_eq!(over.excess(), Some(7));
     }
 }

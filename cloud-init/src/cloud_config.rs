@@ -18,8 +18,8 @@ use crate::spec::PayloadSpec;
 use crate::unit::{AUTOLOGIN_DROPIN, guest_unit};
 use crate::yaml::{quoted, quoted_lines};
 use lab_agent_proto::guest::{
-    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, CONFIG_DIR, SETUP_SCRIPT_PATH, STATE_DIR, TOKEN_PATH,
-    UNIT_PATH,
+    AGENT_PATH, CONFIG_DIR, SETUP_SCRIPT_PATH, STATE_DIR, TOKEN_PATH, UNIT_PATH,
+    autologin_dropin_path,
 };
 use lab_agent_proto::lab::GUEST_LAB_DIR;
 
@@ -52,8 +52,17 @@ pub fn render(spec: &PayloadSpec) -> String {
     token.push('\n');
     entry(&mut out, TOKEN_PATH, 0o600, &token);
     entry(&mut out, UNIT_PATH, 0o644, &guest_unit());
+    // The drop-in goes to the one console the platform attaches to on this
+    // architecture (a template-wide one would also log root in on any other
+    // serial port a VM has).
+    let console = spec.arch.serial_console();
     if spec.serial_autologin {
-        entry(&mut out, AUTOLOGIN_DROPIN_PATH, 0o644, AUTOLOGIN_DROPIN);
+        entry(
+            &mut out,
+            &autologin_dropin_path(console),
+            0o644,
+            AUTOLOGIN_DROPIN,
+        );
     }
 
     out.push_str("runcmd:\n");
@@ -72,20 +81,14 @@ pub fn render(spec: &PayloadSpec) -> String {
         ],
     );
     if spec.serial_autologin {
-        // The getty on ttyS0 started (after systemd-user-sessions) from the
-        // unit as systemd loaded it at boot, before write_files created the
-        // drop-in; the daemon-reload above makes systemd read the drop-in,
-        // and this restart applies it on the first boot too. Later boots
-        // read it from the start. --no-block for the same reason as above.
-        command(
-            &mut out,
-            &[
-                "systemctl",
-                "restart",
-                "--no-block",
-                "serial-getty@ttyS0.service",
-            ],
-        );
+        // The getty on the console started (after systemd-user-sessions)
+        // from the unit as systemd loaded it at boot, before write_files
+        // created the drop-in; the daemon-reload above makes systemd read
+        // the drop-in, and this restart applies it on the first boot too.
+        // Later boots read it from the start. --no-block for the same
+        // reason as above.
+        let getty = format!("serial-getty@{console}.service");
+        command(&mut out, &["systemctl", "restart", "--no-block", &getty]);
     }
     let timeout;
     let mut setup = vec![AGENT_PATH, "setup"];

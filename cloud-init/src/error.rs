@@ -19,6 +19,14 @@ pub enum Error {
     #[error("lab file `{path}`: {problem}")]
     LabFile { path: String, problem: String },
 
+    /// The agent binary is for another machine than the payload.
+    #[error("the agent is built for {agent}, and the payload is for {arch}")]
+    AgentArch {
+        /// `amd64`, `arm64`, or `ELF machine N`.
+        agent: String,
+        arch: crate::Arch,
+    },
+
     /// The setup timeout is outside what `lab.toml` allows.
     #[error("setup timeout of {secs} s: use 1 to {max} seconds", max = lab_agent_proto::lab::MAX_TIMEOUT_SECS)]
     SetupTimeout { secs: u64 },
@@ -47,6 +55,16 @@ impl Error {
     /// after it; not part of the message).
     pub fn hint(&self) -> Option<&'static str> {
         match self {
+            Error::AgentArch { arch, .. } => Some(match arch {
+                crate::Arch::Amd64 => {
+                    "build the agent for amd64 (`packaging/build-agent.sh --arch amd64`), or render \
+                     for the agent's architecture (`--arch`)"
+                }
+                crate::Arch::Arm64 => {
+                    "build the agent for arm64 (`packaging/build-agent.sh --arch arm64`), or render \
+                     for the agent's architecture (`--arch`)"
+                }
+            }),
             Error::TooLarge(_) => Some(
                 "lab files are sent compressed when that is smaller; move large ones out of \
                  the lab (download them in the setup script), and build the agent with \

@@ -8,11 +8,12 @@
 //! `scripts_user` (where `runcmd` starts the agent and runs the setup).
 //! After a reboot it does not run again; the files are on disk already.
 //!
-//! The script needs only POSIX `sh`, `base64` and `gzip`, which Debian,
-//! Ubuntu, the RHEL family and Alpine (busybox) all have. It is ASCII
+//! The script needs only POSIX `sh` and its utilities (`od`, `wc`, `uname`
+//! …), `base64` and `gzip`, which Debian, Ubuntu, the RHEL family and Alpine
+//! (busybox) all have. It is ASCII
 //! throughout (see [`crate::shell`]). Each file goes to a temporary name in
 //! its folder, is checked (gzip's CRC and the byte count; the agent must also
-//! run) and is renamed into place, so a file is there whole or not at all and
+//! be built for this machine, and run) and is renamed into place, so a file is there whole or not at all and
 //! systemd never starts half an agent. A failure is written to
 //! `STATE_DIR/install-error`, which `lab-agent setup` turns into a failed
 //! setup with that reason, so the backend hears of it through `/v1/ready`.
@@ -86,8 +87,10 @@ pub fn render(spec: &PayloadSpec) -> Installer {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Check {
     Size,
-    /// The file is the agent: `FILE version` must succeed (right machine,
-    /// not corrupt), or systemd would restart a broken binary forever.
+    /// The file is the agent: its ELF machine must be this machine's (the
+    /// reason names both when not: a payload for the wrong architecture),
+    /// and `FILE version` must succeed (not corrupt), or systemd would
+    /// restart a broken binary forever.
     Runs,
 }
 
@@ -131,6 +134,14 @@ fail() {{
 	mkdir -p "${{e%/*}}" && printf '%s\n' "$1" >"$e.tmp" && mv -f "$e.tmp" "$e"
 	exit 1
 }}
+# name MACHINE: as uname -m says it, with the payload's name for it
+name() {{
+	case $1 in
+	x86_64) echo 'x86_64 (--arch amd64)' ;;
+	aarch64) echo 'aarch64 (--arch arm64)' ;;
+	*) echo "$1" ;;
+	esac
+}}
 # put PATH MODE BYTES text|b64|gz [run]: content on stdin; temp file, checks, rename
 put() {{
 	umask 022
@@ -146,6 +157,12 @@ put() {{
 		fail "cannot write $1: $n of $3 bytes written (is the disk full?)"
 	chmod "$2" "$tmp" || fail "cannot set the mode of $1"
 	if [ "${{5:-}}" = run ]; then
+		# The ELF header's e_machine (byte 18, little-endian) first: a
+		# payload for the wrong architecture is said as such.
+		n=$(od -An -tu1 -j18 -N2 "$tmp" | {{ read -r lo hi && echo $((lo + 256 * hi)); }})
+		case $n in 62) m=x86_64 ;; 183) m=aarch64 ;; *) m="ELF machine ${{n:-?}}" ;; esac
+		[ "$m" = "$(uname -m)" ] ||
+			fail "$1 is built for $(name "$m"), and this machine is $(name "$(uname -m)"): render this VM's payload for its architecture"
 		"$tmp" version >/dev/null ||
 			fail "$1 does not run on this machine ($(uname -m)); build the agent for it"
 	fi

@@ -4,6 +4,8 @@
 //! KubeVirt (`cloudInitNoCloud.secretRef`).
 //!
 //! # Layout
+//! - [`arch`]: [`Arch`], the machine a payload is for (amd64, arm64): its
+//!   agent's ELF machine, its serial console.
 //! - [`spec`]: [`PayloadSpec`], what one VM's user-data is made of, and the
 //!   rules its inputs keep ([`PayloadSpec::check`]).
 //! - [`payload`]: spec → user-data ([`render_user_data`]): checks the spec
@@ -41,6 +43,7 @@
 
 #[cfg(feature = "fs")]
 pub mod agent_bin;
+pub mod arch;
 pub mod budget;
 pub mod cloud_config;
 pub mod error;
@@ -58,6 +61,7 @@ pub mod token;
 pub mod unit;
 pub mod yaml;
 
+pub use arch::{Arch, UnknownArch};
 pub use budget::{Budget, Part, SECRET_LIMIT};
 pub use error::{Error, TooLarge};
 pub use payload::{UserData, render_user_data};

@@ -79,6 +79,7 @@ pub fn render_user_data(spec: &PayloadSpec) -> Result<UserData, Error> {
     });
     Ok(UserData {
         budget: Budget::new(
+            spec.arch,
             install.agent_bytes,
             install.lab_bytes,
             config.len(),

@@ -2,6 +2,7 @@
 //! its inputs must keep before anything is rendered ([`PayloadSpec::check`]).
 //! The caller reads the files; nothing here does I/O.
 
+use crate::arch::Arch;
 use crate::error::Error;
 use lab_agent_proto::lab::{LabFile, MAX_TIMEOUT_SECS};
 use std::collections::BTreeSet;
@@ -13,7 +14,10 @@ use std::fmt;
 pub struct PayloadSpec {
     /// The lab's name, as in `lab.toml` (written into a comment).
     pub lab_name: String,
-    /// The static `lab-agent` binary.
+    /// The machine the VM runs on: picks the serial console, and the agent
+    /// must be built for it.
+    pub arch: Arch,
+    /// The static `lab-agent` binary, for [`PayloadSpec::arch`].
     pub agent: Vec<u8>,
     /// The per-VM token, at least
     /// [`MIN_TOKEN_LEN`](lab_agent_proto::guest::MIN_TOKEN_LEN) visible ASCII characters.
@@ -22,7 +26,8 @@ pub struct PayloadSpec {
     pub files: Vec<LabFile>,
     /// The lab's setup script, if it has one.
     pub setup: Option<SetupScript>,
-    /// Root autologin on the serial console (`ttyS0`); on by default.
+    /// Root autologin on the serial console ([`Arch::serial_console`]); on
+    /// by default.
     pub serial_autologin: bool,
 }
 
@@ -34,10 +39,12 @@ pub struct SetupScript {
 }
 
 impl PayloadSpec {
-    /// A spec with no lab files, no setup script, and serial autologin on.
+    /// An amd64 spec with no lab files, no setup script, and serial
+    /// autologin on.
     pub fn new(lab_name: impl Into<String>, agent: Vec<u8>, token: impl Into<String>) -> Self {
         PayloadSpec {
             lab_name: lab_name.into(),
+            arch: Arch::Amd64,
             agent,
             token: token.into(),
             files: Vec::new(),
@@ -52,6 +59,7 @@ impl fmt::Debug for PayloadSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PayloadSpec")
             .field("lab_name", &self.lab_name)
+            .field("arch", &self.arch)
             .field("agent_len", &self.agent.len())
             .field("token", &"<redacted>")
             .field("files", &self.files)
@@ -72,9 +80,11 @@ impl fmt::Debug for SetupScript {
 
 impl PayloadSpec {
     /// Checks every input the renderer writes into the guest: the token,
-    /// the lab name, every lab file's path and mode, and the setup timeout.
+    /// the lab name, the agent's machine (when it is an ELF file), every lab
+    /// file's path and mode, and the setup timeout.
     pub fn check(&self) -> Result<(), Error> {
         check_token(&self.token)?;
+        check_agent_arch(&self.agent, self.arch)?;
         check_lab_name(&self.lab_name)?;
         check_lab_files(&self.files)?;
         if let Some(setup) = &self.setup {
@@ -91,6 +101,29 @@ impl PayloadSpec {
 fn check_token(token: &str) -> Result<(), Error> {
     lab_agent_proto::guest::check_token(token).map_err(|p| Error::Token {
         problem: p.to_string(),
+    })
+}
+
+/// An ELF agent must be built for the payload's architecture: the guest's
+/// installer would refuse it, and that VM would never be ready. (Bytes that
+/// are no little-endian ELF header are the caller's business: tests render
+/// fakes.)
+fn check_agent_arch(agent: &[u8], arch: Arch) -> Result<(), Error> {
+    let elf = agent.len() >= 20
+        && agent.starts_with(b"\x7fELF")
+        && matches!(agent[4], 1 | 2) // ELFCLASS32, ELFCLASS64
+        && agent[5] == 1; // ELFDATA2LSB
+    if !elf {
+        return Ok(());
+    }
+    let machine = u16::from_le_bytes([agent[18], agent[19]]);
+    if machine == arch.elf_machine() {
+        return Ok(());
+    }
+    Err(Error::AgentArch {
+        agent: Arch::from_elf_machine(machine)
+            .map_or_else(|| format!("ELF machine {machine}"), |a| a.to_string()),
+        arch,
     })
 }
 
@@ -209,6 +242,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(space.contains("contains ' '"), "{space}");
+    }
+
+    #[test]
+    fn the_agent_must_be_built_for_the_payloads_architecture() {
+        let elf = |machine: u16| {
+            let mut b = b"\x7fELF\x02\x01\x01\x00".to_vec();
+            b.extend_from_slice(&[0; 10]);
+            b.extend_from_slice(&machine.to_le_bytes());
+            b
+        };
+        assert!(check_agent_arch(&elf(62), Arch::Amd64).is_ok());
+        assert!(check_agent_arch(&elf(183), Arch::Arm64).is_ok());
+        let err = check_agent_arch(&elf(183), Arch::Amd64).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the agent is built for arm64, and the payload is for amd64"
+        );
+        assert!(
+            err.hint().unwrap().contains("--arch amd64"),
+            "{:?}",
+            err.hint()
+        );
+        let odd = check_agent_arch(&elf(40), Arch::Arm64).unwrap_err();
+        assert!(odd.to_string().contains("ELF machine 40"), "{odd}");
+        assert!(check_agent_arch(b"#!/bin/sh\n", Arch::Arm64).is_ok());
     }
 
     #[test]

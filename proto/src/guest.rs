@@ -29,9 +29,11 @@ pub const INSTALL_ERROR_PATH: &str = "/var/lib/lab-agent/install-error";
 pub const CLOUD_INIT_DIR: &str = "/run/cloud-init";
 /// The systemd unit.
 pub const UNIT_PATH: &str = "/etc/systemd/system/lab-agent.service";
-/// The drop-in that turns the serial console's login prompt into a root shell.
-pub const AUTOLOGIN_DROPIN_PATH: &str =
-    "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf";
+/// The drop-in that turns the login prompt on serial console `console`
+/// (`ttyS0` on x86, `ttyAMA0` on arm64 `virt`) into a root shell.
+pub fn autologin_dropin_path(console: &str) -> String {
+    format!("/etc/systemd/system/serial-getty@{console}.service.d/autologin.conf")
+}
 /// Where a lab's files live in the guest, and the default `LAB_DIR`.
 pub const LAB_DIR: &str = "/opt/lab";
 /// Default timeout of the lab's setup script (`[setup].timeout_secs`,

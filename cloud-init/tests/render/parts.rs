@@ -120,3 +120,35 @@ fn hostile_inputs_stay_inside_their_part() {
         "one terminator per file and the agent"
     );
 }
+
+/// An arm64 payload logs root in on arm64 `virt`'s console (the PL011,
+/// `ttyAMA0`) and nowhere else; the rest is the amd64 payload's, byte for
+/// byte, but for the agent.
+#[test]
+fn the_arm64_payload_differs_only_in_its_console_and_agent() {
+    let amd64 = spec_for(&example("hello-lab"));
+    let mut arm64 = amd64.clone();
+    arm64.arch = lab_agent_cloudinit::Arch::Arm64;
+    let (amd64, arm64) = (
+        render_user_data(&amd64).unwrap(),
+        render_user_data(&arm64).unwrap(),
+    );
+    let dropin =
+        |tty: &str| format!("/etc/systemd/system/serial-getty@{tty}.service.d/autologin.conf");
+    let arm = arm64.cloud_config();
+    assert!(arm.contains(&dropin("ttyAMA0")), "{arm}");
+    assert!(arm.contains("\"serial-getty@ttyAMA0.service\""), "{arm}");
+    assert!(!arm.contains("ttyS0"), "{arm}");
+    assert!(amd64.cloud_config().contains(&dropin("ttyS0")));
+    assert_eq!(
+        arm.replace("ttyAMA0", "ttyS0"),
+        amd64.cloud_config(),
+        "only the console differs"
+    );
+    assert_eq!(
+        arm64.as_str().replace("ttyAMA0", "ttyS0"),
+        amd64.as_str(),
+        "the same installer (the fake agent is the same bytes)"
+    );
+    assert!(arm64.budget().to_string().starts_with("budget (arm64): "));
+}

@@ -140,7 +140,7 @@ fn budget_adds_up() {
         "the cloud-config is part of the rest"
     );
     let line = b.to_string();
-    assert!(line.starts_with("budget: agent "), "{line}");
+    assert!(line.starts_with("budget (amd64): agent "), "{line}");
     assert!(
         line.ends_with(&format!(
             "of the 1 MiB Secret limit); cloud-init parses {:.1} KiB of it as YAML",

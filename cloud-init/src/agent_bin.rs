@@ -1,31 +1,38 @@
 //! Finding the `lab-agent` binary (feature `fs`): `labctl secret` and the
 //! Python package's `render_secret` ship it into lab VMs, so
-//! it must be a static x86_64 executable; `labctl try` runs it on this
-//! machine, where any build will do ([`Linkage::Any`]).
+//! it must be a static executable for the VM's architecture
+//! ([`Linkage::Static`]); `labctl try` runs it on this machine, where any
+//! build will do ([`Linkage::Any`]).
 //!
-//! Where it looks, in order (the first usable one wins):
+//! Where it looks, in order (the first usable one wins), with TARGET the
+//! architecture's Rust target (`x86_64-unknown-linux-musl`,
+//! `aarch64-unknown-linux-musl`):
 //! 1. `--agent PATH` (if given, it must be usable: no fallback);
 //! 2. `lab-agent` next to the running `labctl` (an installed pair);
-//! 3. `../x86_64-unknown-linux-musl/agent/lab-agent` from `labctl`'s folder,
-//!    i.e. the static build in the same target dir as `target/debug/labctl`;
-//! 4. `target/x86_64-unknown-linux-musl/agent/lab-agent` in the source tree
-//!    `labctl` was built from (`packaging/build-agent.sh` puts it there).
+//! 3. `../TARGET/agent/lab-agent` from `labctl`'s folder, i.e. the static
+//!    build in the same target dir as `target/debug/labctl`;
+//! 4. `target/TARGET/agent/lab-agent` in the source tree `labctl` was built
+//!    from (`packaging/build-agent.sh --arch ARCH` puts it there).
 //!
 //! A candidate that exists but is unusable (a dynamic `target/debug/lab-agent`
 //! when a static one is needed) is skipped, and the error lists every place
 //! and why it did not do.
 
+use crate::Arch;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The static build's path relative to a Cargo target dir.
-pub const STATIC_AGENT_IN_TARGET_DIR: &str = "x86_64-unknown-linux-musl/agent/lab-agent";
+/// The static build's path for `arch` relative to a Cargo target dir.
+pub fn static_agent_in_target_dir(arch: Arch) -> PathBuf {
+    Path::new(arch.rust_target()).join("agent/lab-agent")
+}
 
 /// What kind of binary the caller needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Linkage {
-    /// For lab VMs: x86_64, no program interpreter, no shared libraries.
-    Static,
+    /// For lab VMs of this architecture: its machine, no program
+    /// interpreter, no shared libraries.
+    Static(Arch),
     /// For running on this machine (`labctl try` local mode): any ELF.
     Any,
 }
@@ -45,7 +52,11 @@ pub enum AgentBinError {
         source: std::io::Error,
     },
     #[error("`{}` cannot be used as the agent: {problem}", path.display())]
-    Unusable { path: PathBuf, problem: String },
+    Unusable {
+        path: PathBuf,
+        problem: String,
+        linkage: Linkage,
+    },
     #[error("no usable lab-agent binary found; looked at:{}", list(tried))]
     NotFound {
         /// Each place looked at, and why it did not do.
@@ -57,15 +68,21 @@ pub enum AgentBinError {
 impl AgentBinError {
     /// What to do about it.
     pub fn hint(&self) -> Option<String> {
-        let build =
-            "run `packaging/build-agent.sh` to build the static agent, or pass `--agent PATH`";
+        let build = |linkage: &Linkage| match linkage {
+            Linkage::Static(Arch::Amd64) => {
+                "run `packaging/build-agent.sh` to build the static agent, or pass `--agent PATH`"
+                    .into()
+            }
+            Linkage::Static(arch) => format!(
+                "run `packaging/build-agent.sh --arch {arch}` to build the static agent, or pass `--agent PATH`"
+            ),
+            Linkage::Any => "run `cargo build -p lab-agent`, or pass `--agent PATH`".into(),
+        };
         match self {
             AgentBinError::Read { .. } => None,
-            AgentBinError::Unusable { .. } => Some(build.into()),
-            AgentBinError::NotFound { linkage, .. } => Some(match linkage {
-                Linkage::Static => build.into(),
-                Linkage::Any => "run `cargo build -p lab-agent`, or pass `--agent PATH`".into(),
-            }),
+            AgentBinError::Unusable { linkage, .. } | AgentBinError::NotFound { linkage, .. } => {
+                Some(build(linkage))
+            }
         }
     }
 }
@@ -85,6 +102,7 @@ pub fn load(explicit: Option<&Path>, linkage: Linkage) -> Result<AgentBinary, Ag
         check(&bytes, linkage).map_err(|problem| AgentBinError::Unusable {
             path: path.to_owned(),
             problem,
+            linkage,
         })?;
         return Ok(AgentBinary {
             path: path.to_owned(),
@@ -92,7 +110,7 @@ pub fn load(explicit: Option<&Path>, linkage: Linkage) -> Result<AgentBinary, Ag
         });
     }
     let mut tried = Vec::new();
-    for path in candidates() {
+    for path in candidates(linkage) {
         if tried.iter().any(|(p, _)| *p == path) {
             continue;
         }
@@ -161,7 +179,12 @@ fn newer_source(path: &Path, tree: &Path) -> Option<PathBuf> {
 }
 
 /// The implicit places, in order.
-fn candidates() -> Vec<PathBuf> {
+fn candidates(linkage: Linkage) -> Vec<PathBuf> {
+    // `try`'s local mode takes any build, the amd64 one as before.
+    let in_target_dir = static_agent_in_target_dir(match linkage {
+        Linkage::Static(arch) => arch,
+        Linkage::Any => Arch::Amd64,
+    });
     let mut out = Vec::new();
     if let Some(dir) = std::env::current_exe()
         .ok()
@@ -169,13 +192,11 @@ fn candidates() -> Vec<PathBuf> {
     {
         out.push(dir.join("lab-agent"));
         if let Some(target) = dir.parent() {
-            out.push(target.join(STATIC_AGENT_IN_TARGET_DIR));
+            out.push(target.join(&in_target_dir));
         }
     }
     let source_tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    out.push(normalize(
-        &source_tree.join("target").join(STATIC_AGENT_IN_TARGET_DIR),
-    ));
+    out.push(normalize(&source_tree.join("target").join(&in_target_dir)));
     out
 }
 
@@ -204,13 +225,17 @@ fn read(path: &Path) -> Result<Vec<u8>, AgentBinError> {
 /// what it is instead.
 pub fn check(bytes: &[u8], linkage: Linkage) -> Result<(), String> {
     let elf = Elf::parse(bytes)?;
-    if linkage == Linkage::Any {
+    let Linkage::Static(arch) = linkage else {
         return Ok(());
-    }
-    if elf.machine != EM_X86_64 {
+    };
+    if elf.machine != arch.elf_machine() {
+        let built_for = Arch::from_elf_machine(elf.machine).map_or_else(
+            || format!("ELF machine {:#x}", elf.machine),
+            |a| format!("{a} ({})", a.uname()),
+        );
         return Err(format!(
-            "it is built for ELF machine {:#x}, and lab VMs are x86_64",
-            elf.machine
+            "it is built for {built_for}, and the lab VM is {arch} ({})",
+            arch.uname()
         ));
     }
     if elf.interpreter {
@@ -305,6 +330,15 @@ fn u64_at(b: &[u8], at: u64) -> Option<u64> {
     field(b, at).map(u64::from_le_bytes)
 }
 
+/// The architecture an agent binary is built for, when it is an ELF file of
+/// a known machine: what `--agent PATH` means when no `--arch` is given.
+pub fn arch_of(path: &Path) -> Result<Option<Arch>, AgentBinError> {
+    let bytes = read(path)?;
+    Ok(Elf::parse(&bytes)
+        .ok()
+        .and_then(|elf| Arch::from_elf_machine(elf.machine)))
+}
+
 /// A minimal ELF64 x86_64 executable image, for tests that need an "agent"
 /// without building one: one `PT_LOAD` header, plus `PT_INTERP` when
 /// `dynamic`, followed by `payload`. It passes [`check`] (or fails it as
@@ -372,8 +406,9 @@ mod tests {
 
     #[test]
     fn static_and_dynamic_fakes() {
-        assert_eq!(check(&fake_elf(false, b"x"), Linkage::Static), Ok(()));
-        let err = check(&fake_elf(true, b"x"), Linkage::Static).unwrap_err();
+        let amd64 = Linkage::Static(Arch::Amd64);
+        assert_eq!(check(&fake_elf(false, b"x"), amd64), Ok(()));
+        let err = check(&fake_elf(true, b"x"), amd64).unwrap_err();
         assert!(err.contains("dynamically linked"), "{err}");
         assert_eq!(check(&fake_elf(true, b"x"), Linkage::Any), Ok(()));
     }
@@ -393,7 +428,16 @@ mod tests {
         );
         let mut arm = fake_elf(false, b"");
         arm[0x12] = 183; // EM_AARCH64
-        assert!(check(&arm, Linkage::Static).unwrap_err().contains("x86_64"));
+        assert_eq!(
+            check(&arm, Linkage::Static(Arch::Amd64)).unwrap_err(),
+            "it is built for arm64 (aarch64), and the lab VM is amd64 (x86_64)"
+        );
+        assert_eq!(check(&arm, Linkage::Static(Arch::Arm64)), Ok(()));
+        assert!(
+            check(&fake_elf(false, b""), Linkage::Static(Arch::Arm64))
+                .unwrap_err()
+                .contains("built for amd64 (x86_64), and the lab VM is arm64")
+        );
     }
 
     /// The system's own shell is dynamically linked on every distribution
@@ -403,7 +447,7 @@ mod tests {
         let Ok(bytes) = std::fs::read("/bin/sh") else {
             return;
         };
-        let err = check(&bytes, Linkage::Static).unwrap_err();
+        let err = check(&bytes, Linkage::Static(Arch::Amd64)).unwrap_err();
         assert!(err.contains("dynamic"), "{err}");
     }
 
@@ -411,12 +455,18 @@ mod tests {
     fn explicit_path_has_no_fallback() {
         let err = load(Some(Path::new("/nonexistent/lab-agent")), Linkage::Any).unwrap_err();
         assert!(matches!(err, AgentBinError::Read { .. }), "{err:?}");
-        let err = load(Some(Path::new("/bin/sh")), Linkage::Static).unwrap_err();
+        let err = load(Some(Path::new("/bin/sh")), Linkage::Static(Arch::Amd64)).unwrap_err();
         assert!(
             err.to_string().contains("cannot be used as the agent"),
             "{err}"
         );
         assert!(err.hint().unwrap().contains("packaging/build-agent.sh"));
+        let err = load(Some(Path::new("/bin/sh")), Linkage::Static(Arch::Arm64)).unwrap_err();
+        assert!(
+            err.hint()
+                .unwrap()
+                .contains("packaging/build-agent.sh --arch arm64")
+        );
     }
 
     #[test]

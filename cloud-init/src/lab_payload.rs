@@ -4,17 +4,20 @@
 //! the Python package's `render_secret` all render through [`render`], so
 //! a VM boots what a Secret holds, byte for byte.
 
-use crate::agent_bin::AgentBinary;
+use crate::agent_bin::{self, AgentBinError, AgentBinary};
+use crate::arch::Arch;
 use crate::budget::{Budget, SECRET_LIMIT};
 use crate::payload::{UserData, render_user_data};
 use crate::secret::{Format, SecretMeta, render_secret};
 use crate::spec::{PayloadSpec, SetupScript};
 use lab_agent_proto::lab::{Lab, LabError};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// How to render a payload, beyond the lab, the agent and the token.
 #[derive(Debug, Clone)]
 pub struct RenderOptions {
+    /// The lab VM's architecture (the agent must be built for it).
+    pub arch: Arch,
     /// The Secret's name, namespace and labels.
     pub meta: SecretMeta,
     pub format: Format,
@@ -78,6 +81,7 @@ pub fn render(
     };
     let spec = PayloadSpec {
         lab_name: lab.name.clone(),
+        arch: opts.arch,
         agent: agent.bytes.clone(),
         token: token.to_owned(),
         files,
@@ -92,10 +96,24 @@ pub fn render(
     })
 }
 
+/// The architecture a payload is for: `arch` when given, else that of the
+/// `agent` given (an ELF file of a known machine), else amd64. A given
+/// agent is used as it is and must match (`labctl secret --arch`,
+/// `render_secret(arch=)`).
+pub fn payload_arch(arch: Option<Arch>, agent: Option<&Path>) -> Result<Arch, AgentBinError> {
+    Ok(match (arch, agent) {
+        (Some(arch), _) => arch,
+        (None, Some(agent)) => agent_bin::arch_of(agent)?.unwrap_or_default(),
+        (None, None) => Arch::default(),
+    })
+}
+
 /// The budget in bytes of user-data (= decoded Secret data, what Kubernetes
 /// limits), as `labctl secret --json` and the Python package report it.
 #[derive(Debug, serde::Serialize)]
 pub struct BudgetReport {
+    /// The payload's architecture, `amd64` or `arm64`.
+    pub arch: &'static str,
     pub agent_bytes: usize,
     pub lab_files_bytes: usize,
     pub rest_bytes: usize,
@@ -110,6 +128,7 @@ pub struct BudgetReport {
 impl From<&Budget> for BudgetReport {
     fn from(b: &Budget) -> Self {
         BudgetReport {
+            arch: b.arch.name(),
             agent_bytes: b.agent,
             lab_files_bytes: b.lab_files,
             rest_bytes: b.rest,

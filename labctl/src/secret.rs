@@ -12,7 +12,7 @@ use crate::agent_bin::{self, AgentBinError, AgentBinary, Linkage};
 use crate::exit::{Exit, Failure};
 use lab_agent_cloudinit::lab_payload::{self, RenderLabError};
 pub use lab_agent_cloudinit::lab_payload::{BudgetReport, RenderOptions, Rendered};
-use lab_agent_cloudinit::{Format, SecretMeta};
+use lab_agent_cloudinit::{Arch, Format, SecretMeta};
 use lab_agent_proto::lab::{Lab, LabError};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -35,7 +35,12 @@ pub struct SecretArgs {
     /// Use the token in FILE instead of generating one
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// The static lab-agent binary (default: next to labctl, then the build tree)
+    /// The lab VM's architecture: picks the agent and the serial console
+    /// (default: the `--agent`'s, else amd64)
+    #[arg(long, value_enum, value_name = "ARCH")]
+    pub arch: Option<ArchArg>,
+    /// The static lab-agent binary (default: next to labctl, then the build
+    /// tree's for `--arch`)
     #[arg(long, value_name = "PATH")]
     pub agent: Option<PathBuf>,
     /// Syntax of the Secret manifest
@@ -56,6 +61,24 @@ pub struct SecretArgs {
     /// Print one JSON object on stdout (token, budget, and the Secret unless `-o`)
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--arch`: a lab VM's architecture, as Kubernetes names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ArchArg {
+    /// x86_64
+    Amd64,
+    /// aarch64
+    Arm64,
+}
+
+impl From<ArchArg> for Arch {
+    fn from(a: ArchArg) -> Arch {
+        match a {
+            ArchArg::Amd64 => Arch::Amd64,
+            ArchArg::Arm64 => Arch::Arm64,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -136,6 +159,8 @@ pub struct Report {
     pub token: String,
     /// `false` when it came from `--token-file`.
     pub token_generated: bool,
+    /// `amd64` or `arm64`.
+    pub arch: &'static str,
     pub agent: PathBuf,
     pub format: &'static str,
     pub secret_file: Option<PathBuf>,
@@ -161,6 +186,7 @@ pub struct Config {
     meta: SecretMeta,
     format: Format,
     token: TokenSource,
+    arch: Option<ArchArg>,
     agent: Option<PathBuf>,
     output: Option<PathBuf>,
     user_data_out: Option<PathBuf>,
@@ -190,6 +216,7 @@ impl Config {
                 Some(path) => TokenSource::File(path.clone()),
                 None => TokenSource::Generate,
             },
+            arch: args.arch,
             agent: args.agent.clone(),
             output: args.output.clone(),
             user_data_out: args.user_data_out.clone(),
@@ -257,13 +284,15 @@ pub fn execute(
         TokenSource::File(path) => (read_token_file(path, log)?, false),
         TokenSource::Generate => (crate::token::generate().map_err(SecretError::Random)?, true),
     };
-    let agent = agent_bin::load(config.agent.as_deref(), Linkage::Static)?;
+    let arch = lab_payload::payload_arch(config.arch.map(Arch::from), config.agent.as_deref())?;
+    let agent = agent_bin::load(config.agent.as_deref(), Linkage::Static(arch))?;
     if config.agent.is_none() {
         if let Some(w) = agent_bin::stale_warning(&agent.path) {
             let _ = writeln!(log, "warning: {w}");
         }
     }
     let opts = RenderOptions {
+        arch,
         meta: config.meta.clone(),
         format: config.format,
         serial_autologin: config.serial_autologin,
@@ -303,6 +332,7 @@ pub fn execute(
         namespace: config.meta.namespace.clone(),
         token,
         token_generated,
+        arch: arch.name(),
         agent: agent.path,
         format: match config.format {
             Format::Yaml => "yaml",

@@ -43,16 +43,18 @@ pub use args::{
 use super::{Config, interruptible_for};
 use crate::agent_bin::{self, Linkage};
 use crate::exit::{Exit, Failure};
+use lab_agent_cloudinit::Arch;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use stop::Stop;
 use target::VmTarget;
 
-/// The agent a VM gets: the static build (as `labctl secret` ships it).
+/// The agent a VM gets: the static build (as `labctl secret` ships it) for
+/// the machine qemu boots, an x86_64 one.
 pub fn find_static_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
-    let path =
-        agent_bin::find(explicit, Linkage::Static).map_err(super::local::agent_bin_failure)?;
+    let path = agent_bin::find(explicit, Linkage::Static(Arch::Amd64))
+        .map_err(super::local::agent_bin_failure)?;
     if let Some(w) = explicit.map_or_else(|| agent_bin::stale_warning(&path), |_| None) {
         eprintln!("warning: {w}");
     }

@@ -11,7 +11,7 @@ use crate::qemu::{self, AccelMode, Machine, MachineSpec, QemuError, console, see
 use crate::secret::{self, RenderOptions, SecretError, write_private};
 use crate::r#try::{Config, Target};
 use lab_agent_client::{Client, ClientBuilder, Progress};
-use lab_agent_cloudinit::{Format, SecretMeta};
+use lab_agent_cloudinit::{Arch, Format, SecretMeta};
 use std::fs;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -107,9 +107,10 @@ impl VmTarget {
     /// run dir as `labctl secret` would (token, user-data, secret.yaml, all
     /// 0600); returns the user-data for the seed.
     fn render(&mut self, config: &Config) -> Result<Vec<u8>, SecretError> {
-        let agent = agent_bin::load(Some(&config.agent), Linkage::Static)?;
+        let agent = agent_bin::load(Some(&config.agent), Linkage::Static(Arch::Amd64))?;
         let token = crate::token::generate().map_err(SecretError::Random)?;
         let opts = RenderOptions {
+            arch: Arch::Amd64,
             meta: SecretMeta {
                 name: "labctl-try".into(),
                 namespace: None,

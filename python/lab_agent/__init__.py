@@ -263,6 +263,7 @@ class Rendered:
     token_generated: bool
     agent_path: str
     budget: Dict[str, Any]
+    arch: str = "amd64"
 
 
 def _ready(text: str) -> Ready:
@@ -502,13 +503,17 @@ def render_secret(
     agent_path: Optional[str] = None,
     token: Optional[str] = None,
     format: str = "yaml",
+    arch: Optional[str] = None,
 ) -> Rendered:
     """Renders ``lab``'s payload into a Kubernetes Secret, exactly as
     ``labctl secret LAB --name NAME [--namespace NS] [--label K=V]...
-    [--agent PATH] [--token-file F] --format FORMAT`` prints it.
+    [--agent PATH] [--token-file F] --format FORMAT [--arch ARCH]`` prints it.
 
-    ``agent_path`` is the static ``lab-agent`` (default: where ``labctl``
-    looks); ``token`` is generated when not given (``.token`` has it).
+    ``arch`` is the lab VM's architecture, ``"amd64"`` or ``"arm64"`` (the
+    node's ``kubernetes.io/arch``; default: ``agent_path``'s, else amd64):
+    it picks the agent and the serial console. ``agent_path`` is the static
+    ``lab-agent`` (default: where ``labctl`` looks for that architecture's);
+    ``token`` is generated when not given (``.token`` has it).
     Raises :class:`RenderError` (agent, names, token, over 1 MiB) or
     :class:`LabError`."""
     r = _native.render_secret(
@@ -519,6 +524,7 @@ def render_secret(
         agent_path=agent_path,
         token=token,
         format=format,
+        arch=arch,
     )
     return Rendered(
         text=r.text,
@@ -527,4 +533,5 @@ def render_secret(
         token_generated=r.token_generated,
         agent_path=str(r.agent_path),
         budget=json.loads(r.budget_json),
+        arch=r.arch,
     )

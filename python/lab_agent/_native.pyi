@@ -70,6 +70,7 @@ class Rendered:
     token_generated: bool
     agent_path: str
     budget_json: str
+    arch: str
 
 class Client:
     def __init__(
@@ -106,6 +107,7 @@ def render_secret(
     agent_path: Optional[str] = None,
     token: Optional[str] = None,
     format: str = "yaml",
+    arch: Optional[str] = None,
 ) -> Rendered: ...
 def _shutdown() -> None:
     """The atexit hook (registered on import): ends running async calls and

@@ -7,7 +7,7 @@ use crate::error::{RenderError, plain};
 use crate::lab::Lab;
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::lab_payload::{self, BudgetReport, RenderOptions};
-use lab_agent_cloudinit::{Format, SecretMeta};
+use lab_agent_cloudinit::{Arch, Format, SecretMeta};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::BTreeMap;
@@ -28,6 +28,8 @@ pub struct Rendered {
     token_generated: bool,
     /// The agent binary that went in.
     agent_path: PathBuf,
+    /// The lab VM's architecture: `amd64` or `arm64`.
+    arch: &'static str,
     budget_json: String,
 }
 
@@ -36,7 +38,7 @@ fn render_error(py: Python<'_>, message: String, hint: Option<String>) -> PyErr 
 }
 
 #[pyfunction]
-#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml"))]
+#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml", arch=None))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
 pub fn render_secret(
     py: Python<'_>,
@@ -47,6 +49,7 @@ pub fn render_secret(
     agent_path: Option<PathBuf>,
     token: Option<String>,
     format: &str,
+    arch: Option<&str>,
 ) -> PyResult<Rendered> {
     let format = match format {
         "yaml" => Format::Yaml,
@@ -63,7 +66,14 @@ pub fn render_secret(
     };
     meta.validate()
         .map_err(|e| render_error(py, e.to_string(), e.hint().map(str::to_owned)))?;
-    let agent = agent_bin::load(agent_path.as_deref(), Linkage::Static)
+    // As `labctl secret`: `arch`, else the given agent's, else amd64.
+    let arch = arch
+        .map(|name| name.parse::<Arch>())
+        .transpose()
+        .map_err(|e| plain(py, PyValueError::new_err(e.to_string()), None))?;
+    let arch = lab_payload::payload_arch(arch, agent_path.as_deref())
+        .map_err(|e| render_error(py, e.to_string(), e.hint()))?;
+    let agent = agent_bin::load(agent_path.as_deref(), Linkage::Static(arch))
         .map_err(|e| render_error(py, e.to_string(), e.hint()))?;
     let (token, token_generated) = match token {
         Some(t) => (t, false),
@@ -79,6 +89,7 @@ pub fn render_secret(
         ),
     };
     let opts = RenderOptions {
+        arch,
         meta,
         format,
         serial_autologin: true,
@@ -95,5 +106,6 @@ pub fn render_secret(
         token,
         token_generated,
         agent_path: agent.path,
+        arch: arch.name(),
     })
 }

@@ -61,3 +61,38 @@ def test_render_secret_generates_a_token_and_checks_its_inputs() -> None:
         lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, token="short")
     with pytest.raises(ValueError):
         lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, format="toml")
+
+
+def test_render_secret_for_arm64(tmp_path: Path) -> None:
+    """One payload per architecture: the agent's machine and the serial
+    console follow ``arch``; ``labctl secret --arch arm64`` gives the same
+    bytes; an agent of the other machine is refused, naming both."""
+    assert STATIC_AGENT, "LAB_AGENT_STATIC is not set (tests/tests/python.rs sets it)"
+    arm = bytearray(Path(STATIC_AGENT).read_bytes())
+    arm[0x12:0x14] = (183).to_bytes(2, "little")  # EM_AARCH64
+    arm_agent = tmp_path / "lab-agent-arm64"
+    arm_agent.write_bytes(bytes(arm))
+    token = new_token()
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    lab = lab_agent.Lab.load(HELLO)
+    r = lab_agent.render_secret(lab, "vm", agent_path=str(arm_agent), token=token, arch="arm64")
+    assert r.arch == "arm64" and r.budget["arch"] == "arm64"
+    assert "serial-getty@ttyAMA0.service" in r.user_data and "ttyS0" not in r.user_data
+    out = subprocess.run(
+        [LABCTL_BIN, "secret", str(HELLO), "--name", "vm", "--token-file", str(token_file),
+         "--agent", str(arm_agent), "--arch", "arm64"],
+        capture_output=True, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert r.text.encode() == out.stdout
+    assert b"budget (arm64): " in out.stderr
+    # Without `arch`, the agent's machine decides.
+    assert lab_agent.render_secret(lab, "vm", agent_path=str(arm_agent), token=token).text == r.text
+    with pytest.raises(lab_agent.RenderError, match=r"built for arm64 \(aarch64\), and the lab VM is amd64"):
+        lab_agent.render_secret(lab, "vm", agent_path=str(arm_agent), arch="amd64")
+    with pytest.raises(ValueError, match="unknown architecture `x86`"):
+        lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, arch="x86")
+    amd = lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, token=token)
+    assert amd.arch == "amd64" and "serial-getty@ttyS0.service" in amd.user_data

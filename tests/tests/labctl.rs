@@ -1079,7 +1079,10 @@ mod lint {
             err.contains("lint: `ok` has no problems (1 check)"),
             "{err}"
         );
-        assert!(err.contains("budget: agent"), "with the agent: {err}");
+        assert!(
+            err.contains("budget (amd64): agent"),
+            "with the agent: {err}"
+        );
     }
 
     #[test]

@@ -4,13 +4,17 @@
 //! document, not a MIME message; `round_trip` shows that cloud-init's own
 //! MIME processing finds exactly this part.)
 
-use crate::support::{TempDir, cloud_init_schema, labs, spec_for, user_data};
+use crate::support::{TempDir, arm64_spec_for, cloud_init_schema, labs, spec_for, user_data};
 
 #[test]
 fn rendered_user_data_is_valid_cloud_config() {
     for lab in labs() {
-        for autologin in [true, false] {
-            let mut spec = spec_for(&lab);
+        for (autologin, arm64) in [(true, false), (false, false), (true, true)] {
+            let mut spec = if arm64 {
+                arm64_spec_for(&lab)
+            } else {
+                spec_for(&lab)
+            };
             spec.serial_autologin = autologin;
             let text = user_data(&spec).cloud_config().to_owned();
             let dir = TempDir::new("schema");
@@ -19,7 +23,7 @@ fn rendered_user_data_is_valid_cloud_config() {
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(
                 out.status.success() && stdout.contains("Valid cloud-config"),
-                "{} (autologin {autologin}): cloud-init schema said:\n{stdout}{}",
+                "{} (autologin {autologin}, arm64 {arm64}): cloud-init schema said:\n{stdout}{}",
                 lab.display(),
                 String::from_utf8_lossy(&out.stderr)
             );

@@ -56,6 +56,7 @@ fn args(dir: &TempDir, lab: &Path) -> (SecretArgs, Vec<u8>) {
         namespace: None,
         labels: Vec::new(),
         token_file: None,
+        arch: None,
         agent: Some(agent_path),
         format: ManifestFormat::Yaml,
         output: None,
@@ -83,7 +84,11 @@ fn writes_secret_user_data_and_token_privately() {
     let r = run(&a);
     let report = r.report();
     assert_eq!(r.stdout, "", "with -o and no --json, stdout stays empty");
-    assert!(r.stderr.contains("\nbudget: agent "), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("\nbudget (amd64): agent "),
+        "{}",
+        r.stderr
+    );
     assert!(
         r.stderr
             .contains("of the 1 MiB Secret limit); cloud-init parses "),
@@ -208,6 +213,43 @@ fn a_dynamic_agent_is_refused_with_a_hint() {
     );
 }
 
+/// `--arch` picks the agent and the console; the real arm64 agent renders
+/// an arm64 payload (its JSON report says so), and an agent of the other
+/// machine is refused, naming both, with how to build the right one.
+#[test]
+fn arch_picks_the_payload_and_a_mismatched_agent_is_refused() {
+    use labctl::secret::ArchArg;
+    let dir = TempDir::new("labctl-arch");
+    let (mut a, amd64) = args(&dir, &fixture_lab());
+    a.json = true;
+    a.arch = Some(ArchArg::Arm64);
+    let (code, err) = run(&a).failure();
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("it is built for amd64 (x86_64), and the lab VM is arm64 (aarch64)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: run `packaging/build-agent.sh --arch arm64`"),
+        "{err}"
+    );
+    assert!(!amd64.is_empty());
+
+    a.agent = Some(dir.write("lab-agent-arm64", crate::support::arm64_agent()));
+    let r = run(&a);
+    let report = r.report();
+    assert_eq!(report.arch, "arm64");
+    assert_eq!(report.budget.arch, "arm64");
+    assert!(
+        r.stderr.contains("\nbudget (arm64): agent "),
+        "{}",
+        r.stderr
+    );
+    // Without --arch, the given agent's machine decides.
+    a.arch = None;
+    assert_eq!(run(&a).report().arch, "arm64");
+}
+
 #[test]
 fn bad_metadata_and_labs_are_usage_errors() {
     let dir = TempDir::new("labctl-usage");
@@ -273,7 +315,7 @@ fn over_one_mib_fails_after_printing_the_budget() {
     let r = run(&a);
     let (code, err) = r.failure();
     assert_eq!(code, 2);
-    assert!(err.contains("budget: agent "), "{err}");
+    assert!(err.contains("budget (amd64): agent "), "{err}");
     assert!(err.contains("over the 1 MiB Secret limit"), "{err}");
     assert!(err.contains("largest parts: `/opt/lab/disk.img`"), "{err}");
     assert!(!dir.path().join("s.yaml").exists());

@@ -11,7 +11,7 @@ use crate::support::{
 use lab_agent_cloudinit::unit::guest_unit;
 use lab_agent_cloudinit::{Format, PayloadSpec, SetupScript};
 use lab_agent_proto::guest::{
-    AGENT_PATH, AUTOLOGIN_DROPIN_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH, UNIT_PATH,
+    AGENT_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH, UNIT_PATH, autologin_dropin_path,
 };
 use lab_agent_proto::lab::LabFile;
 use serde_json::json;
@@ -75,7 +75,7 @@ fn assert_delivered(spec: &PayloadSpec, d: &Guest) {
         .chain(spec.setup.as_ref().map(|_| SETUP_SCRIPT_PATH.to_owned()))
         .chain(
             spec.serial_autologin
-                .then(|| AUTOLOGIN_DROPIN_PATH.to_owned()),
+                .then(|| autologin_dropin_path(spec.arch.serial_console())),
         )
         .chain(spec.files.iter().map(|f| format!("/opt/lab/{}", f.path)))
         .collect();
@@ -172,7 +172,7 @@ fn commands_are_what_the_guest_runs() {
         !script.contains("cloud-init status"),
         "never wait for cloud-init inside it"
     );
-    let (dropin, _) = d.read(AUTOLOGIN_DROPIN_PATH);
+    let (dropin, _) = d.read(&autologin_dropin_path("ttyS0"));
     let dropin = String::from_utf8(dropin).unwrap();
     // systemd reads `\\u` as `\u`, which agetty replaces with the user name.
     assert!(
@@ -188,7 +188,7 @@ fn without_autologin_or_setup() {
     spec.serial_autologin = false;
     let d = deliver(&secret(&user_data(&spec), Format::Json));
     assert_delivered(&spec, &d);
-    assert!(!d.file(AUTOLOGIN_DROPIN_PATH).exists());
+    assert!(!d.file(&autologin_dropin_path("ttyS0")).exists());
     let runcmd = d.report["runcmd"].to_string();
     assert!(!runcmd.contains("serial-getty"), "{runcmd}");
     // Setup still runs, with no script: it records "succeeded".
@@ -320,7 +320,7 @@ fn a_failing_installer_leaves_no_half_agent_and_records_why() {
     let mut expected = [
         INSTALL_ERROR_PATH,
         TOKEN_PATH,
-        AUTOLOGIN_DROPIN_PATH,
+        &autologin_dropin_path("ttyS0"),
         UNIT_PATH,
     ]
     .map(String::from)
@@ -331,4 +331,98 @@ fn a_failing_installer_leaves_no_half_agent_and_records_why() {
         expected,
         "no agent, no temp file, nothing after the failure"
     );
+}
+
+/// A VM on an amd64 node that was given the arm64 payload (the backend
+/// rendered for the wrong node): the installer reads the agent's ELF machine
+/// before running it, refuses it with a reason that names both
+/// architectures, and the agent's readiness reports that reason as
+/// `failed`, so the backend hears at once what is wrong instead of timing
+/// out. (This machine is the "amd64 node": the delivery runs here.)
+#[test]
+fn an_agent_for_another_architecture_is_refused_by_name_and_readiness_says_so() {
+    assert_eq!(
+        std::env::consts::ARCH,
+        "x86_64",
+        "this test plays an amd64 node"
+    );
+    let spec = crate::support::arm64_spec_for(&crate::support::fixture_lab());
+    let d = deliver(&secret(&user_data(&spec), Format::Yaml));
+    let (why, _) = d.read(INSTALL_ERROR_PATH);
+    let why = String::from_utf8(why).unwrap();
+    assert_eq!(
+        why,
+        "/usr/local/bin/lab-agent is built for aarch64 (--arch arm64), and this machine is \
+         x86_64 (--arch amd64): render this VM's payload for its architecture\n"
+    );
+    assert!(!d.file(AGENT_PATH).exists(), "no agent put in place");
+    // The arm64 payload's autologin is for arm64's console, written before
+    // the installer ran.
+    assert!(d.file(&autologin_dropin_path("ttyAMA0")).exists());
+
+    // What the VM's agent would say: `lab-agent setup` (runcmd) records the
+    // installer's failure, and `/v1/ready` reports it. The host's agent
+    // plays the guest's, on the delivered state dir.
+    let state = d.file("/var/lib/lab-agent");
+    let agent = lab_agent_tests::local::agent_bin();
+    let setup = std::process::Command::new(&agent)
+        .args(["setup", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(!setup.status.success(), "setup must fail: {setup:?}");
+    let dir = crate::support::TempDir::new("wrong-arch");
+    let token = lab_agent_tests::local::new_token();
+    let token_file = dir.path().join("token");
+    lab_agent_tests::local::write_token(&token_file, &token);
+    let addr_file = dir.path().join("addr");
+    let mut serve = std::process::Command::new(&agent)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-cloud-init",
+            "--addr-file",
+        ])
+        .arg(&addr_file)
+        .arg("--token-file")
+        .arg(&token_file)
+        .arg("--state-dir")
+        .arg(&state)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = lab_agent_tests::local::bound_addr(
+        &addr_file,
+        &mut serve,
+        std::time::Duration::from_secs(20),
+    );
+    let ready = addr.map(|addr| get_ready(addr, &token));
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let ready = ready.unwrap();
+    assert_eq!(ready["state"], "failed", "{ready}");
+    let reason = ready["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("built for aarch64 (--arch arm64), and this machine is x86_64"),
+        "{reason}"
+    );
+}
+
+/// `GET /v1/ready` over a plain socket: the JSON body.
+fn get_ready(addr: std::net::SocketAddr, token: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        s,
+        "GET /v1/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"))
 }

@@ -1,7 +1,7 @@
 //! Fixtures, temp dirs, and the external tools (with install hints).
 
 use lab_agent_cloudinit::{
-    Format, PayloadSpec, SecretMeta, SetupScript, UserData, render_secret, render_user_data,
+    Arch, Format, PayloadSpec, SecretMeta, SetupScript, UserData, render_secret, render_user_data,
 };
 use lab_agent_proto::lab::Lab;
 use labctl::agent_bin::{self, Linkage};
@@ -31,16 +31,33 @@ pub fn labs() -> Vec<PathBuf> {
 /// in place, and its megabyte is what the payload's size is about.
 pub fn agent() -> Vec<u8> {
     static AGENT: OnceLock<Vec<u8>> = OnceLock::new();
-    AGENT
-        .get_or_init(|| match agent_bin::load(None, Linkage::Static) {
-            Ok(agent) => agent.bytes,
-            Err(e) => panic!(
-                "{e}\nhint: {}",
-                e.hint()
-                    .unwrap_or_else(|| "run packaging/build-agent.sh".into())
-            ),
-        })
-        .clone()
+    AGENT.get_or_init(|| load_agent(Arch::Amd64)).clone()
+}
+
+/// The real static arm64 agent (`packaging/build-agent.sh --arch arm64`,
+/// which `tests/install-deps.sh` runs).
+pub fn arm64_agent() -> Vec<u8> {
+    static AGENT: OnceLock<Vec<u8>> = OnceLock::new();
+    AGENT.get_or_init(|| load_agent(Arch::Arm64)).clone()
+}
+
+fn load_agent(arch: Arch) -> Vec<u8> {
+    match agent_bin::load(None, Linkage::Static(arch)) {
+        Ok(agent) => agent.bytes,
+        Err(e) => panic!(
+            "{e}\nhint: {}",
+            e.hint()
+                .unwrap_or_else(|| "run tests/install-deps.sh".into())
+        ),
+    }
+}
+
+/// [`spec_for`] for an arm64 VM: the arm64 agent, its console.
+pub fn arm64_spec_for(dir: &Path) -> PayloadSpec {
+    let mut spec = spec_for(dir);
+    spec.arch = Arch::Arm64;
+    spec.agent = arm64_agent();
+    spec
 }
 
 /// The spec `labctl secret` builds for the lab in `dir`.
@@ -216,6 +233,7 @@ pub fn deliver_with(secret_text: &str, tools: Tools) -> Guest {
         // What the installer calls, and nothing else.
         for applet in [
             "sh", "base64", "gzip", "wc", "mkdir", "rm", "mv", "chmod", "cat", "uname", "printf",
+            "od",
         ] {
             std::os::unix::fs::symlink(&busybox, dir.join(applet)).unwrap();
         }

@@ -368,7 +368,7 @@ fn full_payload(labctl: &Path, hello: &Path, image: &VmImage, student_step: bool
         yaml,
         budget: err
             .lines()
-            .find(|l| l.starts_with("budget:"))
+            .find(|l| l.starts_with("budget"))
             .unwrap_or("budget: ?")
             .to_owned(),
     }

@@ -16,6 +16,7 @@
 //! [`Client::request_unchecked`] hands back any status with its body.
 
 use crate::error::{Error, Request};
+use crate::interim::{self, Guarded};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::header::{
@@ -30,7 +31,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -51,7 +52,9 @@ const MAX_BUSY_RETRIES: u32 = 20;
 /// The most interim (1xx) responses accepted before an answer. A lab-agent
 /// sends none (the client never sends `Expect: 100-continue`); hyper reads
 /// and drops them, so without a count a guest sending `100 Continue` as
-/// fast as it can keeps a backend core busy for the whole call.
+/// fast as it can keeps a backend core busy for the whole call. The
+/// connection stops at the next one (`interim.rs`): hyper reads exactly
+/// this many, the call ends in [`Error::Interim`] with a count one more.
 pub const MAX_INTERIM_RESPONSES: u32 = 8;
 /// The largest body read for [`Client::request_unchecked`]: any status,
 /// any path. The checked calls hold each answer to its own, smaller limit.
@@ -565,33 +568,21 @@ impl Client {
         limits: Limits,
         ok: &[StatusCode],
     ) -> Result<RawResponse, Error> {
-        // hyper reads interim (1xx) responses and drops them; this counts
-        // them and ends the request at the first one past the limit.
-        let interim = Arc::new(Interim::default());
         // The pool retries what it knows never reached the agent. A GET
         // that broke after it was sent is harmless to send once more; a
         // POST that may have reached the agent is never sent twice.
         let mut retried = false;
         let resp = loop {
-            let mut req = self.build_request(&method, path, &body);
-            let counter = interim.clone();
-            hyper::ext::on_informational(&mut req, move |_| counter.seen());
-            let mut sent = std::pin::pin!(self.inner.pool.request(req));
-            let mut flood = std::pin::pin!(interim.flood.notified());
-            let answer = std::future::poll_fn(|cx| {
-                if flood.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(None);
-                }
-                sent.as_mut().poll(cx).map(Some)
-            })
-            .await;
-            let Some(answer) = answer else {
-                // Dropping the request closes its connection.
+            let req = self.build_request(&method, path, &body);
+            let answer = self.inner.pool.request(req).await;
+            // The connection (`interim::Guarded`) stopped at the interim
+            // response past the limit.
+            if let Some(count) = answer.as_ref().err().and_then(|e| interim::flood_in(e)) {
                 return Err(Error::Interim {
                     request: request.clone(),
-                    count: interim.count.load(Ordering::Relaxed),
+                    count,
                 });
-            };
+            }
             match answer {
                 Ok(resp) => break resp,
                 Err(e) if e.is_connect() => return Err(self.connect_error(request, &e)),
@@ -665,25 +656,6 @@ impl Client {
     }
 }
 
-/// Interim responses seen by one call, and the signal that there were too
-/// many. hyper calls `seen` from the connection's task.
-#[derive(Default)]
-struct Interim {
-    count: AtomicU32,
-    flood: tokio::sync::Notify,
-}
-
-impl Interim {
-    fn seen(&self) {
-        let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
-        if n > MAX_INTERIM_RESPONSES {
-            // `notify_one` keeps a permit, so a flood seen before the call
-            // waits on it is not missed.
-            self.flood.notify_one();
-        }
-    }
-}
-
 /// The checks an exec answer must pass: what a lab-agent can report for
 /// this request. Guest text in the problem is escaped.
 fn check_exec_result(
@@ -717,7 +689,8 @@ fn looks_like_ready(body: &[u8]) -> bool {
 }
 
 /// hyper-util's connector (or the caller's [`Dialer`]), counting the
-/// connections it makes.
+/// connections it makes, each one [`Guarded`] against an interim-response
+/// flood.
 #[derive(Clone)]
 struct Counted {
     http: HttpConnector,
@@ -728,13 +701,17 @@ struct Counted {
 
 type Connecting = Pin<
     Box<
-        dyn Future<Output = Result<TokioIo<TcpStream>, Box<dyn std::error::Error + Send + Sync>>>
-            + Send,
+        dyn Future<
+                Output = Result<
+                    TokioIo<Guarded<TcpStream>>,
+                    Box<dyn std::error::Error + Send + Sync>,
+                >,
+            > + Send,
     >,
 >;
 
 impl tower_service::Service<Uri> for Counted {
-    type Response = TokioIo<TcpStream>;
+    type Response = TokioIo<Guarded<TcpStream>>;
     type Error = Box<dyn std::error::Error + Send + Sync>;
     type Future = Connecting;
 
@@ -754,14 +731,14 @@ impl tower_service::Service<Uri> for Counted {
                     .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
                 stream.set_nodelay(true)?;
                 opened.fetch_add(1, Ordering::Relaxed);
-                Ok(TokioIo::new(stream))
+                Ok(TokioIo::new(Guarded::new(stream)))
             });
         }
         let connecting = self.http.call(uri);
         Box::pin(async move {
             let io = connecting.await?;
             opened.fetch_add(1, Ordering::Relaxed);
-            Ok(io)
+            Ok(TokioIo::new(Guarded::new(io.into_inner())))
         })
     }
 }

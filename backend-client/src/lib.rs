@@ -41,6 +41,8 @@
 //!   `reported_lab_dir`, `grade`, [`GradeReport`], each check's
 //!   [`CheckStatus`]; [`grade_all`] for many VMs with a concurrency bound.
 //! - [`error`]: the [`Error`] enum.
+//! - `interim`: the connection under hyper, cut at the interim (1xx)
+//!   response past the limit.
 //!
 //! The wire types are `lab-agent-proto`'s, re-exported as [`proto`]; this
 //! crate defines none of its own. The `labctl` command line is a package
@@ -50,6 +52,7 @@
 pub mod client;
 pub mod error;
 pub mod grade;
+mod interim;
 pub mod wait;
 
 pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};

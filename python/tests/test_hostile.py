@@ -5,6 +5,7 @@ interpreter exit."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -61,6 +62,67 @@ def hostile_lab(c: lab_agent.Client) -> lab_agent.Lab:
     d = Path(tempfile.mkdtemp(prefix="hostile-lab-"))
     (d / "lab.toml").write_text('name = "l"\n[[checks]]\nname = "t"\nrun = "true"\n')
     return lab_agent.Lab.load(str(d))
+
+
+# One call in a fresh interpreter, then what the process cost: its peak RSS
+# (VmHWM, KiB: ru_maxrss would be pytest's peak if larger, as Linux folds
+# the memory a process had before execve into it) and CPU (user + system)
+# from getrusage(RUSAGE_SELF), every thread included (the package's tokio
+# runtime too).
+MEASURED_CALL = textwrap.dedent(
+    """
+    import json, resource, sys, time
+    import lab_agent
+    c = lab_agent.Client(sys.argv[1], token=sys.argv[2])
+    start = time.monotonic()
+    try:
+        c.exec("true")
+        outcome = "ok"
+    except lab_agent.AgentError as e:
+        outcome = "%s: %s" % (type(e).__name__, e)
+    wall = time.monotonic() - start
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+    print(json.dumps({"outcome": outcome, "wall": wall, "max_rss_kib": int(hwm.split()[1]),
+                      "cpu": ru.ru_utime + ru.ru_stime}))
+    """
+)
+
+# exec_response_limit(1 MiB) in backend-client/src/client.rs: both streams
+# at the default max_output_bytes, every byte escaped (6 bytes), + 64 KiB.
+EXEC_RESPONSE_LIMIT_KIB = 12 * 1024 + 64
+
+
+def measured_call(url: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURED_CALL, url, TOKEN],
+        stdout=subprocess.PIPE, text=True, timeout=60, check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def test_memory_and_cpu_stay_within_the_requests_caps(hostile) -> None:
+    """The Python client's share of the caps, on its process's own rusage.
+    Memory: the peak RSS stays under that of the same call answered at once
+    by an honest fake plus twice the request's body limit (one answer held
+    at the limit, as much again for holding it). CPU: the honest call's,
+    plus a tenth of the call's wall time, plus 0.2 s of noise; a flood read
+    until the deadline (31 s) would cost about all of it."""
+    base = measured_call(hostile.start("honest"))
+    assert base["outcome"] == "ok", base
+    rss_bound = base["max_rss_kib"] + 2 * EXEC_RESPONSE_LIMIT_KIB
+    for behaviour, want in [
+        ("endless-body", "TooLarge: response larger than"),
+        ("huge-content-length", "TooLarge: response of 2147483648 bytes announced"),
+        ("oversized", "ProtocolError:"),
+        ("continue-flood", "ProtocolError: the agent sent 9 interim (1xx) responses"),
+    ]:
+        got = measured_call(hostile.start(behaviour))
+        what = "%s: %r, honest %r" % (behaviour, got, base)
+        assert got["outcome"].startswith(want), what
+        assert got["max_rss_kib"] <= rss_bound, "%s: peak RSS over %d KiB" % (what, rss_bound)
+        cpu_bound = base["cpu"] + got["wall"] / 10 + 0.2
+        assert got["cpu"] <= cpu_bound, "%s: CPU over %.2f s" % (what, cpu_bound)
 
 
 def test_busy_until_the_deadline_is_busy(hostile) -> None:

@@ -34,6 +34,12 @@ pub enum Behaviour {
     /// Every request: `200` announcing a 2 GiB `Content-Length`, then a
     /// trickle of bytes.
     HugeContentLength,
+    /// Every request: `200`, chunked, and a body without end (up to
+    /// [`MAX_FLOOD_BYTES`]) as fast as it can.
+    EndlessBody,
+    /// Every request: `200`, chunked, then one byte of body every 100 ms
+    /// (a slow drip that never ends the answer).
+    Drip,
     /// `/v1/exec`: a valid answer with `stdout_bytes` bytes of stdout (in
     /// one JSON string); other paths as [`Behaviour::Honest`].
     Oversized { stdout_bytes: usize },
@@ -78,6 +84,8 @@ impl Behaviour {
             "busy" => Behaviour::Busy { retry_after: 1 },
             "continue-flood" => Behaviour::ContinueFlood,
             "huge-content-length" => Behaviour::HugeContentLength,
+            "endless-body" => Behaviour::EndlessBody,
+            "drip" => Behaviour::Drip,
             "oversized" => Behaviour::Oversized {
                 stdout_bytes: 8 << 20,
             },
@@ -200,6 +208,26 @@ fn serve(
                     // waits: one byte a second.
                     while write(b" ") {
                         std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+                false
+            }
+            (Behaviour::EndlessBody, ..) => {
+                const CHUNKED: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+                let chunk = format!("10000\r\n{{{}\r\n", " ".repeat(0xffff));
+                let mut sent = 0;
+                if write(CHUNKED.as_bytes()) {
+                    while sent < MAX_FLOOD_BYTES && write(chunk.as_bytes()) {
+                        sent += chunk.len() as u64;
+                    }
+                }
+                false
+            }
+            (Behaviour::Drip, ..) => {
+                const CHUNKED: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+                if write(CHUNKED.as_bytes()) {
+                    while write(b"1\r\n \r\n") {
+                        std::thread::sleep(Duration::from_millis(100));
                     }
                 }
                 false

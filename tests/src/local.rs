@@ -32,6 +32,12 @@ pub fn hostile_agent_bin() -> PathBuf {
     bin("HOSTILE_AGENT_BIN", "hostile-agent")
 }
 
+/// `src/bin/rusage-run.rs`: runs a command and reports its own peak RSS
+/// and CPU.
+pub fn rusage_run_bin() -> PathBuf {
+    bin("RUSAGE_RUN_BIN", "rusage-run")
+}
+
 fn bin(env: &str, name: &str) -> PathBuf {
     if let Some(p) = std::env::var_os(env) {
         let p = PathBuf::from(p);

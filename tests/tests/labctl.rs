@@ -1286,6 +1286,15 @@ mod hostile {
     use std::process::Output;
     use std::time::{Duration, Instant};
 
+    /// What a finished `labctl` cost, from `wait4`'s `rusage`.
+    #[derive(Debug, Clone, Copy)]
+    struct Usage {
+        /// Peak resident set (`ru_maxrss`), KiB.
+        max_rss_kib: u64,
+        /// User + system CPU.
+        cpu: Duration,
+    }
+
     /// `labctl VERB --url … --token-file … ARGS…` against `agent`; killed
     /// (and the test failed) if it outlives `bound`.
     fn run(
@@ -1294,12 +1303,28 @@ mod hostile {
         args: &[&str],
         bound: Duration,
     ) -> (Output, Duration) {
+        let (out, took, _) = run_measured(agent, verb, args, bound);
+        (out, took)
+    }
+
+    /// [`run`], and what labctl cost, as `rusage-run` (its parent) reaped
+    /// it: not from here, where `wait4` would report this test process's
+    /// peak RSS if larger (Linux folds the memory a process had before
+    /// `execve` into its `ru_maxrss`).
+    fn run_measured(
+        agent: &HostileAgent,
+        verb: &[&str],
+        args: &[&str],
+        bound: Duration,
+    ) -> (Output, Duration, Usage) {
         let dir = TempDir::new("hostile");
         let token = dir.join("token");
         write_token(&token, "token-for-a-hostile-agent-xxxxxxxxxxxx");
-        let bin = labctl_bin();
+        let report = dir.join("rusage");
         let start = Instant::now();
-        let mut child = Command::new(bin)
+        let mut child = Command::new(lab_agent_tests::local::rusage_run_bin())
+            .arg(&report)
+            .arg(labctl_bin())
             .args(verb)
             .args(["--url", &agent.url(), "--token-file"])
             .arg(&token)
@@ -1319,7 +1344,15 @@ mod hostile {
             std::thread::sleep(Duration::from_millis(20));
         }
         let took = start.elapsed();
-        (child.wait_with_output().unwrap(), took)
+        let out = child.wait_with_output().unwrap();
+        let text = std::fs::read_to_string(&report)
+            .unwrap_or_else(|e| panic!("no rusage report ({e}):\n{}", describe(&out)));
+        let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().unwrap());
+        let usage = Usage {
+            max_rss_kib: fields.next().unwrap(),
+            cpu: Duration::from_micros(fields.next().unwrap()),
+        };
+        (out, took, usage)
     }
 
     /// No control character but newlines (and JSON's own escapes) in
@@ -1366,6 +1399,56 @@ mod hostile {
             describe(&out)
         );
         assert!(took < Duration::from_secs(21), "{took:?}");
+    }
+
+    /// What a hostile answer can cost `labctl exec`, asserted on the
+    /// child's own `rusage`. Memory: the peak RSS stays under that of the
+    /// same call answered at once by an honest fake, plus twice the body
+    /// limit of the request (`exec_response_limit` of the default 1 MiB
+    /// `max_output_bytes`: 12 MiB + 64 KiB): one answer held at the limit,
+    /// and as much again for what holding it costs (the buffer's growth,
+    /// the decoded strings). CPU: at most the honest call's, plus a tenth
+    /// of the wall time the call took, plus 200 ms of start-up noise; a
+    /// flood read until the deadline (5 s here) costs about its whole wall
+    /// time. Each bound fails if the cap it checks is lifted (tried:
+    /// without the body limit the endless body peaked at ~1 GiB; without
+    /// the interim cut the flood spun for the 5 s).
+    #[test]
+    fn exec_memory_and_cpu_stay_within_the_requests_caps() {
+        let honest = HostileAgent::start(Behaviour::Honest);
+        let (out, _, base) = run_measured(&honest, EXEC, &["--", "true"], Duration::from_secs(40));
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let limit_kib = lab_agent_client::client::exec_response_limit(
+            lab_agent_proto::exec::DEFAULT_MAX_OUTPUT_BYTES,
+        ) as u64
+            / 1024;
+        let rss_bound = base.max_rss_kib + 2 * limit_kib;
+        let args = ["--timeout", "1", "--answer-timeout", "4", "--", "true"];
+        for (behaviour, want) in [
+            (Behaviour::EndlessBody, "response larger than"),
+            (Behaviour::HugeContentLength, "2147483648 bytes announced"),
+            (
+                Behaviour::Oversized {
+                    stdout_bytes: 8 << 20,
+                },
+                "more than `max_output_bytes`",
+            ),
+            (Behaviour::ContinueFlood, "9 interim (1xx) responses"),
+            (Behaviour::Drip, "no response within 5s"),
+        ] {
+            let agent = HostileAgent::start(behaviour.clone());
+            let (out, took, usage) = run_measured(&agent, EXEC, &args, Duration::from_secs(20));
+            let what = format!("{behaviour:?}: {usage:?} in {took:?}, honest {base:?}");
+            eprintln!("{what}");
+            assert_eq!(out.status.code(), Some(3), "{what}\n{}", describe(&out));
+            assert!(stderr(&out).contains(want), "{what}\n{}", describe(&out));
+            assert!(
+                usage.max_rss_kib <= rss_bound,
+                "{what}: peak RSS over {rss_bound} KiB"
+            );
+            let cpu_bound = base.cpu + took / 10 + Duration::from_millis(200);
+            assert!(usage.cpu <= cpu_bound, "{what}: CPU over {cpu_bound:?}");
+        }
     }
 
     /// Regression: `exit_code: -1` and signal 2147483647 made `labctl exec`

@@ -9,7 +9,7 @@ fn main() -> std::process::ExitCode {
     let name = std::env::args().nth(1).unwrap_or_default();
     let Some(behaviour) = Behaviour::parse(&name) else {
         eprintln!(
-            "usage: hostile-agent BEHAVIOUR (busy, continue-flood, huge-content-length, oversized, bad-exit, escapes, non-json-error, ready-400, unknown-state, relative-lab-dir, hangup, honest)"
+            "usage: hostile-agent BEHAVIOUR (busy, continue-flood, huge-content-length, endless-body, drip, oversized, bad-exit, escapes, non-json-error, ready-400, unknown-state, relative-lab-dir, hangup, honest)"
         );
         return std::process::ExitCode::from(2);
     };

@@ -9,7 +9,10 @@
 //! and their commands', from `/proc/PID/stat`) for comparison. With
 //! `--hostile`, grades the fleet a second time with one fake hostile VM of
 //! each behaviour of `lab_agent_tests::hostile` added, and compares each
-//! honest VM's result and the p99.
+//! honest VM's result and the p99. With `--python PYTHON`, the same fleets
+//! are graded from one Python process each (`python/bench/fleet.py`, with
+//! `lab_agent.grade_all` and with `AsyncClient` under asyncio), in the
+//! same run, and their rows go in the same tables.
 
 use crate::children::Proc;
 use crate::peers::{AgentOpts, start_agent};
@@ -44,6 +47,11 @@ pub struct FleetArgs {
     /// Grade again with one hostile VM of each behaviour added.
     #[arg(long)]
     hostile: bool,
+    /// Also grade the same fleet from one Python process: this
+    /// interpreter (of a virtualenv the `lab_agent` wheel is installed in)
+    /// runs `python/bench/fleet.py` after each Rust pass.
+    #[arg(long, value_name = "PYTHON")]
+    python: Option<PathBuf>,
 }
 
 /// CPU time of this thread (the current-thread runtime's, the client's).
@@ -80,13 +88,23 @@ fn vm_hwm_kib() -> u64 {
     crate::memory::status_kib(std::process::id(), "VmHWM").unwrap_or(0)
 }
 
-/// One grading pass: outcomes, wall time, client CPU, peak RSS.
+/// One grading pass, by either client: what the table shows and what is
+/// compared between passes.
 struct Pass {
-    outcomes: Vec<GradeOutcome>,
+    /// Each VM's result, as [`verdict`] writes it (or the Python driver).
+    verdicts: Vec<String>,
+    /// Each VM's time, when the pass measures it.
+    times: Option<Vec<Duration>>,
+    /// Per VM: checks passed, failed, errors; `None` when not graded.
+    counts: Vec<Option<(usize, usize, usize)>>,
     wall: Duration,
     client_cpu: Duration,
     agents_cpu: Duration,
     hwm_kib: u64,
+    rss_before_kib: u64,
+    /// Per hostile VM (after the honest ones): its time (when measured)
+    /// and outcome.
+    hostile: Vec<(Option<Duration>, String)>,
 }
 
 fn grade_pass(
@@ -95,22 +113,53 @@ fn grade_pass(
     lab: &Lab,
     concurrency: usize,
     agents: &[Proc],
+    honest: usize,
 ) -> Pass {
     // Reset the peak RSS so it is this pass's.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let rss_before_kib = crate::memory::status_kib(std::process::id(), "VmRSS").unwrap_or(0);
     let agents_before: Duration = agents.iter().map(|p| agent_cpu(p.pid())).sum();
     let cpu_before = thread_cpu();
     let start = Instant::now();
-    let outcomes = rt.block_on(lab_agent_client::grade_all(clients, lab, concurrency));
+    let outcomes: Vec<GradeOutcome> =
+        rt.block_on(lab_agent_client::grade_all(clients, lab, concurrency));
     let wall = start.elapsed();
     let client_cpu = thread_cpu() - cpu_before;
     let agents_cpu = agents.iter().map(|p| agent_cpu(p.pid())).sum::<Duration>() - agents_before;
+    let hostile = outcomes[honest..]
+        .iter()
+        .map(|o| {
+            let what = match &o.result {
+                Ok(r) => format!(
+                    "graded: {} passed, {} failed, {} errors",
+                    r.passed, r.failed, r.errors
+                ),
+                Err(e) => format!(
+                    "not graded: {}",
+                    lab_agent_proto::text::escape(&e.to_string())
+                ),
+            };
+            (Some(o.elapsed), what)
+        })
+        .collect();
     Pass {
-        outcomes,
+        verdicts: outcomes.iter().map(|o| verdict(&o.result)).collect(),
+        times: Some(outcomes.iter().map(|o| o.elapsed).collect()),
+        counts: outcomes
+            .iter()
+            .map(|o| {
+                o.result
+                    .as_ref()
+                    .ok()
+                    .map(|r| (r.passed, r.failed, r.errors))
+            })
+            .collect(),
         wall,
         client_cpu,
         agents_cpu,
         hwm_kib: vm_hwm_kib(),
+        rss_before_kib,
+        hostile,
     }
 }
 
@@ -132,18 +181,109 @@ fn verdict(r: &Result<GradeReport, lab_agent_client::Error>) -> String {
     }
 }
 
-fn describe(out: &mut String, title: &str, p: &Pass, vms: usize) {
-    let times: Vec<Duration> = p.outcomes.iter().take(vms).map(|o| o.elapsed).collect();
-    let s = Summary::of(&times);
+/// The Python driver (`python/bench/fleet.py`) on this fleet, in a process
+/// of its own: its two passes (`grade_all`, `asyncio`), in that order.
+fn python_passes(
+    python: &Path,
+    work: &Path,
+    name: &str,
+    fleet: &serde_json::Value,
+    honest: usize,
+) -> io::Result<Vec<(String, Pass)>> {
+    let file = work.join(format!("{name}.json"));
+    std::fs::write(&file, fleet.to_string())?;
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/bench/fleet.py");
+    eprintln!("bench fleet: the Python driver on the {name} fleet");
+    let out = std::process::Command::new(python)
+        .arg(&driver)
+        .arg(&file)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "`{} {}` failed: {}",
+            python.display(),
+            driver.display(),
+            out.status
+        )));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| io::Error::other(format!("the Python driver's output: {e}")))?;
+    let secs = |v: &serde_json::Value| Duration::from_secs_f64(v.as_f64().unwrap_or(0.0));
+    let mut passes = Vec::new();
+    for mode in ["grade_all", "asyncio"] {
+        let p = &v[mode];
+        let times: Vec<Duration> = p["times"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(secs)
+            .collect();
+        let summaries = p["summaries"].as_array().cloned().unwrap_or_default();
+        let counts = summaries
+            .iter()
+            .map(|s| {
+                let n = |k: &str| s[k].as_u64().unwrap_or(0) as usize;
+                s["graded"]
+                    .as_bool()
+                    .unwrap_or(false)
+                    .then(|| (n("passed"), n("failed"), n("errors")))
+            })
+            .collect();
+        let hostile = summaries
+            .iter()
+            .enumerate()
+            .skip(honest)
+            .map(|(i, s)| {
+                let what = if s["graded"].as_bool().unwrap_or(false) {
+                    format!(
+                        "graded: {} passed, {} failed, {} errors",
+                        s["passed"], s["failed"], s["errors"]
+                    )
+                } else {
+                    format!("not graded: `{}`", s["error"].as_str().unwrap_or("?"))
+                };
+                (times.get(i).copied(), what)
+            })
+            .collect();
+        passes.push((
+            format!("Python `{mode}`"),
+            Pass {
+                verdicts: p["verdicts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.as_str().unwrap_or("").to_owned())
+                    .collect(),
+                times: (!times.is_empty()).then_some(times),
+                counts,
+                wall: secs(&p["wall"]),
+                client_cpu: secs(&p["client_cpu"]),
+                agents_cpu: secs(&p["agents_cpu"]),
+                hwm_kib: p["hwm_kib"].as_u64().unwrap_or(0),
+                rss_before_kib: p["rss_before_kib"].as_u64().unwrap_or(0),
+                hostile,
+            },
+        ));
+    }
+    Ok(passes)
+}
+
+fn honest_p99(p: &Pass, vms: usize) -> Option<Duration> {
+    Some(Summary::of(&p.times.as_ref()?[..vms]).p99)
+}
+
+fn describe(out: &mut String, client: &str, fleet: &str, p: &Pass, vms: usize, concurrency: usize) {
     let (mut passed, mut failed, mut errors, mut vm_errors) = (0, 0, 0, 0);
-    for o in p.outcomes.iter().take(vms) {
-        match &o.result {
-            Ok(r) => {
-                passed += r.passed;
-                failed += r.failed;
-                errors += r.errors;
+    for c in p.counts.iter().take(vms) {
+        match c {
+            Some((p, f, e)) => {
+                passed += p;
+                failed += f;
+                errors += e;
             }
-            Err(_) => vm_errors += 1,
+            None => vm_errors += 1,
         }
     }
     let ratio = if p.agents_cpu.is_zero() {
@@ -151,15 +291,22 @@ fn describe(out: &mut String, title: &str, p: &Pass, vms: usize) {
     } else {
         100.0 * p.client_cpu.as_secs_f64() / p.agents_cpu.as_secs_f64()
     };
+    let per_vm = match &p.times {
+        Some(t) => {
+            let s = Summary::of(&t[..vms]);
+            format!("{} / {} ms", ms(s.median), ms(s.p99))
+        }
+        None => "– (not returned)".to_owned(),
+    };
+    let per_slot = p.hwm_kib.saturating_sub(p.rss_before_kib) / concurrency.max(1) as u64;
     let _ = writeln!(
         out,
-        "| {title} | {vms} | {:.2} s | {} ms | {:.1} % | {} MiB | {} / {} ms | {:.2} s | checks {passed} passed, {failed} failed, {errors} errors; {vm_errors} VMs not graded |",
+        "| {client} | {fleet} | {vms} | {:.2} s | {} ms | {:.1} % | {} MiB | {} KiB | {per_vm} | {:.2} s | checks {passed} passed, {failed} failed, {errors} errors; {vm_errors} VMs not graded |",
         p.wall.as_secs_f64(),
         ms(p.client_cpu / vms.max(1) as u32),
         ratio,
         p.hwm_kib / 1024,
-        ms(s.median),
-        ms(s.p99),
+        per_slot,
         p.agents_cpu.as_secs_f64(),
     );
 }
@@ -177,6 +324,8 @@ pub fn run(args: &FleetArgs, work: &Path) -> io::Result<String> {
     eprintln!("bench fleet: starting {} agents", args.vms);
     let mut agents = Vec::with_capacity(args.vms);
     let mut clients = Vec::with_capacity(args.vms);
+    // The fleet as the Python driver reads it.
+    let mut fleet_vms = Vec::with_capacity(args.vms);
     for i in 0..args.vms {
         let state = work.join(format!("state-{i}"));
         std::fs::create_dir_all(&state)?;
@@ -200,9 +349,9 @@ pub fn run(args: &FleetArgs, work: &Path) -> io::Result<String> {
                 cgroup: None,
             },
         )?;
-        clients.push(
-            Client::new(&format!("http://{}", agent.addr), &token).map_err(io::Error::other)?,
-        );
+        let url = format!("http://{}", agent.addr);
+        clients.push(Client::new(&url, &token).map_err(io::Error::other)?);
+        fleet_vms.push(serde_json::json!({"url": url, "token_file": token_path}));
         agents.push(agent.proc);
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -228,82 +377,110 @@ pub fn run(args: &FleetArgs, work: &Path) -> io::Result<String> {
     );
     let _ = writeln!(
         out,
-        "| pass | VMs | wall | client CPU per VM | client CPU / agents' CPU | client peak RSS | p50 / p99 per VM | agents' CPU | results |\n|---|---|---|---|---|---|---|---|---|"
+        "| client | fleet | VMs | wall | client CPU per VM | client CPU / agents' CPU | client peak RSS | peak − RSS before, per slot | p50 / p99 per VM | agents' CPU | results |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
-    let honest = grade_pass(&rt, &clients, &lab, args.concurrency, &agents);
-    describe(&mut out, "honest fleet", &honest, args.vms);
+    let fleet_json = |vms: &[serde_json::Value]| {
+        serde_json::json!({
+            "lab": std::fs::canonicalize(&args.lab).unwrap_or_else(|_| args.lab.clone()),
+            "concurrency": args.concurrency,
+            "agent_pids": agents.iter().map(|p| p.pid()).collect::<Vec<_>>(),
+            "vms": vms,
+        })
+    };
+    let mut passes: Vec<(String, &str, Pass)> = Vec::new();
+    let honest = grade_pass(&rt, &clients, &lab, args.concurrency, &agents, args.vms);
+    passes.push(("Rust `grade_all`".into(), "honest", honest));
+    if let Some(python) = &args.python {
+        for (client, p) in python_passes(python, work, "honest", &fleet_json(&fleet_vms), args.vms)?
+        {
+            passes.push((client, "honest", p));
+        }
+    }
+    let behaviours = [
+        Behaviour::Busy { retry_after: 1 },
+        Behaviour::ContinueFlood,
+        Behaviour::HugeContentLength,
+        Behaviour::Oversized {
+            stdout_bytes: 8 << 20,
+        },
+        Behaviour::Exit {
+            exit_code: Some(-1),
+            signal: None,
+        },
+        Behaviour::Escapes,
+        Behaviour::NonJsonError,
+        Behaviour::RelativeLabDir,
+        Behaviour::Hangup,
+    ];
+    let mut fakes = Vec::new();
     if args.hostile {
-        let behaviours = [
-            Behaviour::Busy { retry_after: 1 },
-            Behaviour::ContinueFlood,
-            Behaviour::HugeContentLength,
-            Behaviour::Oversized {
-                stdout_bytes: 8 << 20,
-            },
-            Behaviour::Exit {
-                exit_code: Some(-1),
-                signal: None,
-            },
-            Behaviour::Escapes,
-            Behaviour::NonJsonError,
-            Behaviour::RelativeLabDir,
-            Behaviour::Hangup,
-        ];
-        let fakes: Vec<HostileAgent> = behaviours
+        fakes = behaviours
             .iter()
             .cloned()
             .map(HostileAgent::start)
-            .collect();
+            .collect::<Vec<_>>();
         let mut all = clients.clone();
-        for f in &fakes {
-            all.push(Client::new(&f.url(), "hostile-token").map_err(io::Error::other)?);
+        let mut all_vms = fleet_vms.clone();
+        for (i, f) in fakes.iter().enumerate() {
+            let token_path = work.join(format!("hostile-token-{i}"));
+            let token = crate::make_token(&token_path)?;
+            all.push(Client::new(&f.url(), &token).map_err(io::Error::other)?);
+            all_vms.push(serde_json::json!({"url": f.url(), "token_file": token_path}));
         }
-        let mixed = grade_pass(&rt, &all, &lab, args.concurrency, &agents);
-        describe(&mut out, "with 9 hostile VMs", &mixed, args.vms);
-        let changed = honest
-            .outcomes
-            .iter()
-            .zip(&mixed.outcomes)
-            .filter(|(a, b)| verdict(&a.result) != verdict(&b.result))
-            .count();
-        let p99 = |p: &Pass| {
-            Summary::of(
-                &p.outcomes
-                    .iter()
-                    .take(args.vms)
-                    .map(|o| o.elapsed)
-                    .collect::<Vec<_>>(),
-            )
-            .p99
-        };
-        let _ = writeln!(
-            out,
-            "\nhonest VMs whose result changed with the hostile ones in the fleet: {changed} of {}; honest p99 {} → {} ms",
-            args.vms,
-            ms(p99(&honest)),
-            ms(p99(&mixed))
-        );
-        for (b, o) in behaviours.iter().zip(&mixed.outcomes[args.vms..]) {
-            let what = match &o.result {
-                Ok(r) => format!(
-                    "graded: {} passed, {} failed, {} errors",
-                    r.passed, r.failed, r.errors
-                ),
-                Err(e) => format!(
-                    "not graded: {}",
-                    lab_agent_proto::text::escape(&e.to_string())
-                ),
-            };
-            let _ = writeln!(
-                out,
-                "- hostile {b:?}: {:.2} s, {what}",
-                o.elapsed.as_secs_f64()
-            );
+        let mixed = grade_pass(&rt, &all, &lab, args.concurrency, &agents, args.vms);
+        passes.push(("Rust `grade_all`".into(), "with 9 hostile", mixed));
+        if let Some(python) = &args.python {
+            for (client, p) in
+                python_passes(python, work, "mixed", &fleet_json(&all_vms), args.vms)?
+            {
+                passes.push((client, "with 9 hostile", p));
+            }
         }
     }
+    for (client, fleet, p) in &passes {
+        describe(&mut out, client, fleet, p, args.vms, args.concurrency);
+    }
+    if args.hostile {
+        let _ = writeln!(
+            out,
+            "\n| client | honest VMs whose result changed with the hostile ones in the fleet | honest p99, honest fleet → with hostile |\n|---|---|---|"
+        );
+        for (client, _, honest) in passes.iter().filter(|p| p.1 == "honest") {
+            let Some((_, _, mixed)) = passes.iter().find(|p| p.0 == *client && p.1 != "honest")
+            else {
+                continue;
+            };
+            let changed = honest
+                .verdicts
+                .iter()
+                .zip(&mixed.verdicts)
+                .filter(|(a, b)| a != b)
+                .count();
+            let p99 = match (honest_p99(honest, args.vms), honest_p99(mixed, args.vms)) {
+                (Some(a), Some(b)) => format!(
+                    "{} → {} ms ({:+.1} %)",
+                    ms(a),
+                    ms(b),
+                    100.0 * (b.as_secs_f64() / a.as_secs_f64() - 1.0)
+                ),
+                _ => "–".to_owned(),
+            };
+            let _ = writeln!(out, "| {client} | {changed} of {} | {p99} |", args.vms);
+        }
+        for (client, _, mixed) in passes.iter().filter(|p| p.1 != "honest") {
+            let _ = writeln!(out, "\nThe hostile VMs, {client}:\n");
+            for (b, (took, what)) in behaviours.iter().zip(&mixed.hostile) {
+                let took = took.map_or("time not returned".to_owned(), |t| {
+                    format!("{:.2} s", t.as_secs_f64())
+                });
+                let _ = writeln!(out, "- hostile {b:?}: {took}, {what}");
+            }
+        }
+    }
+    drop(fakes);
     let _ = writeln!(
         out,
-        "\nclient CPU: the grading thread's own (RUSAGE_THREAD, a current-thread runtime); agents' CPU: utime+stime+cutime+cstime of every agent (their commands included)."
+        "\nclient CPU: Rust, the grading thread's own (RUSAGE_THREAD, a current-thread runtime); Python, the whole driver process's over the pass (RUSAGE_SELF: the interpreter and the package's tokio threads). Agents' CPU: utime+stime+cutime+cstime of every agent (their commands included)."
     );
     // The report first: stopping a thousand agents takes a while.
     print!("{out}");

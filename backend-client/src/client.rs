@@ -49,13 +49,8 @@ pub const DEFAULT_LONG_POLL: Duration = Duration::from_secs(5);
 /// How many 429 `busy` answers `exec` sits out before giving up (within
 /// its deadline, whichever ends first).
 const MAX_BUSY_RETRIES: u32 = 20;
-/// The most interim (1xx) responses accepted before an answer. A lab-agent
-/// sends none (the client never sends `Expect: 100-continue`); hyper reads
-/// and drops them, so without a count a guest sending `100 Continue` as
-/// fast as it can keeps a backend core busy for the whole call. The
-/// connection stops at the next one (`interim.rs`): hyper reads exactly
-/// this many, the call ends in [`Error::Interim`] with a count one more.
-pub const MAX_INTERIM_RESPONSES: u32 = 8;
+// The interim (1xx) cap is the connection's, where it is enforced.
+pub use crate::interim::MAX_INTERIM_RESPONSES;
 /// The largest body read for [`Client::request_unchecked`]: any status,
 /// any path. The checked calls hold each answer to its own, smaller limit.
 pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;

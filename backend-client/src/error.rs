@@ -96,12 +96,12 @@ pub enum Error {
     Protocol { request: Request, problem: String },
 
     /// The agent sent more interim (1xx) responses before its answer than
-    /// the client accepts ([`crate::client::MAX_INTERIM_RESPONSES`]); a
+    /// the client accepts ([`crate::interim::MAX_INTERIM_RESPONSES`]); a
     /// lab-agent sends none. `count` is the one past the limit: nothing
     /// after it was read, and the connection was closed.
     #[error(
         "the agent sent {count} interim (1xx) responses and no answer when {request} (a call reads at most {})",
-        crate::client::MAX_INTERIM_RESPONSES
+        crate::interim::MAX_INTERIM_RESPONSES
     )]
     Interim { request: Request, count: u32 },
 

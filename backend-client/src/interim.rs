@@ -22,12 +22,19 @@
 //! HTTP/1.1 client never writes a request before the previous answer is
 //! read to its end.
 
-use crate::client::MAX_INTERIM_RESPONSES;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The most interim (1xx) responses accepted before an answer. A lab-agent
+/// sends none (the client never sends `Expect: 100-continue`); hyper reads
+/// and drops them, so without a count a guest sending `100 Continue` as
+/// fast as it can keeps a backend core busy for the whole call. The
+/// connection stops at the next one (`interim.rs`): hyper reads exactly
+/// this many, the call ends in [`crate::Error::Interim`] with a count one more.
+pub const MAX_INTERIM_RESPONSES: u32 = 8;
 
 /// The error every read returns once the limit is passed.
 #[derive(Debug, thiserror::Error)]

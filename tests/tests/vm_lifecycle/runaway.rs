@@ -99,10 +99,12 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
         // fills the unit's whole `TasksMax` and a root hog meets the
         // global OOM killer, and the guest (TCG, 1 GiB) is still reaping
         // them when the exec has answered — in CI `/v1/ready` once took
-        // over 3 s after the background bomb. That is the gap SECURITY.md
-        // documents; there the bound is the recovery's, not 1 s.
+        // over 3 s after the background bomb, and with the host's two
+        // cores shared by a compile at load 55, over 30 s after the
+        // foreground one. That is the gap SECURITY.md documents; there the
+        // bound is the bomb's timeout and the guest's reaping, not 1 s.
         let unguarded = if !limited && user == "root" {
-            Duration::from_secs(30)
+            Duration::from_secs(90)
         } else {
             READY_WITHIN
         };

@@ -281,12 +281,12 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
         }
         None => None,
     };
-    let extra = changes.as_ref().map(|c| {
-        (
-            "changes",
-            serde_json::to_value(c).expect("changes serialize"),
-        )
-    });
+    // `--json`: the report's members, then `changes`.
+    #[derive(serde::Serialize)]
+    struct Extra<'a> {
+        changes: &'a changes::Changes,
+    }
+    let extra = changes.as_ref().map(|changes| Extra { changes });
     let report = grade_and_print_with(
         &client,
         &config.lab,

@@ -59,7 +59,6 @@ fn world() -> &'static World {
             started: Instant::now(),
             lab_dir: "/opt/lab".into(),
             rejections: Default::default(),
-            housekeeping: Default::default(),
             shutdown: rx,
         });
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -163,12 +163,29 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
         peaks.reset(&conn);
         let t = Instant::now();
         let hog = exec_as(&conn, user, 120, &[], "tail /dev/zero");
-        assert_eq!(
-            hog.status.code(),
-            Some(137),
-            "the OOM killer picked the hog: {}",
-            describe(&hog)
-        );
+        // Debian 12, root: no memory limit, so the hog meets the global
+        // OOM killer, and under TCG the guest can thrash (the agent's pages
+        // evicted with everything else) until past the exec's answer
+        // deadline — once in CI the answer did not come within 150 s. That
+        // check is lost (the documented gap); the VM must still recover
+        // and grade right, which `recover` below asserts.
+        let stalled = !limited
+            && user == "root"
+            && hog.status.code() == Some(3)
+            && String::from_utf8_lossy(&hog.stderr).contains("no response within");
+        if stalled {
+            eprintln!(
+                "runaway[{guest}]: root's hog stalled the guest past the exec's deadline (no memory limit on systemd 252): {}",
+                describe(&hog)
+            );
+        } else {
+            assert_eq!(
+                hog.status.code(),
+                Some(137),
+                "the OOM killer picked the hog: {}",
+                describe(&hog)
+            );
+        }
         if limited {
             assert!(
                 String::from_utf8_lossy(&hog.stderr).contains("memory limit"),

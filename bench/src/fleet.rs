@@ -52,6 +52,9 @@ pub struct FleetArgs {
     /// runs `python/bench/fleet.py` after each Rust pass.
     #[arg(long, value_name = "PYTHON")]
     python: Option<PathBuf>,
+    /// Give up (and clean up) after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    pub time_limit: u64,
 }
 
 /// CPU time of this thread (the current-thread runtime's, the client's).

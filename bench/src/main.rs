@@ -124,7 +124,7 @@ fn main() -> ExitCode {
         let args = fleet::FleetArgs::parse_from(
             std::iter::once("lab-agent-bench fleet".to_owned()).chain(argv[2..].iter().cloned()),
         );
-        children::install_guard(Duration::from_secs(1800));
+        children::install_guard(Duration::from_secs(args.time_limit));
         let result = WorkDir::create().and_then(|work| fleet::run(&args, &work.0));
         return match result {
             Ok(report) => {

@@ -9,15 +9,69 @@
 //! Only one test runs a lab with `--host`, and that lab writes nothing
 //! outside its own `$LAB_DIR` (a temp dir `labctl` removes): that test
 //! changes nothing on the machine either.
+//!
+//! Every test that runs a sandbox lives in this binary, because of
+//! [`HOST_SHELLS`]; `try_lab` and `as_author` hold `try` as an author meets it.
 
 use lab_agent_tests::local::{
-    ReservedPort, TempDir, agent_bin, describe, is_root, labctl, labctl_bin,
+    HELLO_LAB_BEFORE_THE_STEP, ReservedPort, TempDir, agent_bin, check_outcomes, describe, is_root,
+    labctl, labctl_bin,
 };
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
+
+mod as_author;
+mod try_lab;
+
+/// A login shell of root's on this machine and one inside a sandbox must not
+/// run at the same time. The sandbox sees the machine's files through an
+/// overlay, and a file the machine creates and removes while a sandbox looks
+/// it up stays visible inside (overlayfs caches the lookup; README, "What the
+/// sandbox cannot isolate"). Root's profile on our CI machines runs `pyenv
+/// rehash`, whose lock file is such a file: a sandboxed login shell that met
+/// it waited out pyenv's 60 s and its check timed out (CI, 2026-12-01). So
+/// the one test that runs shells on the machine (`--host`) takes this alone,
+/// every other test shares it; other test binaries run before or after this
+/// one, never beside it.
+static HOST_SHELLS: RwLock<()> = RwLock::new(());
+
+fn sandboxed() -> RwLockReadGuard<'static, ()> {
+    HOST_SHELLS.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn host_shells_alone() -> RwLockWriteGuard<'static, ()> {
+    HOST_SHELLS.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A lab folder holding this `lab.toml`; a test adds what else it needs.
+fn lab_folder(tag: &str, lab_toml: &str) -> TempDir {
+    let dir = TempDir::new(tag);
+    dir.write("lab.toml", lab_toml, 0o644);
+    dir
+}
+
+fn try_lab(lab: &Path, extra: &[&str]) -> std::process::Output {
+    labctl(try_args(lab, extra))
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
 
 const USER: &str = "labctl-sbx-user";
 const GROUP: &str = "labctl-sbx-group";
@@ -255,6 +309,7 @@ fn snapshot(tag: &str, port: u16, victim: &Path) -> Snapshot {
 
 #[test]
 fn a_busy_lab_leaves_the_machine_as_it_was_and_lists_its_changes() {
+    let _shells = sandboxed();
     if !is_root() {
         eprintln!("skipped: `labctl try` needs root");
         return;
@@ -340,6 +395,7 @@ fn a_busy_lab_leaves_the_machine_as_it_was_and_lists_its_changes() {
 
 #[test]
 fn host_and_sandbox_grade_alike() {
+    let _shells = host_shells_alone();
     if !is_root() {
         eprintln!("skipped: `labctl try` needs root");
         return;
@@ -490,6 +546,7 @@ fn ends_with_nothing_left(tag: &str, signal: nix::sys::signal::Signal, code: Opt
 
 #[test]
 fn ctrl_c_during_setup_leaves_nothing() {
+    let _shells = sandboxed();
     if !is_root() {
         eprintln!("skipped: `labctl try` needs root");
         return;
@@ -499,6 +556,7 @@ fn ctrl_c_during_setup_leaves_nothing() {
 
 #[test]
 fn kill_9_of_labctl_leaves_nothing() {
+    let _shells = sandboxed();
     if !is_root() {
         eprintln!("skipped: `labctl try` needs root");
         return;
@@ -508,6 +566,7 @@ fn kill_9_of_labctl_leaves_nothing() {
 
 #[test]
 fn keep_then_enter_then_stop() {
+    let _shells = sandboxed();
     if !is_root() {
         eprintln!("skipped: `labctl try` needs root");
         return;
@@ -585,6 +644,7 @@ fn keep_then_enter_then_stop() {
 
 #[test]
 fn a_lab_that_needs_systemd_is_told_to_use_a_vm() {
+    let _shells = sandboxed();
     if !is_root() {
         eprintln!("skipped: `labctl try` needs root");
         return;

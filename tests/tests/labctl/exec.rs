@@ -1,0 +1,129 @@
+use super::*;
+
+fn exec(agent: &Agent, args: &[&str]) -> std::process::Output {
+    let mut all: Vec<String> = vec!["exec".into()];
+    all.extend(conn(agent));
+    all.extend(args.iter().map(|s| s.to_string()));
+    labctl(all)
+}
+
+#[test]
+fn status_and_output_pass_through() {
+    let agent = Agent::start(AgentOptions::default());
+    let out = exec(&agent, &["--", "echo out; echo err >&2; exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert_eq!(stdout(&out), "out\n");
+    assert_eq!(stderr(&out), "err\n");
+
+    let out = exec(&agent, &["--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+
+    // Words are joined as ssh joins them.
+    let out = exec(
+        &agent,
+        &[
+            "--env",
+            "WHO=world",
+            "--cwd",
+            "/tmp",
+            "--",
+            "echo",
+            "hello",
+            "$WHO",
+            "from",
+            "$PWD",
+        ],
+    );
+    assert_eq!(
+        stdout(&out),
+        "hello world from /tmp\n",
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn a_signal_becomes_128_plus_n() {
+    let agent = Agent::start(AgentOptions::default());
+    let out = exec(&agent, &["--", "kill -KILL $$"]);
+    assert_eq!(out.status.code(), Some(137), "{}", describe(&out));
+    let out = exec(&agent, &["--timeout", "1", "--", "sleep 30"]);
+    assert!(out.status.code().unwrap() > 128, "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("ran past `--timeout 1` and was killed"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn profile_chooses_the_startup_files() {
+    let agent = Agent::start(AgentOptions::default());
+    let login_shell = |extra: &[&str]| {
+        let mut args = extra.to_vec();
+        args.extend(["--", "shopt -q login_shell"]);
+        exec(&agent, &args).status.code()
+    };
+    assert_eq!(login_shell(&[]), Some(0));
+    assert_eq!(login_shell(&["--profile", "login"]), Some(0));
+    assert_eq!(login_shell(&["--profile", "none"]), Some(1));
+    let out = exec(&agent, &["--profile", "user", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("`login`, `system` or `none`"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn a_command_that_cannot_start_is_a_usage_error() {
+    let agent = Agent::start(AgentOptions::default());
+    let out = exec(&agent, &["--user", "no-such-user-here", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "error: status 400 when posting to {}/v1/exec",
+            agent.url()
+        )),
+        "{}",
+        describe(&out)
+    );
+    let out = exec(&agent, &["--env", "NOEQUALS", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(stderr(&out).contains("`--env NOEQUALS` is not of the form `KEY=VALUE`"));
+}
+
+/// The limits are the request's, checked before anything is sent; a
+/// valid one reaches the agent (which, on this host, has no controller
+/// for it and runs the command under its RLIMIT_NPROC fallback).
+#[test]
+fn limits_are_checked_and_sent() {
+    let agent = Agent::start(AgentOptions::default());
+    for (args, says) in [
+        (&["--max-pids", "0"][..], "max_pids is 0: use 1 to 16384"),
+        (&["--max-pids", "99999"][..], "max_pids is 99999"),
+        (&["--max-memory", "1"][..], "use at least 16777216 (16 MiB)"),
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["--", "true"]);
+        let out = exec(&agent, &all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", describe(&out));
+    }
+    let out = exec(
+        &agent,
+        &[
+            "--user",
+            "nobody",
+            "--max-pids",
+            "77",
+            "--max-memory",
+            "64",
+            "--",
+            "ulimit -u",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout(&out), "77\n", "RLIMIT_NPROC from --max-pids");
+}

@@ -1,0 +1,151 @@
+use super::*;
+
+const LAB: &str = r#"
+name = "grade-test"
+[files]
+source = "files"
+[[checks]]
+name = "greeting exists"
+run = 'test -f "$LAB_DIR/greeting"'
+[[checks]]
+name = "says hello"
+run = 'grep -q hello "$LAB_DIR/greeting" && echo found'
+[[checks]]
+name = "student finished"
+run = 'echo "not yet" >&2; exit 1'
+fail_message = "Run the last step of the lab."
+"#;
+
+fn lab() -> TempDir {
+    let dir = lab_folder("labctl-grade", LAB);
+    dir.write("files/greeting", "hello\n", 0o644);
+    dir
+}
+
+fn grade(agent: &Agent, lab: &TempDir, json: bool) -> std::process::Output {
+    let mut args = vec!["grade".to_owned(), lab.path.display().to_string()];
+    args.extend(conn(agent));
+    // Agents start with a setup still running: grade once ready.
+    args.extend(["--wait".to_owned(), "30".to_owned()]);
+    args.extend([
+        "--lab-dir".to_owned(),
+        lab.join("files").display().to_string(),
+    ]);
+    if json {
+        args.push("--json".into());
+    }
+    labctl(args)
+}
+
+#[test]
+fn human_report() {
+    let (agent, lab) = (Agent::start(AgentOptions::default()), lab());
+    let out = grade(&agent, &lab, false);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("  ✓ greeting exists ("), "{text}");
+    assert!(lines[1].starts_with("  ✓ says hello ("), "{text}");
+    assert!(lines[2].starts_with("  ✗ student finished ("), "{text}");
+    assert_eq!(lines[3], "      Run the last step of the lab.");
+    assert_eq!(lines[4], "      exit code 1");
+    assert!(text.contains("        │ not yet\n"), "{text}");
+    assert!(
+        text.ends_with("\ngrade-test: 2 of 3 checks passed, score 2/3\n"),
+        "{text}"
+    );
+    assert!(
+        stderr(&out).contains("grading `grade-test` (3 checks)"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn json_report_has_the_spec_shape() {
+    let (agent, lab) = (Agent::start(AgentOptions::default()), lab());
+    let out = grade(&agent, &lab, true);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", describe(&out)));
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(
+        keys(&v),
+        [
+            "checks",
+            "errors",
+            "failed",
+            "lab",
+            "max_score",
+            "passed",
+            "score",
+            "total"
+        ]
+    );
+    assert_eq!(
+        (v["lab"].as_str(), v["passed"].as_u64(), v["total"].as_u64()),
+        (Some("grade-test"), Some(2), Some(3))
+    );
+    let checks = v["checks"].as_array().unwrap();
+    for c in checks {
+        assert_eq!(
+            keys(c),
+            [
+                "duration_ms",
+                "error",
+                "exit_code",
+                "fail_message",
+                "name",
+                "passed",
+                "points",
+                "signal",
+                "status",
+                "stderr",
+                "stderr_truncated",
+                "stdout",
+                "stdout_truncated",
+                "timed_out"
+            ]
+        );
+        assert!(c["duration_ms"].is_u64());
+    }
+    assert_eq!(checks[1]["name"], "says hello");
+    assert_eq!(checks[1]["passed"], true);
+    assert_eq!(checks[1]["exit_code"], 0);
+    assert_eq!(checks[1]["stdout"], "found\n");
+    assert_eq!(checks[1]["fail_message"], Value::Null);
+    assert_eq!(checks[2]["passed"], false);
+    assert_eq!(checks[2]["exit_code"], 1);
+    assert_eq!(checks[2]["stderr"], "not yet\n");
+    assert_eq!(checks[2]["fail_message"], "Run the last step of the lab.");
+    assert_eq!(checks[2]["status"], "failed");
+    assert_eq!(checks[2]["error"], Value::Null);
+    assert_eq!(
+        (v["failed"].as_u64(), v["errors"].as_u64()),
+        (Some(1), Some(0))
+    );
+}
+
+#[test]
+fn all_passing_exits_0() {
+    let agent = Agent::start(AgentOptions::default());
+    let dir = lab_folder(
+        "labctl-grade-ok",
+        "name = \"ok\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
+    );
+    let mut args = vec!["grade".to_owned(), dir.path.display().to_string()];
+    args.extend(conn(&agent));
+    // Agents start with a setup still running: grade once ready.
+    args.extend(["--wait".to_owned(), "30".to_owned()]);
+    let out = labctl(args);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        stdout(&out).ends_with("ok: the check passed, score 1/1\n"),
+        "{}",
+        describe(&out)
+    );
+}

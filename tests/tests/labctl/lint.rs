@@ -1,0 +1,100 @@
+use super::*;
+
+fn lint(lab: &TempDir) -> std::process::Output {
+    labctl(["lint", lab.path.to_str().unwrap()])
+}
+
+#[test]
+fn a_clean_lab_passes_with_its_budget() {
+    let lab = lab_folder(
+        "labctl-lint-ok",
+        "name = \"ok\"\n[setup]\nscript = \"setup.sh\"\n[[checks]]\nname = \"a\"\nrun = \"test -d /\"\n",
+    );
+    lab.write("setup.sh", "echo ok\n", 0o755);
+    let out = lint(&lab);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("lint: `ok` has no problems (1 check)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("budget (amd64): agent"),
+        "with the agent: {err}"
+    );
+}
+
+#[test]
+fn model_problems_are_listed_together() {
+    let lab = lab_folder(
+        "labctl-lint-model",
+        "name = \"x\"\n[setup]\nscript = \"setup.sh\"\ntimeout_secs = 0\n\
+         [[checks]]\nname = \"a\"\nrun = \"true\"\npoints = -1\n\
+         [[checks]]\nname = \"b\"\nrun = \"true\"\ncwd = \"rel\"\n\
+         [[checks]]\nname = \"c\"\nrun = \"echo $(\"\n",
+    );
+    let out = lint(&lab);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    for want in [
+        "setup.timeout_secs is 0",
+        "check `a`: points is -1",
+        "check `b`: cwd `rel` is not absolute",
+        "setup.script names `setup.sh`",
+        // The shell syntax too, though the model refused the file.
+        "check `c`: `run` is not valid bash",
+        "has 5 problems",
+    ] {
+        assert!(err.contains(want), "{want:?} missing: {err}");
+    }
+}
+
+/// Shell syntax of setup and checks, and a payload over the Secret
+/// limit: `try` would pass such a lab only to have `secret` refuse it.
+#[test]
+fn syntax_and_size_problems_are_listed_together() {
+    let lab = lab_folder(
+        "labctl-lint-syntax",
+        "name = \"x\"\n[setup]\nscript = \"setup.sh\"\n[files]\nsource = \"files\"\n\
+         [[checks]]\nname = \"broken if\"\nrun = \"if true; then echo\"\n\
+         [[checks]]\nname = \"fine\"\nrun = \"true\"\n\
+         [[checks]]\nname = \"broken quote\"\nrun = \"echo 'x\"\n",
+    );
+    lab.write("setup.sh", "case x in\n", 0o755);
+    // Incompressible: 1.1 MB of it cannot fit a 1 MiB Secret.
+    let mut data = Vec::with_capacity(1_100_000);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    while data.len() < 1_100_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        data.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::create_dir_all(lab.join("files")).unwrap();
+    std::fs::write(lab.join("files/data.bin"), &data).unwrap();
+    let out = lint(&lab);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    for want in [
+        "setup script",
+        "check `broken if`: `run` is not valid bash",
+        "check `broken quote`: `run` is not valid bash",
+        "Secret limit",
+        "has 4 problems",
+    ] {
+        assert!(err.contains(want), "{want:?} missing: {err}");
+    }
+    assert!(!err.contains("check `fine`"), "{err}");
+
+    // `try` runs the same lint first, and starts nothing.
+    let out = labctl([
+        "try",
+        lab.path.to_str().unwrap(),
+        "--agent",
+        agent_bin().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(err.contains("has 4 problems"), "{err}");
+    assert!(!err.contains("staged"), "nothing started: {err}");
+}

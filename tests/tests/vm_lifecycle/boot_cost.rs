@@ -4,10 +4,11 @@
 //!
 //! 1. the guest with a minimal user-data: qemu start → `result.json`; then
 //!    it reboots itself, and `reboot: Restarting system` → `result.json`;
-//! 2. the same guest with the full hello-lab payload, by `labctl try
-//!    --kernel --keep`: qemu start → ready; the student's step through the
-//!    commands `try` printed, grading again; then a reboot from inside, and
-//!    `reboot: Restarting system` → ready; then `stop.sh`.
+//! 2. at the same time, beside it, the same guest with the full hello-lab
+//!    payload, by `labctl try --kernel --keep`: qemu start → ready; the
+//!    student's step through the commands `try` printed, grading again; then
+//!    a reboot from inside, and `reboot: Restarting system` → ready; then
+//!    `stop.sh`.
 //!
 //! Both guests' `/var/log/cloud-init.log` say how many YAML loads cloud-init
 //! made on each boot and how long they took: with the payload in a MIME
@@ -62,8 +63,11 @@ const RESTART: &str = "reboot: Restarting system";
 
 per_guest!(payload_boot_cost_first_boot_and_reboot);
 
-/// Alone on the machine (every VM slot): its figures are ratios between
-/// boots, which a second guest beside one of them would skew.
+/// Every VM slot, for two guests side by side: the minimal user-data's
+/// and the full payload's, started at the same moment, so that whatever
+/// else the machine does weighs on both alike, in half the time one after
+/// the other took. Its figures are ratios between those two boots; nothing
+/// else runs beside them.
 fn payload_boot_cost_first_boot_and_reboot(guest: GuestOs) {
     let image = image(guest);
     let hello = repo_root().join("examples/hello-lab");
@@ -72,64 +76,21 @@ fn payload_boot_cost_first_boot_and_reboot(guest: GuestOs) {
     labctl_bin();
     let lock = VmLock::acquire_all(&format!("vm-boot-cost-{guest}")).expect("every VM slot");
 
-    // ── 1. The minimal user-data: first boot, then its own reboot ────────
-    let vm = Vm::boot_with(
-        &image,
-        BootOptions::new(format!("vm-minimal-{guest}"), MINIMAL),
-        lock,
-    )
-    .expect("qemu starts");
-    // slirp accepts TCP at once; the harness must not take that for "up".
-    assert!(
-        vm.http_get("/", None).is_err(),
-        "an HTTP answer before the guest even booted"
-    );
-    let min_first = vm
-        .wait_for_console("MINIMAL-RESULT-JSON", BOOT)
-        .unwrap_or_else(|e| panic!("the minimal boot did not finish: {e}"));
-    let console = vm.console_text();
-    let min_first_stages = cloud_init_stages(&console);
-    // The harness's smoke checks: cloud-init ran the user-data to the end
-    // without errors, from the NoCloud seed.
-    let result = console_json(&between(
-        &console,
-        "MINIMAL-RESULT-BEGIN",
-        "MINIMAL-RESULT-JSON",
-    ));
-    let result: Value = serde_json::from_str(result.trim())
-        .unwrap_or_else(|e| panic!("result.json is not JSON ({e}): {result:?}"));
-    assert_eq!(
-        result["v1"]["errors"],
-        serde_json::json!([]),
-        "cloud-init reported errors: {result}"
-    );
-    let datasource = result["v1"]["datasource"].as_str().unwrap_or_default();
-    assert!(datasource.contains("NoCloud"), "datasource {datasource:?}");
-    let mark = vm.console_mark();
-    let restart = vm
-        .wait_for_console_since(mark, RESTART, BOOT)
-        .unwrap_or_else(|e| panic!("the minimal guest did not reboot: {e}"));
-    let mark = vm.console_mark();
-    let min_again = vm
-        .wait_for_console_since(mark, "MINIMAL-RESULT-JSON", BOOT)
-        .unwrap_or_else(|e| panic!("the minimal reboot did not finish: {e}"))
-        - restart;
-    let min_again_stages = cloud_init_stages(&vm.console_text());
-    let (_, log) = vm
-        .wait_for_http("/var/log/cloud-init.log", Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("no HTTP through the port forward: {e}"));
-    assert_eq!(log.status, 200, "{}", log.raw);
-    let min_yaml = yaml_loads(log.body());
-    let off = vm.powerdown(Duration::from_secs(30)).expect("power-off");
-    assert!(
-        matches!(off, lab_agent_tests::vm::PowerOff::Clean(_)),
-        "ACPI power-off was ignored: {off:?}"
-    );
-    let lock = vm.release();
-
-    // ── 2. The full payload, by `labctl try --keep`, then its reboot ──────
-    let full = full_payload(&labctl_bin(), &hello, &image, true);
-    drop(lock);
+    // ── 1 ∥ 2. The minimal user-data and the full payload, side by side ──
+    let (minimal, full) = std::thread::scope(|s| {
+        let minimal = s.spawn(|| minimal_boots(&image, guest, lock));
+        let full = full_payload(&labctl_bin(), &hello, &image, true);
+        let (minimal, lock) = minimal.join().expect("the minimal boots");
+        drop(lock);
+        (minimal, full)
+    });
+    let Minimal {
+        first: min_first,
+        again: min_again,
+        first_stages: min_first_stages,
+        again_stages: min_again_stages,
+        yaml: min_yaml,
+    } = minimal;
     let before = std::env::var_os("LAB_AGENT_BOOT_COST_BEFORE").map(|labctl| {
         let lock =
             VmLock::acquire_all(&format!("vm-boot-cost-before-{guest}")).expect("every VM slot");
@@ -263,6 +224,86 @@ fn payload_boot_cost_first_boot_and_reboot(guest: GuestOs) {
             );
         }
     }
+}
+
+/// What the minimal user-data's guest showed.
+struct Minimal {
+    /// qemu start → `result.json`.
+    first: Duration,
+    /// `reboot: Restarting system` → `result.json`.
+    again: Duration,
+    first_stages: Vec<(String, f64)>,
+    again_stages: Vec<(String, f64)>,
+    yaml: Vec<Vec<YamlLoad>>,
+}
+
+/// The minimal user-data: first boot, its own reboot, cloud-init's log
+/// through the port forward, ACPI power-off (the harness's smoke checks).
+/// Gives `lock` back once the VM is gone.
+fn minimal_boots(image: &VmImage, guest: GuestOs, lock: VmLock) -> (Minimal, VmLock) {
+    let vm = Vm::boot_with(
+        image,
+        BootOptions::new(format!("vm-minimal-{guest}"), MINIMAL),
+        lock,
+    )
+    .expect("qemu starts");
+    // slirp accepts TCP at once; the harness must not take that for "up".
+    assert!(
+        vm.http_get("/", None).is_err(),
+        "an HTTP answer before the guest even booted"
+    );
+    let min_first = vm
+        .wait_for_console("MINIMAL-RESULT-JSON", BOOT)
+        .unwrap_or_else(|e| panic!("the minimal boot did not finish: {e}"));
+    let console = vm.console_text();
+    let min_first_stages = cloud_init_stages(&console);
+    // The harness's smoke checks: cloud-init ran the user-data to the end
+    // without errors, from the NoCloud seed.
+    let result = console_json(&between(
+        &console,
+        "MINIMAL-RESULT-BEGIN",
+        "MINIMAL-RESULT-JSON",
+    ));
+    let result: Value = serde_json::from_str(result.trim())
+        .unwrap_or_else(|e| panic!("result.json is not JSON ({e}): {result:?}"));
+    assert_eq!(
+        result["v1"]["errors"],
+        serde_json::json!([]),
+        "cloud-init reported errors: {result}"
+    );
+    let datasource = result["v1"]["datasource"].as_str().unwrap_or_default();
+    assert!(datasource.contains("NoCloud"), "datasource {datasource:?}");
+    let mark = vm.console_mark();
+    let restart = vm
+        .wait_for_console_since(mark, RESTART, BOOT)
+        .unwrap_or_else(|e| panic!("the minimal guest did not reboot: {e}"));
+    let mark = vm.console_mark();
+    let min_again = vm
+        .wait_for_console_since(mark, "MINIMAL-RESULT-JSON", BOOT)
+        .unwrap_or_else(|e| panic!("the minimal reboot did not finish: {e}"))
+        - restart;
+    let min_again_stages = cloud_init_stages(&vm.console_text());
+    let (_, log) = vm
+        .wait_for_http("/var/log/cloud-init.log", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("no HTTP through the port forward: {e}"));
+    assert_eq!(log.status, 200, "{}", log.raw);
+    let min_yaml = yaml_loads(log.body());
+    let off = vm.powerdown(Duration::from_secs(30)).expect("power-off");
+    assert!(
+        matches!(off, lab_agent_tests::vm::PowerOff::Clean(_)),
+        "ACPI power-off was ignored: {off:?}"
+    );
+    let lock = vm.release();
+    (
+        Minimal {
+            first: min_first,
+            again: min_again,
+            first_stages: min_first_stages,
+            again_stages: min_again_stages,
+            yaml: min_yaml,
+        },
+        lock,
+    )
 }
 
 /// What one full-payload VM showed.

@@ -9,7 +9,7 @@
 //!   reboot (scenarios 1, 4, 5, 3) and the serial console's root autologin.
 //! - [`boot_cost`]: the payload's boot cost side by side in one run: a
 //!   minimal user-data and the full hello-lab payload (`labctl try --kernel
-//!   --keep`), first boot and after a reboot, with cloud-init's YAML loads
+//!   --keep`) booted at the same time, first boot and after a reboot, with cloud-init's YAML loads
 //!   from its log; the student's step through the commands `try` printed,
 //!   and `stop.sh`.
 //! - [`failing`]: a setup that fails, under `labctl try --kernel …` with a
@@ -23,7 +23,7 @@
 //! - [`try_vm`]: `labctl try --vm IMAGE` on a boot-sector image, an
 //!   unreachable VM; argument errors.
 //!
-//! Two VMs at a time (the harness's slots; `boot_cost` alone): the tests
+//! Two VMs at a time (the harness's slots; `boot_cost`'s two VMs alone): the tests
 //! of this binary queue for them.
 //! Each prints its figures (`--nocapture` shows them):
 //! `cargo test -p lab-agent-tests --test vm_lifecycle -- --nocapture`.

@@ -224,18 +224,25 @@ pub fn keeper_main(args: &KeeperArgs) -> ! {
     std::process::exit(code)
 }
 
+/// The set of `signals`, for blocking them and then waiting for them
+/// synchronously (`sigwait`), the way the keeper and init take theirs.
+fn signal_set(signals: &[Signal]) -> SigSet {
+    let mut set = SigSet::empty();
+    for &s in signals {
+        set.add(s);
+    }
+    set
+}
+
 fn keeper(args: &KeeperArgs) -> Result<i32, String> {
     let dir = &args.dir;
-    let mut signals = SigSet::empty();
-    for s in [
+    let signals = signal_set(&[
         Signal::SIGCHLD,
         Signal::SIGTERM,
         Signal::SIGINT,
         Signal::SIGHUP,
         Signal::SIGUSR2,
-    ] {
-        signals.add(s);
-    }
+    ]);
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&signals), None)
         .map_err(|e| format!("failed to block signals: {e}"))?;
 
@@ -563,15 +570,12 @@ fn init_main(root: &Path, dir: &Path, agent_args: &[OsString], alive: OwnedFd) -
     let Ok(agent_c) = CString::new(agent.as_os_str().as_bytes()) else {
         return "the agent's path has a NUL byte".into();
     };
-    let mut signals = SigSet::empty();
-    for s in [
+    let signals = signal_set(&[
         Signal::SIGCHLD,
         Signal::SIGTERM,
         Signal::SIGINT,
         Signal::SIGHUP,
-    ] {
-        signals.add(s);
-    }
+    ]);
     // SAFETY: init is single-threaded.
     let agent_pid = match unsafe { fork() } {
         Err(e) => return format!("failed to fork: {e}"),

@@ -178,6 +178,86 @@ fn exec_memory_and_cpu_stay_within_the_requests_caps() {
     }
 }
 
+/// [`exec_memory_and_cpu_stay_within_the_requests_caps`] for `labctl wait`
+/// and `labctl grade`, which meet a hostile body first on `/v1/ready`
+/// (held to `READY_RESPONSE_LIMIT`), and `grade` then on `/v1/exec` (a
+/// VM that is ready and answers a check with 8 MiB of stdout, held to the
+/// check's `max_output_bytes`). Same bounds: the honest call's peak RSS
+/// plus twice the limit of the answer met, the honest call's CPU plus a
+/// tenth of the wall time plus 200 ms.
+#[test]
+fn wait_and_grade_memory_and_cpu_stay_within_the_requests_caps() {
+    use lab_agent_client::client::{READY_RESPONSE_LIMIT, exec_response_limit};
+    let lab = one_check_lab();
+    let lab_arg = lab.path.display().to_string();
+    let wait: &[&str] = &["wait"];
+    let grade: &[&str] = &["grade", &lab_arg];
+    let ready_kib = READY_RESPONSE_LIMIT as u64 / 1024;
+    let exec_kib =
+        exec_response_limit(lab_agent_proto::exec::DEFAULT_MAX_OUTPUT_BYTES) as u64 / 1024;
+    // The deadline far past what each refusal needs, but for the drip,
+    // which only the deadline ends.
+    let args = ["--timeout", "30"];
+    let drip_args = ["--timeout", "4"];
+    for (verb, drip_says) in [
+        (wait, "the agent never answered"),
+        (grade, "no response within 4s"),
+    ] {
+        let honest = HostileAgent::start(Behaviour::Honest);
+        let (out, _, base) = run_measured(&honest, verb, &args, Duration::from_secs(40));
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let mut cases = vec![
+            (Behaviour::EndlessBody, 3, "response larger than", ready_kib),
+            (
+                Behaviour::HugeContentLength,
+                3,
+                "2147483648 bytes announced",
+                ready_kib,
+            ),
+            (
+                Behaviour::ContinueFlood,
+                3,
+                "9 interim (1xx) responses",
+                ready_kib,
+            ),
+            (Behaviour::Drip, 3, drip_says, ready_kib),
+        ];
+        if verb == grade {
+            // Ready, then an answer to the check past its cap: the check
+            // is an error (exit 5), the rest of the grade goes on.
+            cases.push((
+                Behaviour::Oversized {
+                    stdout_bytes: 8 << 20,
+                },
+                5,
+                "more than `max_output_bytes` 1048576 allows",
+                exec_kib,
+            ));
+        }
+        for (behaviour, code, want, limit_kib) in cases {
+            let agent = HostileAgent::start(behaviour.clone());
+            let args = if behaviour == Behaviour::Drip {
+                &drip_args
+            } else {
+                &args
+            };
+            let (out, took, usage) = run_measured(&agent, verb, args, Duration::from_secs(40));
+            let what = format!("{verb:?} {behaviour:?}: {usage:?} in {took:?}, honest {base:?}");
+            eprintln!("{what}");
+            assert_eq!(out.status.code(), Some(code), "{what}\n{}", describe(&out));
+            let text = format!("{}{}", stderr(&out), stdout(&out));
+            assert!(text.contains(want), "{what}\n{}", describe(&out));
+            let rss_bound = base.max_rss_kib + 2 * limit_kib;
+            assert!(
+                usage.max_rss_kib <= rss_bound,
+                "{what}: peak RSS over {rss_bound} KiB"
+            );
+            let cpu_bound = base.cpu + took / 10 + Duration::from_millis(200);
+            assert!(usage.cpu <= cpu_bound, "{what}: CPU over {cpu_bound:?}");
+        }
+    }
+}
+
 /// Regression: `exit_code: -1` and signal 2147483647 made `labctl exec`
 /// exit 0.
 #[test]

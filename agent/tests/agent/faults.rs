@@ -18,8 +18,7 @@ type Case<'a> = (&'a str, Box<dyn Fn() + 'a>, &'a str);
 
 /// `/v1/ready`, failing (instead of hanging) when no answer comes in 5 s.
 fn ready_within(agent: &Agent) -> (u16, Value) {
-    // Past the agent's 20 ms readiness cache, so this is a fresh look.
-    std::thread::sleep(Duration::from_millis(30));
+    past_the_readiness_cache();
     let mut s = TcpStream::connect(agent.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(

@@ -41,7 +41,7 @@ pub(crate) fn walks_through_every_state_from_real_files() {
         "pid": std::process::id(), "boot_id": boot_id()}),
     );
     std::fs::write(agent.state_dir().join("setup.log"), "installing things\n").unwrap();
-    std::thread::sleep(Duration::from_millis(50)); // past the agent's 20 ms cache
+    past_the_readiness_cache();
     let (status, v) = ready(&agent);
     assert_eq!(
         (status, v["state"].as_str()),
@@ -56,7 +56,7 @@ pub(crate) fn walks_through_every_state_from_real_files() {
         json!({"state": "succeeded", "started_at": "2026-11-29T08:00:00Z",
         "exit_code": 0, "duration_ms": 1234}),
     );
-    std::thread::sleep(Duration::from_millis(50));
+    past_the_readiness_cache();
     let (status, v) = ready(&agent);
     assert_eq!(
         (status, v["state"].as_str()),
@@ -67,7 +67,7 @@ pub(crate) fn walks_through_every_state_from_real_files() {
     assert_eq!(v["setup"]["duration_ms"], 1234);
 
     finish_cloud_init(&agent, json!(["some module failed"]));
-    std::thread::sleep(Duration::from_millis(50));
+    past_the_readiness_cache();
     let (status, v) = ready(&agent);
     assert_eq!((status, v["state"].as_str()), (200, Some("ready")), "{v}");
     assert_eq!(v["cloud_init"]["done"], true);
@@ -134,7 +134,7 @@ fn a_setup_that_died_or_was_cut_by_a_reboot_is_failed() {
         &agent,
         json!({"state": "running", "started_at": "x", "pid": std::process::id(), "boot_id": "another-boot"}),
     );
-    std::thread::sleep(Duration::from_millis(50));
+    past_the_readiness_cache();
     let (_, v) = ready(&agent);
     assert_eq!(v["state"], "failed", "{v}");
     assert!(v["reason"].as_str().unwrap().contains("reboot"), "{v}");
@@ -156,7 +156,7 @@ fn corrupt_records_give_a_reason_not_a_crash() {
     .unwrap();
     std::fs::create_dir_all(agent.cloud_init_dir()).unwrap();
     std::fs::write(agent.cloud_init_dir().join("result.json"), "{oops").unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    past_the_readiness_cache();
     let (status, v) = ready(&agent);
     assert_eq!((status, v["state"].as_str()), (200, Some("ready")), "{v}");
     assert!(

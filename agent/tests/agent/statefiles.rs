@@ -82,7 +82,7 @@ fn a_setup_log_linked_to_the_token_never_reaches_ready() {
     let agent = Agent::builder("state-token-link").no_cloud_init().start();
     let state = record(&agent, "failed", 1);
     std::os::unix::fs::symlink(agent.dir.join("token"), state.join("setup.log")).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    past_the_readiness_cache();
     let r = agent.get("/v1/ready");
     assert_eq!(r.json()["setup"]["state"], "failed", "{}", r.text());
     assert!(
@@ -102,18 +102,18 @@ fn a_forged_record_in_a_foreign_owned_state_dir_is_not_ready() {
     let agent = Agent::builder("state-foreign").no_cloud_init().start();
     let state = record(&agent, "succeeded", 0);
     // First owned by the agent's user: ready.
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    past_the_readiness_cache();
     assert_eq!(agent.get("/v1/ready").status, 200);
     chown(&state, NOBODY);
     chown(&state.join("setup.json"), NOBODY);
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    past_the_readiness_cache();
     let r = agent.get("/v1/ready");
     assert_eq!(r.status, 503, "{}", r.text());
     let reason = r.json()["reason"].as_str().unwrap().to_owned();
     assert!(reason.contains("owned by uid 65534"), "{reason}");
     // A record of ours in the foreign dir is no better: the dir decides.
     chown(&state.join("setup.json"), 0);
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    past_the_readiness_cache();
     assert_eq!(agent.get("/v1/ready").status, 503);
     // And `lab-agent setup` refuses to write into it.
     let out = agent_command()

@@ -125,7 +125,19 @@ fn eviction_at_the_connection_cap_never_cuts_an_answer_being_written() {
     let silent: Vec<TcpStream> = (0..260)
         .map(|_| TcpStream::connect(agent.addr).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // 261 connections over a cap of 256: five are evicted, the longest idle
+    // first. The fourth silent one goes whether or not the answer was
+    // (wrongly) taken first, so once the agent has closed it, it has
+    // accepted past the cap and evicted: the moment the answer could be cut.
+    let fourth = &silent[3];
+    fourth
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    match fourth.peek(&mut [0u8; 1]) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("the fourth silent connection is still open: {other:?}"),
+    }
     let resp = read_response(&mut BufReader::new(&mut s)).expect("the answer was cut");
     assert_eq!(resp.status, 200);
     let v: serde_json::Value = serde_json::from_slice(&resp.body).expect("a whole JSON answer");

@@ -8,12 +8,16 @@
 //!
 //! - [`wait`], [`exec`], [`grade`], [`r#try`]: talk to agents.
 //! - [`lint`]: checks a lab without running it (`try` runs it first).
-//! - [`secret`]: renders a lab's payload ([`secret::render`], which
-//!   `try --vm` uses too); [`tempdir`] makes temp dirs. [`agent_bin`]
-//!   (finding the agent) and [`token`] (per-VM tokens) are the generator's,
-//!   re-exported.
-//! - [`exit`]: exit codes and how errors print; [`common`], [`progress`],
-//!   [`report`], [`color`]: shared by the verbs.
+//! - [`secret`]: renders a lab's payload and writes the Secret.
+//! - No verb imports another verb; what two verbs share lives in a module
+//!   named after what it does: [`grading`] (grade one VM, print its report:
+//!   `grade`, `try`), [`inspect`] (what `lint` finds: `lint`, `try`),
+//!   [`payload`] (render and write a payload: `secret`, `try --vm`, `lint`),
+//!   [`progress`] (waiting with a live display: `wait`, `grade`, `try`).
+//! - [`tempdir`] makes temp dirs. [`agent_bin`] (finding the agent) and
+//!   [`token`] (per-VM tokens) are the generator's, re-exported.
+//! - [`exit`]: exit codes and how errors print; [`common`], [`report`],
+//!   [`color`]: shared by the verbs.
 //! - [`qemu`]: booting a guest with a NoCloud seed, for `try --vm` (and the
 //!   project's VM tests). It lives here, not in `lab-agent-client`: the
 //!   library a backend links knows nothing of qemu.
@@ -26,7 +30,10 @@ pub mod common;
 pub mod exec;
 pub mod exit;
 pub mod grade;
+pub mod grading;
+pub mod inspect;
 pub mod lint;
+pub mod payload;
 pub mod progress;
 pub mod qemu;
 pub mod report;

@@ -1,9 +1,11 @@
 //! The progress display of a wait: on a terminal, one live line per VM
 //! (spinner, elapsed time, state, reason), redrawn in place; otherwise a
 //! plain line each time a VM's state or reason changes. Always on stderr.
+//! [`wait_with_display`] waits with it (`wait`, `grade --wait`, `try`);
+//! [`print_setup_log`] shows a failed setup's log.
 
 use super::common::human_duration;
-use lab_agent_client::Progress;
+use lab_agent_client::{Client, Error, Progress, WaitOutcome};
 use lab_agent_proto::ReadyState;
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -213,6 +215,82 @@ fn terminal_width() -> usize {
         .filter(|&c: &usize| c >= 20)
         .unwrap_or(80)
         - 1
+}
+
+/// Waits for `clients`, showing progress on stderr, and prints a line per
+/// VM as it settles (or nothing but progress for one VM that is ready).
+pub async fn wait_with_display(clients: &[Client], deadline: Instant) -> Vec<WaitOutcome> {
+    wait_with_display_hooked(clients, deadline, &mut |_, _| None).await
+}
+
+/// [`wait_with_display`], showing every progress report to `hook` first;
+/// while an agent does not answer, the text `hook` returns (if any) is
+/// shown instead of "unreachable: REASON".
+pub async fn wait_with_display_hooked(
+    clients: &[Client],
+    deadline: Instant,
+    hook: &mut dyn FnMut(usize, &lab_agent_client::Progress) -> Option<String>,
+) -> Vec<WaitOutcome> {
+    let urls = clients.iter().map(|c| c.url().to_owned()).collect();
+    let mut display = WaitDisplay::new(urls);
+    let start = Instant::now();
+    let display_cell = std::cell::RefCell::new(&mut display);
+    // When each VM was first seen ready: one summary time for all would say
+    // "ready after 6.0s" of a VM that was ready at once.
+    let mut ready_at: Vec<Option<Duration>> = vec![None; clients.len()];
+    let outcomes = {
+        let wait = lab_agent_client::wait_all(clients, deadline, |i, p| {
+            if p.state == Some(ReadyState::Ready) && ready_at[i].is_none() {
+                ready_at[i] = Some(p.elapsed);
+            }
+            let not_up = hook(i, p);
+            display_cell.borrow_mut().update_with(i, p, not_up);
+        });
+        tokio::pin!(wait);
+        let mut tick = tokio::time::interval(TICK);
+        loop {
+            tokio::select! {
+                outcomes = &mut wait => break outcomes,
+                _ = tick.tick() => display_cell.borrow_mut().tick(),
+            }
+        }
+    };
+    let display = display_cell.into_inner();
+    display.clear();
+    let elapsed = start.elapsed();
+    for (o, at) in outcomes.iter().zip(&ready_at) {
+        let prefix = if clients.len() > 1 {
+            format!("{}: ", o.url)
+        } else {
+            String::new()
+        };
+        if o.result.is_ok() {
+            eprintln!(
+                "{prefix}ready after {}",
+                human_duration(at.unwrap_or(elapsed))
+            );
+        }
+    }
+    outcomes
+}
+
+/// For a failed setup: the tail of its log, so the author sees why.
+pub fn print_setup_log(e: &Error) {
+    let Some(r) = e.ready_response() else { return };
+    if r.state != ReadyState::Failed {
+        return;
+    }
+    match r.setup.log_tail.as_deref().map(str::trim_end) {
+        Some(tail) if !tail.is_empty() => {
+            eprintln!("setup log (last lines):");
+            // The guest's bytes: each line with its control characters
+            // (a `\r`, an escape sequence) shown, not obeyed.
+            for line in tail.lines() {
+                eprintln!("  │ {}", lab_agent_proto::text::escape(line));
+            }
+        }
+        _ => eprintln!("setup log: (empty)"),
+    }
 }
 
 #[cfg(test)]

@@ -1,19 +1,21 @@
 //! `labctl secret LAB_DIR --name NAME …`: the edge of the payload generator.
 //! It reads the lab, the agent and the token (or makes one), hands them to
-//! [`render`] (the generator's `lab_payload`, which `labctl try --vm` and
-//! the Python package call too), and writes the results.
+//! [`render_logged`](crate::payload::render_logged) (the generator's
+//! `lab_payload`, which `labctl try --vm` and the Python package call too), and writes the results.
 //!
 //! stdout carries data only (the Secret, or the `--json` object); progress,
 //! the budget line and errors go to stderr. Exit status: 0 done; 2 anything
 //! that stopped it (flags, the lab, the agent binary, the token, Kubernetes
 //! names, over 1 MiB, a file that cannot be written).
 
-use crate::agent_bin::{self, AgentBinError, AgentBinary, Linkage};
+use crate::agent_bin::{self, Linkage};
 use crate::exit::{Exit, Failure};
-use lab_agent_cloudinit::lab_payload::{self, RenderLabError};
-pub use lab_agent_cloudinit::lab_payload::{BudgetReport, RenderOptions, Rendered};
+use crate::payload::{
+    BudgetReport, PayloadError, RenderOptions, Rendered, render_logged, write_private,
+};
+use lab_agent_cloudinit::lab_payload;
 use lab_agent_cloudinit::{Arch, Format, SecretMeta};
-use lab_agent_proto::lab::{Lab, LabError};
+use lab_agent_proto::lab::Lab;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -87,68 +89,6 @@ pub enum ManifestFormat {
     Json,
 }
 
-/// Why `labctl secret` failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SecretError {
-    #[error("{0}")]
-    Usage(String),
-    #[error(transparent)]
-    Lab(#[from] LabError),
-    #[error("failed to read {what} `{}`", path.display())]
-    Read {
-        what: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Render(#[from] lab_agent_cloudinit::Error),
-    #[error(transparent)]
-    Agent(#[from] AgentBinError),
-    #[error("failed to get random bytes for the token from the OS: {0}")]
-    Random(getrandom::Error),
-    #[error("failed to write {what} to `{}`", path.display())]
-    Write {
-        what: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-impl From<RenderLabError> for SecretError {
-    fn from(e: RenderLabError) -> SecretError {
-        match e {
-            RenderLabError::Lab(e) => SecretError::Lab(e),
-            RenderLabError::Read { what, path, source } => SecretError::Read { what, path, source },
-            RenderLabError::Render(e) => SecretError::Render(e),
-        }
-    }
-}
-
-impl SecretError {
-    /// What to try, printed as `hint: …` after the error.
-    pub fn hint(&self) -> Option<String> {
-        match self {
-            SecretError::Agent(e) => e.hint(),
-            SecretError::Lab(e) => e.hint().map(str::to_owned),
-            SecretError::Render(e) => e.hint().map(str::to_owned),
-            _ => None,
-        }
-    }
-}
-
-/// Every way `labctl secret` fails stops it before a usable payload: exit 2.
-impl From<SecretError> for Failure {
-    fn from(e: SecretError) -> Failure {
-        match e {
-            SecretError::Lab(e) => Failure::lab(e),
-            e => {
-                let hint = e.hint();
-                Failure::from_error(Exit::Usage, e, hint)
-            }
-        }
-    }
-}
-
 /// What one run produced, as `--json` prints it.
 #[derive(Debug, serde::Serialize)]
 pub struct Report {
@@ -196,10 +136,10 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn from_args(args: &SecretArgs) -> Result<Config, SecretError> {
+    pub fn from_args(args: &SecretArgs) -> Result<Config, PayloadError> {
         let meta = secret_meta(args)?;
         if args.token_file.is_none() && args.token_out.is_none() && !args.json {
-            return Err(SecretError::Usage(
+            return Err(PayloadError::Usage(
                 "a generated token would only be inside the Secret: pass `--token-out FILE` or \
                  `--json` to get it back, or `--token-file FILE` to use your own"
                     .into(),
@@ -234,55 +174,18 @@ pub fn run(args: &SecretArgs) -> Result<Exit, Failure> {
     Ok(Exit::Success)
 }
 
-/// Renders `lab`'s payload ([`lab_payload::render`], the generator's edge),
-/// with `labctl secret`'s error. `labctl secret`, `try --vm` and `lint`
-/// call this.
-pub fn render(
-    lab: &Lab,
-    agent: &AgentBinary,
-    token: &str,
-    opts: &RenderOptions,
-) -> Result<Rendered, SecretError> {
-    lab_payload::render(lab, agent, token, opts).map_err(SecretError::from)
-}
-
-/// [`render`] with what a person wants to see on the way: which agent, and
-/// the budget line (also when the payload is over the limit, before the
-/// error).
-pub fn render_logged(
-    lab: &Lab,
-    agent: &AgentBinary,
-    token: &str,
-    opts: &RenderOptions,
-    log: &mut dyn Write,
-) -> Result<Rendered, SecretError> {
-    let _ = writeln!(
-        log,
-        "agent: `{}` ({} bytes)",
-        agent.path.display(),
-        agent.bytes.len()
-    );
-    let rendered = render(lab, agent, token, opts);
-    let budget = match &rendered {
-        Ok(r) => Some(r.user_data.budget()),
-        Err(SecretError::Render(lab_agent_cloudinit::Error::TooLarge(t))) => Some(&t.budget),
-        Err(_) => None,
-    };
-    if let Some(budget) = budget {
-        let _ = writeln!(log, "{budget}");
-    }
-    rendered
-}
-
 /// The whole verb, with stdout and stderr passed in (tests capture them).
 pub fn execute(
     config: &Config,
     out: &mut dyn Write,
     log: &mut dyn Write,
-) -> Result<Report, SecretError> {
+) -> Result<Report, PayloadError> {
     let (token, token_generated) = match &config.token {
         TokenSource::File(path) => (read_token_file(path, log)?, false),
-        TokenSource::Generate => (crate::token::generate().map_err(SecretError::Random)?, true),
+        TokenSource::Generate => (
+            crate::token::generate().map_err(PayloadError::Random)?,
+            true,
+        ),
     };
     let arch = lab_payload::payload_arch(config.arch.map(Arch::from), config.agent.as_deref())?;
     let agent = agent_bin::load(config.agent.as_deref(), Linkage::Static(arch))?;
@@ -356,16 +259,16 @@ pub fn execute(
 }
 
 /// `--name`, `--namespace` and `--label k=v`, checked before any work.
-fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, SecretError> {
+fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, PayloadError> {
     let mut labels = BTreeMap::new();
     for label in &args.labels {
         let Some((key, value)) = label.split_once('=') else {
-            return Err(SecretError::Usage(format!(
+            return Err(PayloadError::Usage(format!(
                 "`--label {label}` has no `=`: write `--label key=value`"
             )));
         };
         if labels.insert(key.to_owned(), value.to_owned()).is_some() {
-            return Err(SecretError::Usage(format!(
+            return Err(PayloadError::Usage(format!(
                 "label `{key}` is given twice: give each key once"
             )));
         }
@@ -381,9 +284,9 @@ fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, SecretError> {
 
 /// The token is the file's content without trailing whitespace; the
 /// renderer checks its length and characters.
-fn read_token_file(path: &Path, log: &mut dyn Write) -> Result<String, SecretError> {
+fn read_token_file(path: &Path, log: &mut dyn Write) -> Result<String, PayloadError> {
     use std::os::unix::fs::PermissionsExt;
-    let read_err = |source| SecretError::Read {
+    let read_err = |source| PayloadError::Read {
         what: "the token file",
         path: path.to_owned(),
         source,
@@ -401,112 +304,12 @@ fn read_token_file(path: &Path, log: &mut dyn Write) -> Result<String, SecretErr
     Ok(text.trim_end().to_owned())
 }
 
-/// Writes `bytes` to `path` readable by its owner only (everything we write
-/// holds the token), atomically: a temporary file in the same folder,
-/// renamed over the target, so a reader never sees half a Secret.
-///
-/// A target that exists and is not a regular file (`/dev/null`, a FIFO, a
-/// terminal) is written in place: renaming over it would replace a device
-/// node with a file.
-pub(crate) fn write_private(
-    path: &Path,
-    bytes: &[u8],
-    what: &'static str,
-) -> Result<(), SecretError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let err = |source| SecretError::Write {
-        what,
-        path: path.to_owned(),
-        source,
-    };
-    if let Ok(meta) = std::fs::metadata(path)
-        && !meta.is_file()
-    {
-        if meta.is_dir() {
-            return Err(err(std::io::Error::other("it is a directory")));
-        }
-        return std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .and_then(|mut f| f.write_all(bytes))
-            .map_err(err);
-    }
-    let name = path
-        .file_name()
-        .ok_or_else(|| err(std::io::Error::other("the path names no file")))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(err)
-}
-
-fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), SecretError> {
+fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), PayloadError> {
     out.write_all(bytes)
         .and_then(|()| out.flush())
-        .map_err(|source| SecretError::Write {
+        .map_err(|source| PayloadError::Write {
             what: "the output",
             path: "<stdout>".into(),
             source,
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_device_target_is_written_in_place_not_replaced() {
-        use std::os::unix::fs::FileTypeExt;
-        use std::os::unix::fs::MetadataExt;
-        if std::fs::metadata("/proc/self")
-            .map(|m| m.uid())
-            .unwrap_or(1)
-            != 0
-        {
-            eprintln!("skipped: mknod needs root");
-            return;
-        }
-        let dir = std::env::temp_dir().join(format!("labctl-null-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        // Our own /dev/null node, so a regression cannot break the machine's.
-        let null = dir.join("null");
-        let made = std::process::Command::new("mknod")
-            .arg(&null)
-            .args(["c", "1", "3"])
-            .status()
-            .unwrap();
-        assert!(made.success());
-        write_private(&null, b"secret", "the Secret").unwrap();
-        let kind = std::fs::symlink_metadata(&null).unwrap().file_type();
-        assert!(
-            kind.is_char_device(),
-            "the device node was replaced: {kind:?}"
-        );
-        let err = write_private(&dir, b"x", "the Secret").unwrap_err();
-        let cause = std::error::Error::source(&err).map(|c| c.to_string());
-        assert_eq!(cause.as_deref(), Some("it is a directory"), "{err}");
-        // A regular file is still replaced atomically, mode 0600.
-        let file = dir.join("out.yaml");
-        std::fs::write(&file, "old").unwrap();
-        write_private(&file, b"new", "the Secret").unwrap();
-        assert_eq!(std::fs::read(&file).unwrap(), b"new");
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

@@ -3,7 +3,7 @@
 //! checks, print the report, tear everything down — also on Ctrl-C and on
 //! errors.
 //!
-//! Before anything starts, the lab is linted ([`crate::lint`], as `labctl
+//! Before anything starts, the lab is linted ([`crate::inspect`], as `labctl
 //! lint` does) and, for a local try, the user must be root: setup and checks
 //! run as root (and as other users) on this machine.
 //!
@@ -26,9 +26,9 @@ pub mod vm;
 
 use super::common;
 use super::exit::{Exit, Failure};
-use super::grade::{exit_for, grade_and_print_with, select_checks};
-use super::lint;
-use super::wait::{print_setup_log, wait_with_display_hooked};
+use super::grading::{exit_for, grade_and_print_with, select_checks};
+use super::inspect;
+use super::progress::{print_setup_log, wait_with_display_hooked};
 use lab_agent_client::{Client, Progress};
 use lab_agent_proto::lab::Lab;
 use std::path::PathBuf;
@@ -126,7 +126,7 @@ impl Config {
         // Everything `labctl lint` finds, before anything starts: a lab
         // that `labctl secret` would refuse must not pass `try`.
         let budget_agent = vm.as_ref().and(args.agent.as_deref());
-        let mut lab = lint::report(lab_dir, &lint::lint(lab_dir, budget_agent))?;
+        let mut lab = inspect::report(lab_dir, &inspect::lint(lab_dir, budget_agent))?;
         select_checks(&mut lab, &args.checks)?;
         let timeout = match args.timeout {
             Some(0) => return Err(Failure::usage("`--timeout` must be at least 1 second")),

@@ -5,10 +5,10 @@
 use super::VmConfig;
 use crate::agent_bin::{self, Linkage};
 use crate::exit::{Exit, Failure};
+use crate::payload::{self, PayloadError, RenderOptions, write_private};
 use crate::qemu::accel::{self, Hooks};
 use crate::qemu::machine::make_run_dir;
 use crate::qemu::{self, AccelMode, Machine, MachineSpec, QemuError, console, seed};
-use crate::secret::{self, RenderOptions, SecretError, write_private};
 use crate::r#try::{Config, Target};
 use lab_agent_client::{Client, ClientBuilder, Progress};
 use lab_agent_cloudinit::{Arch, Format, SecretMeta};
@@ -106,9 +106,9 @@ impl VmTarget {
     /// Renders the lab's payload with a fresh token and writes it to the
     /// run dir as `labctl secret` would (token, user-data, secret.yaml, all
     /// 0600); returns the user-data for the seed.
-    fn render(&mut self, config: &Config) -> Result<Vec<u8>, SecretError> {
+    fn render(&mut self, config: &Config) -> Result<Vec<u8>, PayloadError> {
         let agent = agent_bin::load(Some(&config.agent), Linkage::Static(Arch::Amd64))?;
-        let token = crate::token::generate().map_err(SecretError::Random)?;
+        let token = crate::token::generate().map_err(PayloadError::Random)?;
         let opts = RenderOptions {
             arch: Arch::Amd64,
             meta: SecretMeta {
@@ -120,7 +120,7 @@ impl VmTarget {
             serial_autologin: true,
         };
         let rendered =
-            secret::render_logged(&config.lab, &agent, &token, &opts, &mut std::io::stderr())?;
+            payload::render_logged(&config.lab, &agent, &token, &opts, &mut std::io::stderr())?;
         write_private(
             &self.token_file,
             format!("{token}\n").as_bytes(),

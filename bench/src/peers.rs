@@ -2,7 +2,7 @@
 //! (temp host and client keys, key auth only) and qemu-guest-agent.
 
 use crate::children::{Proc, User, prepare};
-use lab_agent_tests::local::bound_addr;
+use lab_agent_proto::addr_file;
 use std::ffi::OsString;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -136,7 +136,7 @@ pub fn start_agent(bin: &Path, work: &Path, token: &Path, o: AgentOpts<'_>) -> i
         .stderr(std::fs::File::create(&log)?);
     prepare(&mut cmd, None);
     let mut proc = Proc::spawn(cmd, &format!("lab-agent ({})", o.name))?;
-    let addr = bound_addr(&addr_file, &mut proc.child, Duration::from_secs(10))
+    let addr = addr_file::wait(&addr_file, &mut proc.child, Duration::from_secs(10))
         .map_err(|e| io::Error::other(format!("{e} ({}); its log: {}", o.name, tail(&log))))?;
     Ok(Agent { proc, addr })
 }

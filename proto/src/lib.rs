@@ -2,6 +2,8 @@
 //! to it (the backend client, `labctl`, tests).
 //!
 //! # Layout
+//! - [`addr_file`]: the address file `lab-agent serve --addr-file` writes,
+//!   read (and waited for) by whoever starts an agent on loopback.
 //! - [`ready`]: `GET /v1/ready` — readiness states and the response body.
 //! - [`exec`]: `POST /v1/exec` — the request and its result.
 //! - [`info`]: `GET /v1/info`.
@@ -23,6 +25,7 @@
 //! silently ignored setting); responses accept them, so an agent that adds a
 //! response field does not break older clients.
 
+pub mod addr_file;
 pub mod error;
 pub mod exec;
 pub mod guest;

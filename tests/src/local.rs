@@ -8,13 +8,13 @@
 //! `cargo build -p lab-agent -p labctl --bins` (through `$CARGO`,
 //! which cargo sets for the tests it runs) so a test never runs a stale one.
 
+use lab_agent_proto::addr_file;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The `lab-agent` binary to test.
 pub fn agent_bin() -> PathBuf {
@@ -291,7 +291,7 @@ impl Agent {
             token,
             token_file,
         };
-        match bound_addr(&addr_file, &mut agent.child, Duration::from_secs(20)) {
+        match addr_file::wait(&addr_file, &mut agent.child, Duration::from_secs(20)) {
             Ok(addr) => agent.addr = addr.to_string(),
             Err(e) => panic!("{e}:\n{}", agent.log()),
         }
@@ -320,36 +320,6 @@ impl Drop for Agent {
         if std::thread::panicking() {
             eprintln!("--- lab-agent log ---\n{}--- end ---", self.log());
         }
-    }
-}
-
-/// The address `lab-agent serve --addr-file FILE` (on port 0) bound, as
-/// soon as it has written it there; an error when `child` exits first or
-/// nothing comes `within`. The tests' and the bench's agents start this way.
-pub fn bound_addr(
-    addr_file: &Path,
-    child: &mut Child,
-    within: Duration,
-) -> Result<SocketAddr, String> {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(addr_file)
-            && let Ok(addr) = text.trim().parse::<SocketAddr>()
-        {
-            return Ok(addr);
-        }
-        match child.try_wait() {
-            Ok(Some(status)) => return Err(format!("lab-agent exited at start ({status})")),
-            Err(e) => return Err(format!("failed to watch lab-agent: {e}")),
-            Ok(None) => {}
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "lab-agent wrote no address to `{}` within {within:?}",
-                addr_file.display()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

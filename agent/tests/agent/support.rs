@@ -185,27 +185,20 @@ impl AgentBuilder {
             cloud_init: self.cloud_init,
             env: self.env,
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            // The address file comes before the start-up log lines; a test
-            // that measures what it adds to the log starts after them.
-            if let Ok(text) = std::fs::read_to_string(&addr_file)
-                && let Ok(addr) = text.trim().parse()
-                && agent.log().contains(" listening ")
-            {
-                agent.addr = addr;
-                return agent;
-            }
-            if let Some(status) = agent.child.try_wait().unwrap() {
-                panic!("agent exited with {status}: {}", agent.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "agent did not bind: {}",
-                agent.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
+        match lab_agent_proto::addr_file::wait(
+            &addr_file,
+            &mut agent.child,
+            Duration::from_secs(20),
+        ) {
+            Ok(addr) => agent.addr = addr,
+            Err(e) => panic!("{e}: {}", agent.log()),
         }
+        // The address file comes before the start-up log lines; a test
+        // that measures what it adds to the log starts after them.
+        eventually(20, "the agent's start-up log lines", || {
+            agent.log().contains(" listening ").then_some(())
+        });
+        agent
     }
 }
 

@@ -22,6 +22,7 @@ use super::sandbox;
 use crate::agent_bin::{self, Linkage};
 use crate::exit::{Exit, Failure};
 use lab_agent_client::{Client, ClientBuilder};
+use lab_agent_proto::addr_file;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use std::fs;
@@ -187,15 +188,14 @@ impl LocalAgent {
         Ok(agent)
     }
 
-    /// Polls for the address file, watching that the agent is still alive.
+    /// Polls for the address file, watching that the agent (or its
+    /// sandbox) is still alive: [`addr_file::wait`]'s loop, on the runtime's
+    /// timer and with the failures `try` explains.
     async fn await_addr(&mut self, addr_file: &Path) -> Result<String, Failure> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if let Ok(text) = fs::read_to_string(addr_file) {
-                let addr = text.trim();
-                if !addr.is_empty() {
-                    return Ok(addr.to_owned());
-                }
+            if let Some(addr) = addr_file::read(addr_file) {
+                return Ok(addr.to_string());
             }
             let child = self.child.as_mut().expect("started");
             if let Ok(Some(status)) = child.try_wait() {

@@ -393,7 +393,7 @@ fn an_agent_for_another_architecture_is_refused_by_name_and_readiness_says_so() 
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let addr = lab_agent_tests::local::bound_addr(
+    let addr = lab_agent_proto::addr_file::wait(
         &addr_file,
         &mut serve,
         std::time::Duration::from_secs(20),

@@ -1,0 +1,78 @@
+//! The address file of `lab-agent serve --addr-file FILE`: with `--listen`
+//! on port 0, the agent writes the address it bound there, atomically, as
+//! one line `IP:PORT`, before it serves. Whoever starts an agent on
+//! loopback (`labctl try`, the tests, the bench) learns its port from it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// How often [`wait`] looks at the file.
+const POLL: Duration = Duration::from_millis(5);
+
+/// The address in `path`, once the agent has written it; `None` before.
+/// (The agent renames a whole file into place, so a partial line is never
+/// seen.)
+pub fn read(path: &Path) -> Option<SocketAddr> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Why [`wait`] returned no address.
+#[derive(Debug)]
+pub enum WaitError {
+    /// The agent exited before it wrote its address.
+    Exited(ExitStatus),
+    /// The agent could not be watched (`try_wait` failed).
+    Watch(std::io::Error),
+    /// Nothing came within the time given.
+    TimedOut { path: PathBuf, within: Duration },
+}
+
+impl std::fmt::Display for WaitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitError::Exited(status) => write!(f, "lab-agent exited at start ({status})"),
+            WaitError::Watch(e) => write!(f, "failed to watch lab-agent: {e}"),
+            WaitError::TimedOut { path, within } => write!(
+                f,
+                "lab-agent wrote no address to `{}` within {within:?}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for WaitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WaitError::Watch(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The address the agent `child` bound, as soon as it has written it to
+/// `path`; an error when `child` exits first or nothing comes `within`.
+/// Blocking: for threads, not for an async runtime (`labctl try` polls
+/// [`read`] on its own timer).
+pub fn wait(path: &Path, child: &mut Child, within: Duration) -> Result<SocketAddr, WaitError> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(addr) = read(path) {
+            return Ok(addr);
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => return Err(WaitError::Exited(status)),
+            Err(e) => return Err(WaitError::Watch(e)),
+            Ok(None) => {}
+        }
+        if Instant::now() > deadline {
+            return Err(WaitError::TimedOut {
+                path: path.to_owned(),
+                within,
+            });
+        }
+        std::thread::sleep(POLL);
+    }
+}

@@ -420,7 +420,7 @@ impl Cgroups {
                 Reuse::Busy => busy.push(cg),
                 Reuse::Recycle => {
                     let mut free = lock(&self.free);
-                    if free.len() < POOL && self.recycle(&mut cg) {
+                    if free.len() < POOL && self.recycle(&mut cg).is_ok() {
                         free.push(cg);
                         continue;
                     }
@@ -467,9 +467,9 @@ impl Cgroups {
 
     /// Readies an empty cgroup for the next command: the default limits
     /// again, written whatever we think it holds, in case a root command
-    /// changed them. `false`: it cannot be reused.
-    fn recycle(&self, cg: &mut ExecCgroup) -> bool {
-        self.write_limits(cg, self.defaults, true).is_ok()
+    /// changed them. An error: it cannot be reused.
+    fn recycle(&self, cg: &mut ExecCgroup) -> io::Result<()> {
+        self.write_limits(cg, self.defaults, true)
     }
 }
 

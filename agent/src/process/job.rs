@@ -225,15 +225,9 @@ impl Drop for Job {
             return;
         }
         if self.status.is_some() {
-            self.jobs.remove(self.pid);
             // Ended (or was terminated): its cgroup goes now, or once what
             // it left in the background has ended.
-            if let (Some(cgs), Some(cg)) = (self.jobs.cgroups.clone(), self.cgroup.take()) {
-                cgs.release(cg);
-            }
-            // The housekeeping returns it to the pool (or makes a new one)
-            // while the answer is sent.
-            self.jobs.ended.notify_one();
+            self.jobs.finished(self.pid, self.cgroup.take());
             return;
         }
         // Dropped before the shell was reaped: the request was abandoned

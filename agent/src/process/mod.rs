@@ -173,10 +173,12 @@ impl SpawnError {
 
 /// The commands still running (their sessions, and cgroups where they have
 /// one), so a shutting-down agent can kill what is left after its grace
-/// period; and the lifecycle of their cgroups: taken for a command in
-/// [`spawn`], given back (or discarded) when its [`Job`] ends, which rings
-/// [`Jobs::ended`] for the housekeeping that sweeps and refills the pool
-/// ([`Jobs::housekeep`]), and killed through [`crate::cgroup::kill`].
+/// period; and the one owner of their cgroups' lifecycle: taken for a
+/// command in [`spawn`], discarded when the spawn fails in it, released
+/// when its [`Job`] ends (which rings [`Jobs::ended`] for the housekeeping
+/// that sweeps and refills the pool, [`Jobs::housekeep`]), and killed
+/// through [`crate::cgroup::kill`]. Nothing else calls the pool
+/// ([`Cgroups`]); `exec.rs` sees only the [`Job`].
 #[derive(Debug, Clone, Default)]
 pub struct Jobs {
     /// A handful at most (`--max-execs`).
@@ -203,8 +205,54 @@ impl Jobs {
         }
     }
 
-    pub fn cgroups(&self) -> Option<&Arc<Cgroups>> {
-        self.cgroups.as_ref()
+    /// A cgroup of its own for a command asking for `ask`, and the limits
+    /// it gets (within the defaults and the unit's ceilings); no cgroup
+    /// without a subtree, or when one cannot be made: the command is then
+    /// contained by session instead.
+    fn take_cgroup(&self, ask: Option<Limits>) -> (Option<ExecCgroup>, Option<Limits>) {
+        let Some(cgs) = &self.cgroups else {
+            return (None, None);
+        };
+        let limits = cgs.resolve(ask);
+        match cgs.take(limits) {
+            Ok(c) => (Some(c), Some(limits)),
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to create a cgroup for the command: killing it by session");
+                (None, Some(limits))
+            }
+        }
+    }
+
+    /// Whether a command's cgroup counts its processes (`pids.max`).
+    fn cgroups_count_pids(&self) -> bool {
+        self.cgroups.as_ref().is_some_and(|c| c.enforces().pids)
+    }
+
+    /// A cgroup the spawn failed in: removed, not back into the pool (if
+    /// the cgroup is why, the next command would fail the same way).
+    fn discard_cgroup(&self, cg: ExecCgroup) {
+        if let Some(cgs) = &self.cgroups {
+            cgs.discard(cg);
+        }
+    }
+
+    /// A cgroup no process is meant to run in any more: back into the pool
+    /// at the next sweep once it is empty.
+    fn release_cgroup(&self, cg: ExecCgroup) {
+        if let Some(cgs) = &self.cgroups {
+            cgs.release(cg);
+        }
+    }
+
+    /// The command `pgid` has ended: out of the running list, its cgroup
+    /// released, and the housekeeping woken to return it to the pool (or
+    /// make a new one) while the answer is sent.
+    fn finished(&self, pgid: i32, cgroup: Option<ExecCgroup>) {
+        self.remove(pgid);
+        if let Some(cg) = cgroup {
+            self.release_cgroup(cg);
+        }
+        self.ended.notify_one();
     }
 
     /// Resolves once a command has ended since the last call (its cgroup
@@ -297,17 +345,10 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
     let envp_r: Vec<&CStr> = envp.iter().map(CString::as_c_str).collect();
     // A cgroup of its own where the agent has a subtree; without one (or
     // when it cannot be made) the command is contained by session instead.
-    let resolved = jobs.cgroups.as_ref().map(|cg| cg.resolve(cmd.limits));
-    let cgroup = jobs.cgroups.as_ref().zip(resolved).and_then(|(cg, limits)| match cg.take(limits) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            tracing::warn!(error = %e, "failed to create a cgroup for the command: killing it by session");
-            None
-        }
-    });
+    let (cgroup, resolved) = jobs.take_cgroup(cmd.limits);
     // Where no cgroup counts the command's processes: `RLIMIT_NPROC`, which
     // counts all of the user's (root ignores it: CAP_SYS_RESOURCE).
-    let by_cgroup = cgroup.is_some() && jobs.cgroups.as_ref().is_some_and(|c| c.enforces().pids);
+    let by_cgroup = cgroup.is_some() && jobs.cgroups_count_pids();
     let nproc = match cmd.limits {
         // Within the unit's ceiling where there is a cgroup (resolved).
         Some(l) if !by_cgroup && !id.uid.is_root() => {
@@ -338,8 +379,8 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
             // Not back into the pool: if the cgroup is why the spawn failed
             // (a root command's background process changed it), the next
             // command would fail the same way.
-            if let (Some(cgs), Some(c)) = (&jobs.cgroups, cgroup) {
-                cgs.discard(c);
+            if let Some(c) = cgroup {
+                jobs.discard_cgroup(c);
             }
             return Err(start_error(e));
         }
@@ -358,9 +399,7 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
         Some(c) if spawned.in_cgroup => Some(c),
         Some(c) => {
             // No clone3 on this kernel: the cgroup went unused.
-            if let Some(cgs) = &jobs.cgroups {
-                cgs.release(c);
-            }
+            jobs.release_cgroup(c);
             None
         }
         None => None,

@@ -3,7 +3,6 @@
 
 use crate::children::{Proc, User, prepare};
 use lab_agent_proto::addr_file;
-use std::ffi::OsString;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
@@ -98,19 +97,9 @@ pub fn start_agent(bin: &Path, work: &Path, token: &Path, o: AgentOpts<'_>) -> i
     let addr_file = work.join(format!("{}.addr", o.name));
     let log = work.join(format!("{}.log", o.name));
     let _ = std::fs::remove_file(&addr_file);
-    let mut args: Vec<OsString> = vec![
-        "serve".into(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--addr-file".into(),
-        addr_file.clone().into(),
-        "--token-file".into(),
-        token.into(),
-        "--state-dir".into(),
-        o.state_dir.into(),
-        "--shutdown-grace".into(),
-        "1".into(),
-    ];
+    let mut args =
+        addr_file::serve_args(addr_file::LOOPBACK_ANY_PORT, &addr_file, token, o.state_dir);
+    args.extend(["--shutdown-grace".into(), "1".into()]);
     if let Some(cg) = o.cgroup {
         args.push("--cgroup".into());
         args.push(cg.into());

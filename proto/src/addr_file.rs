@@ -1,8 +1,10 @@
 //! The address file of `lab-agent serve --addr-file FILE`: with `--listen`
 //! on port 0, the agent writes the address it bound there, atomically, as
 //! one line `IP:PORT`, before it serves. Whoever starts an agent on
-//! loopback (`labctl try`, the tests, the bench) learns its port from it.
+//! loopback (`labctl try`, the tests, the bench) starts it with
+//! [`serve_args`] and learns its port with [`wait`] (or [`read`]).
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
@@ -10,6 +12,32 @@ use std::time::{Duration, Instant};
 
 /// How often [`wait`] looks at the file.
 const POLL: Duration = Duration::from_millis(5);
+
+/// `serve --listen LISTEN --addr-file ADDR_FILE --token-file TOKEN_FILE
+/// --state-dir STATE_DIR`: the command line every starter of an agent on
+/// loopback begins with (`LISTEN` is `127.0.0.1:0` but where a test holds
+/// a port); each adds its own flags after it.
+pub fn serve_args(
+    listen: &str,
+    addr_file: &Path,
+    token_file: &Path,
+    state_dir: &Path,
+) -> Vec<OsString> {
+    vec![
+        "serve".into(),
+        "--listen".into(),
+        listen.into(),
+        "--addr-file".into(),
+        addr_file.into(),
+        "--token-file".into(),
+        token_file.into(),
+        "--state-dir".into(),
+        state_dir.into(),
+    ]
+}
+
+/// A free port on loopback, for [`serve_args`]'s `listen`.
+pub const LOOPBACK_ANY_PORT: &str = "127.0.0.1:0";
 
 /// The address in `path`, once the agent has written it; `None` before.
 /// (The agent renames a whole file into place, so a partial line is never

@@ -264,15 +264,15 @@ impl Agent {
         let addr_file = dir.join("addr");
         let log = std::fs::File::create(dir.join("agent.log")).unwrap();
         let mut cmd = Command::new(agent_bin());
-        cmd.arg("serve")
-            .args(["--listen", opts.listen.as_deref().unwrap_or("127.0.0.1:0")])
-            .arg("--addr-file")
-            .arg(&addr_file)
-            .arg("--token-file")
-            .arg(&token_file)
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--no-cloud-init");
+        cmd.args(addr_file::serve_args(
+            opts.listen
+                .as_deref()
+                .unwrap_or(addr_file::LOOPBACK_ANY_PORT),
+            &addr_file,
+            &token_file,
+            &dir.join("state"),
+        ))
+        .arg("--no-cloud-init");
         let script = opts.setup.as_deref().unwrap_or("true\n");
         let path = dir.write("setup.sh", script, 0o755);
         cmd.arg("--run-setup").arg(path);

@@ -2,6 +2,7 @@
 //! free loopback port, and a deliberately dumb HTTP/1.1 client (so tests can
 //! also send what no proper client would).
 
+use lab_agent_proto::addr_file;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
@@ -134,15 +135,14 @@ impl AgentBuilder {
         let addr_file = dir.join("addr");
         let log = dir.join("agent.log");
         let mut cmd = agent_command();
-        cmd.arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--addr-file"])
-            .arg(&addr_file)
-            .arg("--token-file")
-            .arg(&token_file)
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--cloud-init-dir")
-            .arg(dir.join("cloud-init"));
+        cmd.args(addr_file::serve_args(
+            addr_file::LOOPBACK_ANY_PORT,
+            &addr_file,
+            &token_file,
+            &dir.join("state"),
+        ))
+        .arg("--cloud-init-dir")
+        .arg(dir.join("cloud-init"));
         if !self.cloud_init {
             cmd.arg("--no-cloud-init");
         }
@@ -185,11 +185,7 @@ impl AgentBuilder {
             cloud_init: self.cloud_init,
             env: self.env,
         };
-        match lab_agent_proto::addr_file::wait(
-            &addr_file,
-            &mut agent.child,
-            Duration::from_secs(20),
-        ) {
+        match addr_file::wait(&addr_file, &mut agent.child, Duration::from_secs(20)) {
             Ok(addr) => agent.addr = addr,
             Err(e) => panic!("{e}: {}", agent.log()),
         }

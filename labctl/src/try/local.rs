@@ -109,18 +109,13 @@ impl LocalAgent {
             staged.display(),
             config.agent.display()
         );
-        let mut args: Vec<std::ffi::OsString> = vec![
-            "serve".into(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--addr-file".into(),
-            addr_file.clone().into(),
-            "--token-file".into(),
-            token_path.into(),
-            "--state-dir".into(),
-            state.into(),
-            "--no-cloud-init".into(),
-        ];
+        let mut args = addr_file::serve_args(
+            addr_file::LOOPBACK_ANY_PORT,
+            &addr_file,
+            &token_path,
+            &state,
+        );
+        args.push("--no-cloud-init".into());
         if let Some(script) = &script {
             args.extend([
                 "--run-setup".into(),

@@ -104,3 +104,40 @@ pub fn wait(path: &Path, child: &mut Child, within: Duration) -> Result<SocketAd
         std::thread::sleep(POLL);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn temp_file(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("addr-file-{tag}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn an_address_is_read_once_written_and_not_before() {
+        let path = temp_file("read");
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(read(&path), None);
+        std::fs::write(&path, "127.0.0.1:8899\n").unwrap();
+        assert_eq!(read(&path), Some("127.0.0.1:8899".parse().unwrap()));
+        std::fs::write(&path, "not an address\n").unwrap();
+        assert_eq!(read(&path), None);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn an_agent_that_exits_or_stays_silent_is_an_error_not_a_hang() {
+        let path = temp_file("wait");
+        let _ = std::fs::remove_file(&path);
+        let mut gone = Command::new("true").spawn().unwrap();
+        let e = wait(&path, &mut gone, Duration::from_secs(20)).unwrap_err();
+        assert!(matches!(e, WaitError::Exited(s) if s.success()), "{e}");
+        let mut silent = Command::new("sleep").arg("30").spawn().unwrap();
+        let e = wait(&path, &mut silent, Duration::from_millis(50)).unwrap_err();
+        let _ = silent.kill();
+        let _ = silent.wait();
+        assert!(matches!(e, WaitError::TimedOut { .. }), "{e}");
+        assert!(e.to_string().contains("wrote no address"), "{e}");
+    }
+}

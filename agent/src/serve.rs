@@ -9,7 +9,7 @@ use crate::setup::{self, SetupConfig};
 use crate::token::{Token, TokenError};
 use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -81,11 +81,9 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         source,
     })?;
     if let Some(path) = &cfg.addr_file {
-        write_atomically(path, format!("{addr}\n").as_bytes()).map_err(|source| {
-            ServeError::AddrFile {
-                path: path.clone(),
-                source,
-            }
+        lab_agent_proto::addr_file::write(path, addr).map_err(|source| ServeError::AddrFile {
+            path: path.clone(),
+            source,
         })?;
     }
     let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
@@ -206,10 +204,4 @@ async fn housekeeping(app: Arc<App>) {
         app.jobs.housekeep();
         app.rejections.flush_due();
     }
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
 }

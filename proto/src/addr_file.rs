@@ -1,6 +1,6 @@
 //! The address file of `lab-agent serve --addr-file FILE`: with `--listen`
-//! on port 0, the agent writes the address it bound there, atomically, as
-//! one line `IP:PORT`, before it serves. Whoever starts an agent on
+//! on port 0, the agent writes the address it bound there ([`write`]:
+//! atomically, one line `IP:PORT`) before it serves. Whoever starts an agent on
 //! loopback (`labctl try`, the tests, the bench) starts it with
 //! [`serve_args`] and learns its port with [`wait`] (or [`read`]).
 
@@ -38,6 +38,15 @@ pub fn serve_args(
 
 /// A free port on loopback, for [`serve_args`]'s `listen`.
 pub const LOOPBACK_ANY_PORT: &str = "127.0.0.1:0";
+
+/// What `lab-agent serve` does with the address it bound: `IP:PORT` and a
+/// newline, written to a temporary file beside `path` and renamed over it,
+/// so [`read`] sees the whole line or nothing.
+pub fn write(path: &Path, addr: SocketAddr) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&tmp, format!("{addr}\n"))?;
+    std::fs::rename(&tmp, path)
+}
 
 /// The address in `path`, once the agent has written it; `None` before.
 /// (The agent renames a whole file into place, so a partial line is never
@@ -119,8 +128,10 @@ mod tests {
         let path = temp_file("read");
         let _ = std::fs::remove_file(&path);
         assert_eq!(read(&path), None);
-        std::fs::write(&path, "127.0.0.1:8899\n").unwrap();
-        assert_eq!(read(&path), Some("127.0.0.1:8899".parse().unwrap()));
+        let addr: SocketAddr = "127.0.0.1:8899".parse().unwrap();
+        write(&path, addr).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "127.0.0.1:8899\n");
+        assert_eq!(read(&path), Some(addr));
         std::fs::write(&path, "not an address\n").unwrap();
         assert_eq!(read(&path), None);
         std::fs::remove_file(&path).unwrap();

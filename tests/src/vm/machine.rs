@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use labctl::qemu::accel::{self, Hooks};
 use labctl::qemu::machine::make_run_dir;
-use labctl::qemu::{AccelMode, Machine, MachineSpec, PowerOff, sanitize, seed};
+use labctl::qemu::{AccelMode, Machine, MachineSpec, PowerOff, QemuError, sanitize, seed};
 
 use super::http::{self, HttpAnswer};
 use super::lock::VmLock;
@@ -86,7 +86,36 @@ impl Vm {
     /// [`Vm::boot`] under a lock the caller already holds: for a test that
     /// runs several machines back to back (or one of `labctl try`'s) with no
     /// other test's VM in between. [`Vm::release`] hands the lock back.
+    ///
+    /// It returns once the kernel has handed over to userspace. If qemu
+    /// itself dies before that of an internal error (an assertion or a
+    /// crash signal: qemu 10.0's TCG aborted once in CI with
+    /// `iotlb_to_section: Assertion ... failed` while the guest's kernel
+    /// probed PCI, 2.5 s into its boot), nothing of the guest or the
+    /// payload has run yet: the VM boots again, once, saying so, with the
+    /// crashed run's console and qemu stderr kept in `target/vm-logs/`.
     pub fn boot_with(image: &VmImage, opts: BootOptions, lock: VmLock) -> Result<Vm, VmError> {
+        let vm = Vm::start(image, opts.clone(), lock)?;
+        match vm.wait_for_console(USERSPACE, KERNEL_WITHIN) {
+            Err(QemuError::QemuExited { status, stderr, .. })
+                if emulator_crash(&status, &stderr) =>
+            {
+                eprintln!(
+                    "vm[{}]: qemu itself failed before the guest's kernel reached userspace \
+                     ({status}: {}); booting it again, once",
+                    opts.name,
+                    stderr.trim()
+                );
+                vm.keep_logs();
+                let lock = vm.release();
+                Vm::start(image, opts, lock)
+            }
+            // Anything else is the test's to see, through its own waits.
+            _ => Ok(vm),
+        }
+    }
+
+    fn start(image: &VmImage, opts: BootOptions, lock: VmLock) -> Result<Vm, VmError> {
         let mode = opts.accel.map_or_else(accel_mode, AccelMode::Force);
         let dir = make_run_dir("lab-agent-vm", &opts.name)?;
         let mut spec = MachineSpec::new(opts.name.clone(), image.guest());
@@ -225,6 +254,22 @@ impl Drop for Vm {
     }
 }
 
+/// What the guest's kernel prints as it hands over to userspace (the
+/// images boot kernel + initrd).
+const USERSPACE: &str = "Run /init as init process";
+/// How long [`Vm::boot_with`] watches for [`USERSPACE`] (a loaded machine
+/// under TCG: ~5–30 s).
+const KERNEL_WITHIN: Duration = Duration::from_secs(300);
+
+/// Whether qemu's end was its own failure rather than the guest's doing:
+/// killed by a crash signal (an assertion aborts), or an assertion message.
+fn emulator_crash(status: &str, stderr: &str) -> bool {
+    stderr.contains("Assertion")
+        || ["SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL"]
+            .iter()
+            .any(|s| status.contains(s))
+}
+
 /// Where kept console logs go: `<cargo target dir>/vm-logs/`. The test binary
 /// lives under the target dir, which cargo marks with `CACHEDIR.TAG`.
 pub fn vm_logs_dir() -> PathBuf {
@@ -250,6 +295,24 @@ fn dir_suffix(dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_qemu_s_own_failures_boot_again() {
+        let assertion = "qemu-system-x86_64: system/physmem.c:2678: iotlb_to_section: \
+                         Assertion `section_index < d->map.sections_nb' failed.\n";
+        assert!(emulator_crash(
+            "signal: 6 (SIGABRT) (core dumped)",
+            assertion
+        ));
+        assert!(emulator_crash("signal: 11 (SIGSEGV)", ""));
+        // The guest powering off, or qemu refusing its arguments: not a crash.
+        assert!(!emulator_crash("exit status: 0", ""));
+        assert!(!emulator_crash(
+            "exit status: 1",
+            "qemu-system-x86_64: -no-such-option: invalid option"
+        ));
+        assert!(!emulator_crash("signal: 9 (SIGKILL)", ""));
+    }
 
     #[test]
     fn instance_ids_end_in_the_run_dir_suffix() {

@@ -73,6 +73,32 @@ fn run_measured(
     (out, took, usage)
 }
 
+/// `LABEL: usage in took, honest base`, printed (the figures a
+/// passing run leaves in the log) and returned for the asserts.
+fn usage_line(label: &str, usage: Usage, took: Duration, base: Usage) -> String {
+    let what = format!("{label}: {usage:?} in {took:?}, honest {base:?}");
+    eprintln!("{what}");
+    what
+}
+
+/// The caps of a call that met a hostile answer held to `limit_kib`,
+/// against `base`, the same call answered at once by an honest fake.
+/// Memory: peak RSS at most `base`'s plus twice the limit (one answer
+/// held at the limit, and as much again for what holding it costs: the
+/// buffer's growth, the decoded strings). CPU: at most `base`'s, plus a
+/// tenth of the wall time the call took (`took`), plus 200 ms of
+/// start-up noise; a flood read until the deadline costs about its
+/// whole wall time.
+fn assert_within_caps(what: &str, usage: Usage, took: Duration, base: Usage, limit_kib: u64) {
+    let rss_bound = base.max_rss_kib + 2 * limit_kib;
+    assert!(
+        usage.max_rss_kib <= rss_bound,
+        "{what}: peak RSS over {rss_bound} KiB"
+    );
+    let cpu_bound = base.cpu + took / 10 + Duration::from_millis(200);
+    assert!(usage.cpu <= cpu_bound, "{what}: CPU over {cpu_bound:?}");
+}
+
 /// No control character but newlines (and JSON's own escapes) in
 /// what labctl printed.
 fn no_raw_controls(what: &str, bytes: &[u8]) {
@@ -140,7 +166,6 @@ fn exec_memory_and_cpu_stay_within_the_requests_caps() {
         lab_agent_proto::exec::DEFAULT_MAX_OUTPUT_BYTES,
     ) as u64
         / 1024;
-    let rss_bound = base.max_rss_kib + 2 * limit_kib;
     // A deadline far past what each call needs (a loaded machine must
     // not turn a `TooLarge` into a `Timeout`), but for the drip, which
     // only its deadline ends.
@@ -165,16 +190,10 @@ fn exec_memory_and_cpu_stay_within_the_requests_caps() {
             &args
         };
         let (out, took, usage) = run_measured(&agent, EXEC, args, Duration::from_secs(40));
-        let what = format!("{behaviour:?}: {usage:?} in {took:?}, honest {base:?}");
-        eprintln!("{what}");
+        let what = usage_line(&format!("{behaviour:?}"), usage, took, base);
         assert_eq!(out.status.code(), Some(3), "{what}\n{}", describe(&out));
         assert!(stderr(&out).contains(want), "{what}\n{}", describe(&out));
-        assert!(
-            usage.max_rss_kib <= rss_bound,
-            "{what}: peak RSS over {rss_bound} KiB"
-        );
-        let cpu_bound = base.cpu + took / 10 + Duration::from_millis(200);
-        assert!(usage.cpu <= cpu_bound, "{what}: CPU over {cpu_bound:?}");
+        assert_within_caps(&what, usage, took, base, limit_kib);
     }
 }
 
@@ -242,18 +261,11 @@ fn wait_and_grade_memory_and_cpu_stay_within_the_requests_caps() {
                 &args
             };
             let (out, took, usage) = run_measured(&agent, verb, args, Duration::from_secs(40));
-            let what = format!("{verb:?} {behaviour:?}: {usage:?} in {took:?}, honest {base:?}");
-            eprintln!("{what}");
+            let what = usage_line(&format!("{verb:?} {behaviour:?}"), usage, took, base);
             assert_eq!(out.status.code(), Some(code), "{what}\n{}", describe(&out));
             let text = format!("{}{}", stderr(&out), stdout(&out));
             assert!(text.contains(want), "{what}\n{}", describe(&out));
-            let rss_bound = base.max_rss_kib + 2 * limit_kib;
-            assert!(
-                usage.max_rss_kib <= rss_bound,
-                "{what}: peak RSS over {rss_bound} KiB"
-            );
-            let cpu_bound = base.cpu + took / 10 + Duration::from_millis(200);
-            assert!(usage.cpu <= cpu_bound, "{what}: CPU over {cpu_bound:?}");
+            assert_within_caps(&what, usage, took, base, limit_kib);
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::agent_bin::{AgentBinError, AgentBinary};
 use crate::exit::{Exit, Failure};
+use lab_agent_cloudinit::Arch;
 use lab_agent_cloudinit::lab_payload::{self, RenderLabError};
 pub use lab_agent_cloudinit::lab_payload::{BudgetReport, RenderOptions, Rendered};
 use lab_agent_proto::lab::{Lab, LabError};
@@ -208,5 +209,23 @@ mod tests {
         let mode = std::fs::metadata(&file).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// `--arch`: a lab VM's architecture, as Kubernetes names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ArchArg {
+    /// x86_64
+    Amd64,
+    /// aarch64
+    Arm64,
+}
+
+impl From<ArchArg> for Arch {
+    fn from(a: ArchArg) -> Arch {
+        match a {
+            ArchArg::Amd64 => Arch::Amd64,
+            ArchArg::Arm64 => Arch::Arm64,
+        }
     }
 }

@@ -10,6 +10,7 @@
 
 use crate::agent_bin::{self, Linkage};
 use crate::exit::{Exit, Failure};
+pub use crate::payload::ArchArg;
 use crate::payload::{
     BudgetReport, PayloadError, RenderOptions, Rendered, render_logged, write_private,
 };
@@ -63,24 +64,6 @@ pub struct SecretArgs {
     /// Print one JSON object on stdout (token, budget, and the Secret unless `-o`)
     #[arg(long)]
     pub json: bool,
-}
-
-/// `--arch`: a lab VM's architecture, as Kubernetes names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ArchArg {
-    /// x86_64
-    Amd64,
-    /// aarch64
-    Arm64,
-}
-
-impl From<ArchArg> for Arch {
-    fn from(a: ArchArg) -> Arch {
-        match a {
-            ArchArg::Amd64 => Arch::Amd64,
-            ArchArg::Arm64 => Arch::Arm64,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

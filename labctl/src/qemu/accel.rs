@@ -29,13 +29,18 @@
 //! forever is the caller's: `labctl try` gives up when the console stays
 //! silent (`--boot-silence`).
 //!
+//! KVM runs only guests of the host's own architecture, and the probe is
+//! x86 code: an arm64 guest on this x86_64 host (or any guest on a host
+//! that is not x86_64) runs under TCG, and forcing KVM for it is an error.
+//!
 //! [`AccelMode`] is one switch for every path: `labctl try --accel`, else
 //! the [`ENV`] variable (`LAB_AGENT_VM_ACCEL=auto|kvm|tcg`), which the VM
 //! tests and CI set, else `auto`.
 
-use super::argv::{Guest, MachineSpec, RunPaths};
+use super::argv::{Guest, MachineSpec, RunPaths, program};
 use super::machine::Machine;
-use super::{QEMU, QemuError, console, spawn};
+use super::{QemuError, console, spawn};
+use lab_agent_cloudinit::Arch;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -79,16 +84,22 @@ pub enum Accel {
     Kvm,
     /// Software emulation, multi-threaded. `-cpu max` gives the guest every
     /// feature TCG emulates (x86-64-v2 and up, which some distributions
-    /// require); it costs nothing measurable here.
+    /// require); it costs nothing measurable here. On arm64, with the
+    /// implementation-defined pointer-authentication algorithm, which qemu
+    /// emulates several times faster than the architected QARMA one (the
+    /// guest sees the same instructions).
     Tcg,
 }
 
 impl Accel {
-    /// The qemu arguments for this accelerator.
-    pub fn qemu_args(self) -> &'static [&'static str] {
-        match self {
-            Accel::Kvm => &["-accel", "kvm", "-cpu", "host"],
-            Accel::Tcg => &["-accel", "tcg,thread=multi", "-cpu", "max"],
+    /// The qemu arguments for this accelerator and a guest of `arch`.
+    pub fn qemu_args(self, arch: Arch) -> &'static [&'static str] {
+        match (self, arch) {
+            (Accel::Kvm, _) => &["-accel", "kvm", "-cpu", "host"],
+            (Accel::Tcg, Arch::Amd64) => &["-accel", "tcg,thread=multi", "-cpu", "max"],
+            (Accel::Tcg, Arch::Arm64) => {
+                &["-accel", "tcg,thread=multi", "-cpu", "max,pauth-impdef=on"]
+            }
         }
     }
 
@@ -241,6 +252,17 @@ pub fn start(
         Machine::start(&under(Accel::Tcg), user_data, meta_data, dir)
             .map(|machine| Started { machine, why })
     };
+    let foreign = kvm_cannot_run(spec.arch);
+    match (mode, foreign) {
+        (AccelMode::Force(Accel::Kvm), Some(why)) => {
+            return Err(QemuError::Unsupported(format!(
+                "cannot run the {} guest under KVM: {why}; use TCG (`--accel tcg` or `auto`)",
+                spec.arch
+            )));
+        }
+        (AccelMode::Auto, Some(why)) => return tcg(why),
+        _ => {}
+    }
     match mode {
         AccelMode::Force(accel) => {
             return Machine::start(&under(accel), user_data, meta_data, dir).map(|machine| {
@@ -298,6 +320,26 @@ pub fn start(
     (hooks.say)(&fallback_line(&reason));
     *KVM_UNUSABLE.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
     tcg("KVM failed, see above".into())
+}
+
+/// Why KVM is out of the question for a guest of `arch` here, if it is:
+/// KVM runs only guests of the host's own architecture, and the probe that
+/// proves it is x86 code.
+pub fn kvm_cannot_run(arch: Arch) -> Option<String> {
+    let host = std::env::consts::ARCH;
+    if host != arch.uname() {
+        Some(format!(
+            "KVM runs only guests of the host's own architecture (this host is {host}, the \
+             guest {})",
+            arch.uname()
+        ))
+    } else if arch != Arch::Amd64 {
+        Some(format!(
+            "this driver proves KVM with an x86 probe only; an {host} guest runs under TCG"
+        ))
+    } else {
+        None
+    }
 }
 
 /// How a [`trial`] ended.
@@ -427,7 +469,11 @@ pub fn probe_boot_sector() -> [u8; 512] {
 
 /// The probe's qemu arguments (without the program).
 pub fn probe_args(accel: Accel, disk: &Path) -> Vec<String> {
-    let mut args: Vec<String> = accel.qemu_args().iter().map(|s| s.to_string()).collect();
+    let mut args: Vec<String> = accel
+        .qemu_args(Arch::Amd64)
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     args.extend(
         [
             "-m",
@@ -480,7 +526,8 @@ fn probe_in(accel: Accel, dir: &Path) -> Result<Duration, String> {
         .and_then(|f| f.set_len(1 << 20))
         .map_err(|e| format!("cannot write `{}`: {e}", disk.display()))?;
     let stderr = dir.join("stderr.log");
-    let mut cmd = Command::new(QEMU);
+    let qemu = program(Arch::Amd64);
+    let mut cmd = Command::new(qemu);
     cmd.args(probe_args(accel, &disk))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -489,7 +536,7 @@ fn probe_in(accel: Accel, dir: &Path) -> Result<Duration, String> {
                 .map_err(|e| format!("cannot create `{}`: {e}", stderr.display()))?,
         );
     let started = Instant::now();
-    let mut child = spawn::spawn(cmd, false).map_err(|e| format!("cannot start {QEMU}: {e}"))?;
+    let mut child = spawn::spawn(cmd, false).map_err(|e| format!("cannot start {qemu}: {e}"))?;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -523,6 +570,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn kvm_is_only_for_the_hosts_own_architecture() {
+        // The tests run on x86_64 (CI and these machines).
+        assert_eq!(std::env::consts::ARCH, "x86_64");
+        assert_eq!(kvm_cannot_run(Arch::Amd64), None);
+        let why = kvm_cannot_run(Arch::Arm64).expect("an arm64 guest");
+        assert!(
+            why.contains("this host is x86_64, the guest aarch64"),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn the_boot_sector_is_bootable_and_exits() {
         let s = probe_boot_sector();
         assert_eq!(&s[510..], &[0x55, 0xaa]);
@@ -540,7 +599,10 @@ mod tests {
                 .unwrap_err()
                 .contains("`kvm` or `tcg`")
         );
-        assert_eq!(Accel::Kvm.qemu_args(), ["-accel", "kvm", "-cpu", "host"]);
+        assert_eq!(
+            Accel::Kvm.qemu_args(Arch::Amd64),
+            ["-accel", "kvm", "-cpu", "host"]
+        );
         let args = probe_args(Accel::Tcg, Path::new("/d/boot.img"));
         assert!(
             args.windows(2)

@@ -2,13 +2,40 @@
 //! functions of a [`MachineSpec`], the run dir's [`RunPaths`] and a port.
 
 use super::{Accel, GUEST_PORT, sanitize};
+use lab_agent_cloudinit::Arch;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// The kernel command line of a [`Guest::Kernel`]: the serial console is
-/// the log (and the student's terminal), the root filesystem is the first
-/// virtio disk (the overlay).
-pub const KERNEL_APPEND: &str = "console=ttyS0 root=/dev/vda rw";
+/// The kernel command line of a [`Guest::Kernel`]: the serial console (the
+/// machine's UART: `ttyS0`, `ttyAMA0` on arm64 `virt`) is the log (and the
+/// student's terminal), the root filesystem is the first virtio disk (the
+/// overlay).
+pub fn kernel_append(arch: Arch) -> String {
+    format!("console={} root=/dev/vda rw", arch.serial_console())
+}
+
+/// The UEFI firmware an arm64 disk image boots from (`qemu-efi-aarch64`):
+/// arm64 `virt` has no BIOS, and cloud images carry an EFI system
+/// partition. Only read (`-bios`): the guest keeps no EFI variables, and
+/// the disk's removable-media path (`\EFI\BOOT\BOOTAA64.EFI`) is what boots.
+pub const ARM64_UEFI: &str = "/usr/share/qemu-efi-aarch64/QEMU_EFI.fd";
+
+/// The qemu system emulator for a guest of `arch`.
+pub fn program(arch: Arch) -> &'static str {
+    match arch {
+        Arch::Amd64 => "qemu-system-x86_64",
+        Arch::Arm64 => "qemu-system-aarch64",
+    }
+}
+
+/// The machine type: qemu's default `pc` board on x86, `virt` (KubeVirt's
+/// arm64 machine) on arm64.
+fn board_args(arch: Arch) -> &'static [&'static str] {
+    match arch {
+        Arch::Amd64 => &[],
+        Arch::Arm64 => &["-machine", "virt"],
+    }
+}
 
 /// What the machine boots. Either way the base image is only read: the
 /// machine writes to a qcow2 overlay on it.
@@ -43,6 +70,8 @@ pub struct MachineSpec {
     /// Names the machine (qemu's `-name`, file names, the guest's hostname).
     pub name: String,
     pub guest: Guest,
+    /// The guest's architecture: which qemu, board, console and firmware.
+    pub arch: Arch,
     /// The base image's format (`raw`, `qcow2`, …) as `qemu-img` names it;
     /// `None`: ask `qemu-img info`.
     pub base_format: Option<String>,
@@ -53,7 +82,7 @@ pub struct MachineSpec {
     /// (`growpart`, `resizefs`).
     pub disk_gib: Option<u32>,
     pub accel: Accel,
-    /// Appended to [`KERNEL_APPEND`] (a [`Guest::Kernel`] only).
+    /// Appended to [`kernel_append`] (a [`Guest::Kernel`] only).
     pub extra_append: String,
     /// Appended to qemu's arguments.
     pub extra_qemu_args: Vec<String>,
@@ -63,11 +92,12 @@ pub struct MachineSpec {
 }
 
 impl MachineSpec {
-    /// 1 GiB, 2 vCPUs, TCG, attached to its parent.
+    /// amd64, 1 GiB, 2 vCPUs, TCG, attached to its parent.
     pub fn new(name: impl Into<String>, guest: Guest) -> MachineSpec {
         MachineSpec {
             name: name.into(),
             guest,
+            arch: Arch::Amd64,
             base_format: None,
             memory_mib: 1024,
             cpus: 2,
@@ -140,11 +170,15 @@ pub fn qemu_args(spec: &MachineSpec, paths: &RunPaths, port: u16) -> Vec<OsStrin
     let mut a = Args::default();
     a.push(["-name", &sanitize(&spec.name)]);
     a.push(["-nodefaults", "-no-user-config", "-display", "none"]);
-    a.push(spec.accel.qemu_args().iter().copied());
+    a.push(spec.accel.qemu_args(spec.arch).iter().copied());
+    a.push(board_args(spec.arch).iter().copied());
     a.push(["-smp", &spec.cpus.to_string()]);
     a.push(["-m", &spec.memory_mib.to_string()]);
+    if let (Guest::Disk { .. }, Arch::Arm64) = (&spec.guest, spec.arch) {
+        a.push(["-bios", ARM64_UEFI]);
+    }
     if let Guest::Kernel { kernel, initrd, .. } = &spec.guest {
-        let mut append = KERNEL_APPEND.to_owned();
+        let mut append = kernel_append(spec.arch);
         if !spec.extra_append.trim().is_empty() {
             append.push(' ');
             append.push_str(spec.extra_append.trim());
@@ -155,7 +189,7 @@ pub fn qemu_args(spec: &MachineSpec, paths: &RunPaths, port: u16) -> Vec<OsStrin
         a.0.push(initrd.into());
         a.push(["-append", &append]);
     }
-    // The overlay first: it is /dev/vda, and the disk the BIOS boots.
+    // The overlay first: it is /dev/vda, and the disk the firmware boots.
     a.push([
         "-drive",
         &drive_arg(&paths.overlay, "qcow2", "cache=unsafe"),
@@ -165,7 +199,7 @@ pub fn qemu_args(spec: &MachineSpec, paths: &RunPaths, port: u16) -> Vec<OsStrin
         "-netdev",
         &format!("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT}"),
     ]);
-    // romfile= : no iPXE ROM, so the BIOS never tries to boot from the network.
+    // romfile= : no iPXE ROM, so the firmware never tries to boot from the network.
     a.push(["-device", "virtio-net-pci,netdev=net0,romfile="]);
     a.push(["-device", "virtio-rng-pci"]);
     a.push(["-serial", &format!("file:{}", paths.console.display())]);
@@ -252,8 +286,47 @@ mod tests {
             ["unix:/run/d/qmp.sock,server=on,wait=off"]
         );
         assert_eq!(values(&args, "-accel"), ["tcg,thread=multi"]);
+        assert_eq!(values(&args, "-cpu"), ["max"]);
+        assert!(values(&args, "-machine").is_empty(), "{args:?}");
         assert_eq!(values(&args, "-smp"), ["2"]);
         assert_eq!(values(&args, "-m"), ["1024"]);
+        assert_eq!(program(spec.arch), "qemu-system-x86_64");
+    }
+
+    #[test]
+    fn an_arm64_guest_is_a_virt_machine_on_its_own_console() {
+        let mut spec = MachineSpec::new(
+            "arm",
+            Guest::Kernel {
+                kernel: "/img/vmlinuz".into(),
+                initrd: "/img/initrd.img".into(),
+                rootfs: "/img/rootfs.raw".into(),
+            },
+        );
+        spec.arch = Arch::Arm64;
+        let args = strings(&qemu_args(&spec, &paths(), 40123));
+        assert_eq!(program(spec.arch), "qemu-system-aarch64");
+        assert_eq!(values(&args, "-machine"), ["virt"]);
+        assert_eq!(values(&args, "-cpu"), ["max,pauth-impdef=on"]);
+        assert_eq!(values(&args, "-accel"), ["tcg,thread=multi"]);
+        assert_eq!(
+            values(&args, "-append"),
+            ["console=ttyAMA0 root=/dev/vda rw"]
+        );
+        // Booted directly: no firmware.
+        assert!(values(&args, "-bios").is_empty(), "{args:?}");
+        assert_eq!(
+            values(&args, "-device"),
+            ["virtio-net-pci,netdev=net0,romfile=", "virtio-rng-pci"]
+        );
+
+        // A disk boots from UEFI, as an arm64 cloud image does.
+        spec.guest = Guest::Disk {
+            image: "/img/debian-13-genericcloud-arm64.qcow2".into(),
+        };
+        let args = strings(&qemu_args(&spec, &paths(), 40123));
+        assert_eq!(values(&args, "-bios"), [ARM64_UEFI]);
+        assert!(values(&args, "-append").is_empty(), "{args:?}");
     }
 
     #[test]

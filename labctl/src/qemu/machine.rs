@@ -8,10 +8,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use super::argv::{self, MachineSpec, RunPaths};
+use super::argv::{self, ARM64_UEFI, Guest, MachineSpec, RunPaths};
 use super::console::{self, ConsoleMark, Watch};
 use super::qmp::Qmp;
-use super::{Accel, QEMU, QemuError, run, seed, spawn};
+use super::{Accel, Arch, QemuError, program, run, seed, spawn};
 
 /// How long qemu gets to open its QMP socket.
 const QMP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -51,6 +51,14 @@ impl Machine {
         meta_data: &str,
         dir: &Path,
     ) -> Result<Machine, QemuError> {
+        if let (Guest::Disk { .. }, Arch::Arm64) = (&spec.guest, spec.arch) {
+            if !Path::new(ARM64_UEFI).is_file() {
+                return Err(QemuError::Missing(format!(
+                    "`{ARM64_UEFI}` is missing: an arm64 disk image boots from UEFI (on Debian \
+                     install `qemu-efi-aarch64`)"
+                )));
+            }
+        }
         let paths = RunPaths::new(dir);
         let base = std::fs::canonicalize(spec.guest.base())
             .map_err(|e| QemuError::io(format!("find `{}`", spec.guest.base().display()), e))?;
@@ -85,7 +93,8 @@ impl Machine {
         let mut last_err = None;
         for _attempt in 0..3 {
             let port = free_loopback_port()?;
-            let mut cmd = Command::new(QEMU);
+            let qemu = program(spec.arch);
+            let mut cmd = Command::new(qemu);
             cmd.args(argv::qemu_args(spec, &paths, port))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -97,7 +106,7 @@ impl Machine {
             let started_wall = SystemTime::now();
             let started = Instant::now();
             let mut child = spawn::spawn(cmd, spec.detached)
-                .map_err(|e| QemuError::io(format!("start `{QEMU}`"), e))?;
+                .map_err(|e| QemuError::io(format!("start `{qemu}`"), e))?;
             match wait_for_qmp(&mut child, &paths) {
                 Ok(qmp) => {
                     return Ok(Machine {

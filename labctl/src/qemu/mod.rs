@@ -41,12 +41,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 pub use accel::{Accel, AccelMode};
-pub use argv::{Guest, MachineSpec, RunPaths};
+pub use argv::{Guest, MachineSpec, RunPaths, program};
 pub use console::ConsoleMark;
+pub use lab_agent_cloudinit::Arch;
 pub use machine::{Machine, PowerOff};
-
-/// The qemu binary.
-pub const QEMU: &str = "qemu-system-x86_64";
 
 /// The guest port the agent listens on; forwarded from a loopback port.
 pub const GUEST_PORT: u16 = lab_agent_proto::guest::PORT;
@@ -56,9 +54,14 @@ pub const GUEST_PORT: u16 = lab_agent_proto::guest::PORT;
 /// rerunning.
 #[derive(Debug, thiserror::Error)]
 pub enum QemuError {
-    /// A tool this needs is missing or broken (qemu, qemu-img, an ISO maker).
+    /// A tool this needs is missing or broken (qemu, qemu-img, an ISO maker,
+    /// firmware).
     #[error("{0}")]
     Missing(String),
+    /// This host cannot run the machine as asked (e.g. KVM for a guest of
+    /// another architecture).
+    #[error("{0}")]
+    Unsupported(String),
     /// A local file or process operation failed.
     #[error("failed to {what}: {source}")]
     Io {
@@ -112,21 +115,27 @@ impl QemuError {
     }
 }
 
-/// Checks that qemu runs here; returns its version line.
-pub fn check_installed() -> Result<String, QemuError> {
-    let out = Command::new(QEMU)
+/// Checks that qemu for guests of `arch` runs here; returns its version
+/// line.
+pub fn check_installed(arch: Arch) -> Result<String, QemuError> {
+    let qemu = program(arch);
+    let package = match arch {
+        Arch::Amd64 => "qemu-system-x86",
+        Arch::Arm64 => "qemu-system-arm",
+    };
+    let out = Command::new(qemu)
         .arg("--version")
         .stdin(Stdio::null())
         .output()
         .map_err(|e| {
             QemuError::Missing(format!(
-                "cannot run `{QEMU}`: {e} (on Debian 12 install `qemu-system-x86` from \
+                "cannot run `{qemu}`: {e} (on Debian 12 install `{package}` from \
                  bookworm-backports; `tests/vm/build-image.sh --host-deps` does it)"
             ))
         })?;
     if !out.status.success() {
         return Err(QemuError::Missing(format!(
-            "`{QEMU} --version` failed ({}): {}",
+            "`{qemu} --version` failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )));

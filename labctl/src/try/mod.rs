@@ -137,8 +137,8 @@ impl Config {
             }
             None => Duration::from_secs(lab.setup_timeout_secs() + 60),
         };
-        let agent = match vm {
-            Some(_) => vm::find_static_agent(args.agent.as_deref())?,
+        let agent = match &vm {
+            Some(v) => vm::find_static_agent(args.agent.as_deref(), v.arch)?,
             None => local::find_agent(args.agent.as_deref())?,
         };
         Ok(Config {

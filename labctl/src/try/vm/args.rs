@@ -3,6 +3,7 @@
 //! accelerator and the boot-silence limit.
 
 use crate::exit::Failure;
+use crate::payload::ArchArg;
 use crate::qemu::accel;
 use crate::qemu::{AccelMode, Guest};
 use clap::builder::TypedValueParser as _;
@@ -44,6 +45,12 @@ pub struct VmArgs {
     /// The root filesystem image for `--kernel` (the guest's `/dev/vda`)
     #[arg(long, value_name = "FILE", requires = "kernel")]
     pub rootfs: Option<PathBuf>,
+    /// The guest's architecture: which qemu boots it (arm64: the `virt`
+    /// machine, under TCG on an x86_64 host; a disk boots from UEFI) and
+    /// which static agent its payload carries [default: the `--agent`'s
+    /// machine, else amd64]
+    #[arg(long, value_name = "ARCH", value_enum)]
+    pub arch: Option<ArchArg>,
     /// Guest memory in MiB [default: 2048]
     #[arg(long, value_name = "MIB")]
     pub memory: Option<u32>,
@@ -72,6 +79,9 @@ pub struct VmArgs {
 pub struct VmConfig {
     /// Absolute paths.
     pub guest: Guest,
+    /// `--arch`; resolved against `--agent` with the payload
+    /// ([`crate::payload::ArchArg`]).
+    pub arch: Option<ArchArg>,
     pub memory_mib: u32,
     pub cpus: u32,
     /// `None`: the image's size.
@@ -108,6 +118,7 @@ impl VmConfig {
             },
             (None, None, None, None) => {
                 let given = [
+                    ("--arch", args.arch.is_some()),
                     ("--memory", args.memory.is_some()),
                     ("--cpus", args.cpus.is_some()),
                     ("--disk-size", args.disk_size.is_some()),
@@ -158,6 +169,7 @@ impl VmConfig {
         };
         Ok(Some(VmConfig {
             guest,
+            arch: args.arch,
             memory_mib,
             cpus,
             disk_gib: args.disk_size,
@@ -233,6 +245,14 @@ mod tests {
             "{}",
             err.message
         );
+        let err = VmConfig::from_args(&parse(&["--arch", "arm64"]).unwrap()).unwrap_err();
+        assert!(
+            err.message.contains("`--arch` only applies to a VM"),
+            "{}",
+            err.message
+        );
+        let err = parse(&["--arch", "riscv64"]).unwrap_err();
+        assert!(err.contains("amd64") && err.contains("arm64"), "{err}");
     }
 
     #[test]
@@ -271,6 +291,7 @@ mod tests {
                     initrd: fs::canonicalize(&i).unwrap(),
                     rootfs: fs::canonicalize(&r).unwrap(),
                 },
+                arch: None,
                 memory_mib: DEFAULT_MEMORY_MIB,
                 cpus: DEFAULT_CPUS,
                 disk_gib: None,
@@ -298,6 +319,8 @@ mod tests {
             "tcg",
             "--boot-silence",
             "30",
+            "--arch",
+            "arm64",
         ])
         .unwrap();
         // The flag wins over the variable.
@@ -310,6 +333,7 @@ mod tests {
                 image: PathBuf::from(&image)
             }
         );
+        assert_eq!(config.arch, Some(ArchArg::Arm64));
         assert_eq!(
             (
                 config.memory_mib,

@@ -6,11 +6,16 @@
 //!
 //! Two kinds of guest ([`Guest`]):
 //! - `--vm IMAGE`: a disk image with a bootloader, e.g. a Debian or Ubuntu
-//!   cloud image (qcow2 or raw, BIOS boot; `tests/vm/build-image.sh` makes
-//!   `disk.raw`, one laid out the same way, which the VM tests boot);
+//!   cloud image (qcow2 or raw; BIOS boot on amd64, UEFI on arm64;
+//!   `tests/vm/build-image.sh` makes `disk.raw`, one laid out the same way,
+//!   which the VM tests boot);
 //! - `--kernel K --initrd I --rootfs R`: a kernel booted directly with its
 //!   root filesystem as `/dev/vda`, as the project's VM tests do
 //!   (`tests/vm/build-image.sh` makes one).
+//!
+//! The guest is amd64 or arm64 (`--arch`, else the `--agent`'s machine):
+//! its payload carries the static agent for that machine, and qemu boots
+//! the matching board (`virt` on arm64, under TCG on an x86_64 host).
 //!
 //! Either way the image is only read; the guest writes to a qcow2 overlay.
 //! Everything lives in one run dir, removed at the end (the console log
@@ -43,7 +48,9 @@ pub use args::{
 use super::{Config, interruptible_for};
 use crate::agent_bin::{self, Linkage};
 use crate::exit::{Exit, Failure};
-use lab_agent_cloudinit::Arch;
+use crate::payload::ArchArg;
+use crate::qemu::Guest;
+use lab_agent_cloudinit::{Arch, lab_payload};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -51,14 +58,58 @@ use stop::Stop;
 use target::VmTarget;
 
 /// The agent a VM gets: the static build (as `labctl secret` ships it) for
-/// the machine qemu boots, an x86_64 one.
-pub fn find_static_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
-    let path = agent_bin::find(explicit, Linkage::Static(Arch::Amd64))
+/// the machine qemu boots ([`guest_arch`]).
+pub fn find_static_agent(
+    explicit: Option<&Path>,
+    arch: Option<ArchArg>,
+) -> Result<PathBuf, Failure> {
+    let arch = guest_arch(arch, explicit)?;
+    let path = agent_bin::find(explicit, Linkage::Static(arch))
         .map_err(super::local::agent_bin_failure)?;
     if let Some(w) = explicit.map_or_else(|| agent_bin::stale_warning(&path), |_| None) {
         eprintln!("warning: {w}");
     }
     Ok(path)
+}
+
+/// The guest's architecture, as `labctl secret` picks the payload's:
+/// `--arch`, else the `--agent`'s machine, else amd64.
+pub fn guest_arch(arch: Option<ArchArg>, agent: Option<&Path>) -> Result<Arch, Failure> {
+    lab_payload::payload_arch(arch.map(Arch::from), agent).map_err(super::local::agent_bin_failure)
+}
+
+/// The machine a kernel image is for, from its boot header: an x86 bzImage
+/// (`HdrS` at 0x202) or an arm64 `Image` (`ARM\x64` at 0x38). `None`: not
+/// a kernel either header names (e.g. compressed), so nothing to check.
+pub fn kernel_arch(kernel: &Path) -> Option<Arch> {
+    let mut head = [0u8; 0x206];
+    let mut file = std::fs::File::open(kernel).ok()?;
+    std::io::Read::read_exact(&mut file, &mut head).ok()?;
+    if &head[0x38..0x3c] == b"ARM\x64" {
+        Some(Arch::Arm64)
+    } else if &head[0x202..0x206] == b"HdrS" {
+        Some(Arch::Amd64)
+    } else {
+        None
+    }
+}
+
+/// `--kernel` must be for the machine qemu boots: a kernel of the other
+/// architecture would only leave the console silent.
+fn check_kernel_arch(guest: &Guest, arch: Arch) -> Result<(), Failure> {
+    let Guest::Kernel { kernel, .. } = guest else {
+        return Ok(());
+    };
+    match kernel_arch(kernel) {
+        Some(found) if found != arch => Err(Failure::usage(format!(
+            "`--kernel {}` is an {found} kernel, but the guest is {arch}",
+            kernel.display()
+        ))
+        .hint(format!(
+            "add `--arch {found}` (with an {found} `--rootfs`; the agent is then the {found} build)"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Boots, waits, grades, reports; stops the VM (or leaves it with `--keep`).
@@ -126,4 +177,46 @@ fn start_interruptibly(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernels_architecture_comes_from_its_boot_header() {
+        let dir = std::env::temp_dir().join(format!("labctl-kernel-arch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, at: usize, magic: &[u8]| {
+            let mut bytes = vec![0u8; 0x400];
+            bytes[at..at + magic.len()].copy_from_slice(magic);
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).unwrap();
+            path
+        };
+        let x86 = write("bzImage", 0x202, b"HdrS");
+        let arm = write("Image", 0x38, b"ARM\x64");
+        let neither = write("gz", 0, b"\x1f\x8b");
+        assert_eq!(kernel_arch(&x86), Some(Arch::Amd64));
+        assert_eq!(kernel_arch(&arm), Some(Arch::Arm64));
+        assert_eq!(kernel_arch(&neither), None);
+        assert_eq!(kernel_arch(&dir.join("missing")), None);
+
+        let guest = |kernel: &Path| Guest::Kernel {
+            kernel: kernel.to_owned(),
+            initrd: "/i".into(),
+            rootfs: "/r".into(),
+        };
+        assert!(check_kernel_arch(&guest(&arm), Arch::Arm64).is_ok());
+        assert!(check_kernel_arch(&guest(&neither), Arch::Amd64).is_ok());
+        let err = check_kernel_arch(&guest(&arm), Arch::Amd64).unwrap_err();
+        assert_eq!(err.exit, Exit::Usage);
+        assert!(
+            err.message
+                .contains("is an arm64 kernel, but the guest is amd64"),
+            "{}",
+            err.message
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -40,7 +40,9 @@ impl VmTarget {
         vm: &VmConfig,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<VmTarget, Failure> {
-        let version = qemu::check_installed().map_err(qemu_failure)?;
+        let arch = super::guest_arch(vm.arch, Some(&config.agent))?;
+        super::check_kernel_arch(&vm.guest, arch)?;
+        let version = qemu::check_installed(arch).map_err(qemu_failure)?;
         let lab = &config.lab;
         let dir = make_run_dir("labctl-try-vm", &lab.name).map_err(qemu_failure)?;
         let mut target = VmTarget {
@@ -52,7 +54,7 @@ impl VmTarget {
         };
 
         // The payload exactly as `labctl secret` renders it for a Secret.
-        let user_data = target.render(config).map_err(|e| {
+        let user_data = target.render(config, arch).map_err(|e| {
             let hint = e.hint();
             Failure::usage("failed to render the lab's payload")
                 .with_source(e)
@@ -60,6 +62,7 @@ impl VmTarget {
         })?;
 
         let mut spec = MachineSpec::new(lab.name.clone(), vm.guest.clone());
+        spec.arch = arch;
         spec.memory_mib = vm.memory_mib;
         spec.cpus = vm.cpus;
         spec.disk_gib = vm.disk_gib;
@@ -106,11 +109,11 @@ impl VmTarget {
     /// Renders the lab's payload with a fresh token and writes it to the
     /// run dir as `labctl secret` would (token, user-data, secret.yaml, all
     /// 0600); returns the user-data for the seed.
-    fn render(&mut self, config: &Config) -> Result<Vec<u8>, PayloadError> {
-        let agent = agent_bin::load(Some(&config.agent), Linkage::Static(Arch::Amd64))?;
+    fn render(&mut self, config: &Config, arch: Arch) -> Result<Vec<u8>, PayloadError> {
+        let agent = agent_bin::load(Some(&config.agent), Linkage::Static(arch))?;
         let token = crate::token::generate().map_err(PayloadError::Random)?;
         let opts = RenderOptions {
-            arch: Arch::Amd64,
+            arch,
             meta: SecretMeta {
                 name: "labctl-try".into(),
                 namespace: None,

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use super::VmError;
-use labctl::qemu::{self, Guest, tail_lines};
+use labctl::qemu::{self, Arch, Guest, tail_lines};
 
 /// The guests the VM tests boot: the Debian releases whose cloud-init and
 /// systemd generations the platform meets.
@@ -21,26 +21,53 @@ pub enum GuestOs {
     /// warnings make a "degraded" boot), systemd 257 (cgroup v2 only,
     /// `DelegateSubgroup=`, `.control` subgroups), kernel 6.12.
     Debian13,
+    /// The same trixie for arm64, on qemu's `virt` machine (KubeVirt's
+    /// arm64 machine) under TCG: the arm64 payload's agent, console
+    /// `ttyAMA0`. Not in [`GuestOs::ALL`]: each boot emulates another
+    /// architecture, minutes more than the amd64 guests' TCG boots, so it
+    /// runs only when `LAB_AGENT_VM_GUESTS` names it (tests/vm/README.md).
+    Debian13Arm64,
 }
 
 impl GuestOs {
+    /// The guests the VM tests boot unless `LAB_AGENT_VM_GUESTS` says
+    /// otherwise (CI boots these).
     pub const ALL: [GuestOs; 2] = [GuestOs::Debian12, GuestOs::Debian13];
+    /// Every guest the build script knows.
+    pub const KNOWN: [GuestOs; 3] = [GuestOs::Debian12, GuestOs::Debian13, GuestOs::Debian13Arm64];
 
     /// The build script's `--guest` name, also used in VM names and logs.
     pub fn name(self) -> &'static str {
         match self {
             GuestOs::Debian12 => "debian-12",
             GuestOs::Debian13 => "debian-13",
+            GuestOs::Debian13Arm64 => "debian-13-arm64",
         }
+    }
+
+    /// The guest's machine: which qemu boots it, which agent its payload
+    /// carries.
+    pub fn arch(self) -> Arch {
+        match self {
+            GuestOs::Debian12 | GuestOs::Debian13 => Arch::Amd64,
+            GuestOs::Debian13Arm64 => Arch::Arm64,
+        }
+    }
+
+    /// Debian 13, whatever the architecture: the release decides cloud-init
+    /// and systemd.
+    fn is_trixie(self) -> bool {
+        matches!(self, GuestOs::Debian13 | GuestOs::Debian13Arm64)
     }
 
     /// The unit whose end is the end of cloud-init's network stage
     /// (trixie renamed `cloud-init.service`; with single-process
     /// cloud-init it is a shim that finishes when that stage does).
     pub fn network_stage_unit(self) -> &'static str {
-        match self {
-            GuestOs::Debian12 => "cloud-init.service",
-            GuestOs::Debian13 => "cloud-init-network.service",
+        if self.is_trixie() {
+            "cloud-init-network.service"
+        } else {
+            "cloud-init.service"
         }
     }
 
@@ -48,31 +75,32 @@ impl GuestOs {
     /// warning makes the boot "degraded done" and fills `status.json`'s
     /// `recoverable_errors`).
     pub fn cloud_init_reports_degraded(self) -> bool {
-        self == GuestOs::Debian13
+        self.is_trixie()
     }
 
     /// Whether the guest's systemd has `DelegateSubgroup=` (≥ 254).
     pub fn has_delegate_subgroup(self) -> bool {
-        self == GuestOs::Debian13
+        self.is_trixie()
     }
 
-    /// Whether `LAB_AGENT_VM_GUESTS` (comma-separated names; unset: all)
-    /// asks for this guest. A test for a guest left out says so and passes:
-    /// a developer iterating on one guest saves half the boots; CI sets
-    /// nothing and runs both.
+    /// Whether `LAB_AGENT_VM_GUESTS` (comma-separated names; unset: those
+    /// of [`GuestOs::ALL`]) asks for this guest. A test for a guest left
+    /// out says so and passes: a developer iterating on one guest saves
+    /// half the boots; CI sets nothing and runs the amd64 two.
     pub fn selected(self) -> bool {
         match std::env::var("LAB_AGENT_VM_GUESTS") {
             Ok(list) if !list.trim().is_empty() => {
                 let names: Vec<&str> = list.split(',').map(str::trim).collect();
                 for n in &names {
                     assert!(
-                        GuestOs::ALL.iter().any(|g| g.name() == *n),
-                        "LAB_AGENT_VM_GUESTS names `{n}`, not one of debian-12, debian-13"
+                        GuestOs::KNOWN.iter().any(|g| g.name() == *n),
+                        "LAB_AGENT_VM_GUESTS names `{n}`, not one of debian-12, debian-13, \
+                         debian-13-arm64"
                     );
                 }
                 names.contains(&self.name())
             }
-            _ => true,
+            _ => GuestOs::ALL.contains(&self),
         }
     }
 }
@@ -94,8 +122,10 @@ pub struct VmImage {
     pub initrd: PathBuf,
     /// Raw ext4, booted as `root=/dev/vda`.
     pub rootfs: PathBuf,
-    /// The same tree as a BIOS-bootable raw disk (MBR, GRUB, root in
-    /// partition 1), for `labctl try --vm`, as a cloud image is booted.
+    /// The same tree as a bootable raw disk (MBR; GRUB for the BIOS, root
+    /// in partition 1, on amd64; an EFI system partition with GRUB, root in
+    /// partition 2, on arm64), for `labctl try --vm`, as a cloud image is
+    /// booted.
     pub disk: PathBuf,
 }
 
@@ -127,7 +157,7 @@ impl VmImage {
             Some(dir) => VmImage::from_dir(os, dir)?,
             None => VmImage::from_dir(os, run_build_script(os)?)?,
         };
-        check_qemu_runs()?;
+        check_qemu_runs(os.arch())?;
         cached.push(image.clone());
         Ok(image)
     }
@@ -200,8 +230,8 @@ fn run_build_script(os: GuestOs) -> Result<PathBuf, VmError> {
     Ok(PathBuf::from(dir))
 }
 
-fn check_qemu_runs() -> Result<(), VmError> {
-    qemu::check_installed()
+fn check_qemu_runs(arch: Arch) -> Result<(), VmError> {
+    qemu::check_installed(arch)
         .map(drop)
         .map_err(|e| VmError::HostUnsupported(e.to_string()))
 }

@@ -119,6 +119,7 @@ impl Vm {
         let mode = opts.accel.map_or_else(accel_mode, AccelMode::Force);
         let dir = make_run_dir("lab-agent-vm", &opts.name)?;
         let mut spec = MachineSpec::new(opts.name.clone(), image.guest());
+        spec.arch = image.os.arch();
         spec.memory_mib = opts.memory_mib;
         spec.cpus = opts.cpus;
         spec.extra_append = opts.extra_append.clone();

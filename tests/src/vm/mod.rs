@@ -44,7 +44,7 @@ use std::time::Duration;
 use labctl::qemu::AccelMode;
 
 pub use image::{GuestOs, VmImage};
-pub use labctl::qemu::{self as core, Accel, ConsoleMark, PowerOff, QemuError};
+pub use labctl::qemu::{self as core, Accel, Arch, ConsoleMark, PowerOff, QemuError};
 pub use lock::VmLock;
 pub use machine::{BootOptions, Vm};
 

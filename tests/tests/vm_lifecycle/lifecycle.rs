@@ -43,7 +43,7 @@ const DEGRADING_PART: &str = "#cloud-config\n\
     timezone: Lab/No-Such-Zone\n";
 const TIMEZONE_ERROR: &str = "No-Such-Zone";
 
-per_guest!(hello_lab_first_boot_crash_wrong_token_reboot);
+per_guest!(hello_lab_first_boot_crash_wrong_token_reboot; arm64);
 
 fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     let image = image(guest);
@@ -57,7 +57,7 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     )
     .unwrap();
     let lab_arg = lab.to_str().unwrap();
-    let payload = render_payload(&lab, &dir);
+    let payload = render_payload(&lab, &dir, guest.arch());
     let user_data = with_part(&payload.user_data, "text/cloud-config", DEGRADING_PART);
     let mut figures = Figures::default();
 

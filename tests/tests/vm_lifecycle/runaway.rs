@@ -52,7 +52,7 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
     let lab = dir.join("hello-lab");
     copy_lab(&repo_root().join("examples/hello-lab"), &lab);
     let lab_arg = lab.to_str().unwrap().to_owned();
-    let payload = render_payload(&lab, &dir);
+    let payload = render_payload(&lab, &dir, guest.arch());
     let name = format!("vm-runaway-{guest}");
     let mut opts = BootOptions::new(&name, payload.user_data.clone());
     opts.memory_mib = MEMORY_MIB;

@@ -4,7 +4,7 @@
 
 use lab_agent_tests::local::{TempDir, describe, labctl_bin};
 use lab_agent_tests::vm::http;
-use lab_agent_tests::vm::{GuestOs, VmImage};
+use lab_agent_tests::vm::{Arch, GuestOs, VmImage};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -44,6 +44,8 @@ pub fn on_guest(guest: GuestOs, scenario: fn(GuestOs)) {
 /// One test per guest for each scenario `fn NAME(guest: GuestOs)`:
 /// `NAME::debian_12` and `NAME::debian_13`, so a filter on the scenario's
 /// name runs it on both and a filter on `debian_13` runs one guest's.
+/// `per_guest!(NAME; arm64)` adds `NAME::debian_13_arm64`, which runs only
+/// when `LAB_AGENT_VM_GUESTS` names `debian-13-arm64`.
 macro_rules! per_guest {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
@@ -58,21 +60,49 @@ macro_rules! per_guest {
             }
         }
     )*};
+    ($scenario:ident; arm64) => {
+        mod $scenario {
+            use lab_agent_tests::vm::GuestOs;
+            #[test]
+            fn debian_12() {
+                $crate::support::on_guest(GuestOs::Debian12, super::$scenario)
+            }
+            #[test]
+            fn debian_13() {
+                $crate::support::on_guest(GuestOs::Debian13, super::$scenario)
+            }
+            #[test]
+            fn debian_13_arm64() {
+                $crate::support::on_guest(GuestOs::Debian13Arm64, super::$scenario)
+            }
+        }
+    };
 }
 
-/// The static agent the payload carries, brought up to date once per
-/// process (`packaging/build-agent.sh` is a no-op when it is fresh).
+/// The amd64 static agent the payload carries ([`static_agent_for`]).
 pub fn static_agent() -> &'static Path {
-    static AGENT: OnceLock<PathBuf> = OnceLock::new();
-    AGENT.get_or_init(|| {
+    static_agent_for(Arch::Amd64)
+}
+
+/// The static agent for `arch`, brought up to date once per process
+/// (`packaging/build-agent.sh --arch ARCH` is a no-op when it is fresh).
+pub fn static_agent_for(arch: Arch) -> &'static Path {
+    static AMD64: OnceLock<PathBuf> = OnceLock::new();
+    static ARM64: OnceLock<PathBuf> = OnceLock::new();
+    let cell = match arch {
+        Arch::Amd64 => &AMD64,
+        Arch::Arm64 => &ARM64,
+    };
+    cell.get_or_init(|| {
         let out = Command::new("bash")
             .arg(repo_root().join("packaging/build-agent.sh"))
+            .args(["--arch", arch.name()])
             .stdin(Stdio::null())
             .output()
             .expect("run packaging/build-agent.sh");
         assert!(
             out.status.success(),
-            "packaging/build-agent.sh failed:\n{}",
+            "packaging/build-agent.sh --arch {arch} failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
         let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
@@ -82,14 +112,17 @@ pub fn static_agent() -> &'static Path {
     })
 }
 
-/// `labctl try LAB --vm DISK` booting the guest's bootable disk image
-/// (BIOS, GRUB, the kernel from the disk), as an author boots a cloud image.
+/// `labctl try LAB --vm DISK --arch ARCH` booting the guest's bootable
+/// disk image (firmware, GRUB, the kernel from the disk), as an author
+/// boots a cloud image.
 pub fn try_disk(lab: &Path, image: &VmImage) -> Command {
+    let arch = image.os.arch();
     let mut cmd = Command::new(labctl_bin());
     cmd.arg("try")
         .arg(lab)
         .arg("--agent")
-        .arg(static_agent())
+        .arg(static_agent_for(arch))
+        .args(["--arch", arch.name()])
         .arg("--vm")
         .arg(&image.disk);
     cmd
@@ -98,11 +131,13 @@ pub fn try_disk(lab: &Path, image: &VmImage) -> Command {
 /// `labctl try LAB` booting the test image from its kernel, with the static
 /// agent, by this `labctl` (the tree's, or an older build to compare).
 pub fn try_kernel_with(labctl: &Path, lab: &Path, image: &VmImage) -> Command {
+    let arch = image.os.arch();
     let mut cmd = Command::new(labctl);
     cmd.arg("try")
         .arg(lab)
         .arg("--agent")
-        .arg(static_agent())
+        .arg(static_agent_for(arch))
+        .args(["--arch", arch.name()])
         .arg("--kernel")
         .arg(&image.kernel)
         .arg("--initrd")
@@ -151,14 +186,14 @@ pub struct Payload {
     pub token_file: PathBuf,
 }
 
-pub fn render_payload(lab: &Path, dir: &TempDir) -> Payload {
+pub fn render_payload(lab: &Path, dir: &TempDir, arch: Arch) -> Payload {
     let token_file = dir.join("token");
     let user_data_file = dir.join("user-data");
     let out = Command::new(labctl_bin())
         .arg("secret")
         .arg(lab)
-        .args(["--name", "vm-test", "--agent"])
-        .arg(static_agent())
+        .args(["--name", "vm-test", "--arch", arch.name(), "--agent"])
+        .arg(static_agent_for(arch))
         .arg("--user-data-out")
         .arg(&user_data_file)
         .arg("--token-out")

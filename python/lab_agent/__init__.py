@@ -53,6 +53,11 @@ from ._native import (
 
 __version__: str = _native.__version__
 
+#: Seconds a client awaits an answer beyond what the request asks the
+#: agent to spend (the Rust client's ``DEFAULT_REQUEST_TIMEOUT``); the
+#: default of ``request_timeout``.
+DEFAULT_REQUEST_TIMEOUT: float = _native.DEFAULT_REQUEST_TIMEOUT
+
 __all__ = [
     "AgentError",
     "AsyncClient",
@@ -60,6 +65,7 @@ __all__ = [
     "CheckResult",
     "Client",
     "CloudInit",
+    "DEFAULT_REQUEST_TIMEOUT",
     "ExecResult",
     "Lab",
     "LabError",
@@ -324,10 +330,19 @@ class _Base:
         url: str,
         token: Optional[str] = None,
         token_file: Optional[str] = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         """A client for the agent at ``url`` (``http://HOST:8899``), with its
-        token given, or read from ``token_file``: exactly one of the two."""
-        self._native = _native.Client(url, token=token, token_file=token_file)
+        token given, or read from ``token_file``: exactly one of the two.
+
+        ``request_timeout`` is how many seconds an answer is awaited beyond
+        what the request asks the agent to spend (an exec's
+        ``timeout_secs``, a readiness long-poll): an agent that never
+        answers costs a call that much, then :class:`Timeout`. Above 0, at
+        most a day; a bad value is a ``ValueError``."""
+        self._native = _native.Client(
+            url, token=token, token_file=token_file, request_timeout=request_timeout
+        )
 
     @property
     def url(self) -> str:

@@ -5,6 +5,7 @@ from typing import Any, Awaitable, Dict, List, Optional, Union
 
 __version__: str
 EXEC_HAS_PROFILE: bool
+DEFAULT_REQUEST_TIMEOUT: float
 
 class AgentError(Exception):
     """Base of every lab_agent error. str(e) shows text from the guest
@@ -74,7 +75,11 @@ class Rendered:
 
 class Client:
     def __init__(
-        self, url: str, token: Optional[str] = None, token_file: Optional[str] = None
+        self,
+        url: str,
+        token: Optional[str] = None,
+        token_file: Optional[str] = None,
+        request_timeout: Optional[float] = None,
     ) -> None: ...
     @property
     def url(self) -> str: ...

@@ -10,6 +10,7 @@ use crate::error::{NotReady, SetupFailed, client_error, plain, with_attrs};
 use crate::lab::Lab;
 use crate::runtime;
 use crate::tasks::{self, Deliver, awaitable};
+use lab_agent_client::client::DEFAULT_REQUEST_TIMEOUT;
 use lab_agent_client::{Error, Gradable, wait_all as rust_wait_all};
 use lab_agent_proto::exec::ExecRequest;
 use lab_agent_proto::ready::{ReadyResponse, ReadyState};
@@ -70,19 +71,47 @@ fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("a wire type serializes")
 }
 
+fn value_error(py: Python<'_>, message: String) -> PyErr {
+    plain(py, PyValueError::new_err(message), None)
+}
+
 /// A timeout in seconds as a deadline from now.
 fn deadline(py: Python<'_>, timeout: f64) -> PyResult<Instant> {
-    Duration::try_from_secs_f64(timeout)
-        .map(|d| Instant::now() + d)
-        .map_err(|_| {
-            plain(
-                py,
-                PyValueError::new_err(format!(
-                    "timeout must be a number of seconds >= 0, not {timeout}"
-                )),
-                None,
-            )
-        })
+    let d = Duration::try_from_secs_f64(timeout).map_err(|_| {
+        value_error(
+            py,
+            format!("timeout must be a number of seconds >= 0, not {timeout}"),
+        )
+    })?;
+    // Finite and in range for a `Duration`, yet past what `Instant` can
+    // hold (about 2.9e11 years): an error, not a panic in the addition.
+    Instant::now().checked_add(d).ok_or_else(|| {
+        value_error(
+            py,
+            format!("timeout of {timeout} seconds ends past what the clock can count: give fewer"),
+        )
+    })
+}
+
+/// The longest `request_timeout` taken. The client adds it to instants
+/// and to what a request asks the agent to spend, which must not
+/// overflow; and an answer awaited longer than a day is a hang.
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `request_timeout` seconds as the client's request timeout: above 0 (a
+/// zero would end every call before its answer) and at most
+/// [`MAX_REQUEST_TIMEOUT`].
+fn request_timeout(py: Python<'_>, secs: f64) -> PyResult<Duration> {
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if !d.is_zero() && d <= MAX_REQUEST_TIMEOUT => Ok(d),
+        _ => Err(value_error(
+            py,
+            format!(
+                "request_timeout must be a number of seconds above 0 and at most {}, not {secs}",
+                MAX_REQUEST_TIMEOUT.as_secs()
+            ),
+        )),
+    }
 }
 
 /// Why `grade` did not produce a report.
@@ -187,14 +216,22 @@ impl Client {
 impl Client {
     /// A client for the agent at `url`, with the token given or read from
     /// `token_file` (trailing whitespace trimmed). Exactly one of the two.
+    /// `request_timeout` (seconds; default the Rust client's
+    /// `DEFAULT_REQUEST_TIMEOUT`) is how long an answer is awaited beyond
+    /// what the request asks the agent to spend.
     #[new]
-    #[pyo3(signature = (url, token=None, token_file=None))]
+    #[pyo3(signature = (url, token=None, token_file=None, request_timeout=None))]
     fn new(
         py: Python<'_>,
         url: &str,
         token: Option<String>,
         token_file: Option<PathBuf>,
+        request_timeout: Option<f64>,
     ) -> PyResult<Client> {
+        let request_timeout = match request_timeout {
+            Some(secs) => self::request_timeout(py, secs)?,
+            None => DEFAULT_REQUEST_TIMEOUT,
+        };
         let token = match (token, token_file) {
             (Some(t), None) => t,
             (None, Some(path)) => std::fs::read_to_string(&path)
@@ -219,7 +256,9 @@ impl Client {
         };
         // hyper-util's pool spawns its connection tasks: enter the runtime.
         let _guard = runtime().enter();
-        lab_agent_client::Client::new(url, &token)
+        lab_agent_client::Client::builder()
+            .request_timeout(request_timeout)
+            .build(url, &token)
             .map(|inner| Client { inner })
             .map_err(|e| client_error(py, e))
     }

@@ -37,6 +37,10 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("EXEC_HAS_PROFILE", client::exec_has_profile())?;
+    m.add(
+        "DEFAULT_REQUEST_TIMEOUT",
+        lab_agent_client::client::DEFAULT_REQUEST_TIMEOUT.as_secs_f64(),
+    )?;
     m.add_class::<client::Client>()?;
     m.add_class::<lab::Lab>()?;
     m.add_class::<render::Rendered>()?;

@@ -5,12 +5,16 @@ interpreter exit."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
+from typing import Iterator
 
 import pytest
 
@@ -126,13 +130,78 @@ def test_memory_and_cpu_stay_within_the_requests_caps(hostile) -> None:
 
 
 def test_busy_until_the_deadline_is_busy(hostile) -> None:
-    c = lab_agent.Client(hostile.start("busy:10"), token=TOKEN)
+    # A 1 s + 4 s deadline: asked again after the first Retry-After 3 s,
+    # the second cannot fit (it would end at 6 s), so Busy at ~3 s, by the
+    # deadline; a client that slept it would end past 6 s.
+    c = lab_agent.Client(hostile.start("busy:3"), token=TOKEN, request_timeout=4)
     start = time.monotonic()
-    # Retry-After 10 s cannot fit in a 1 s + 30 s deadline three times over.
     with pytest.raises(lab_agent.Busy) as e:
         c.exec("true", timeout_secs=1)
+    took = time.monotonic() - start
     assert isinstance(e.value, lab_agent.Timeout)
-    assert time.monotonic() - start <= 31 + 2
+    attempts = int(re.search(r"still busy after (\d+) attempts", str(e.value)).group(1))
+    assert attempts >= 2, str(e.value)
+    assert took <= 1 + 4, "Busy came after %.1f s" % took
+
+
+class Silent:
+    """A loopback port that takes connections (the kernel's backlog) and
+    never answers them."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+
+
+@pytest.fixture
+def silent() -> Iterator[Silent]:
+    s = Silent()
+    yield s
+    s.sock.close()
+
+
+def test_request_timeout_ends_a_call_nothing_answers(silent) -> None:
+    c = lab_agent.Client(silent.url, token=TOKEN, request_timeout=0.5)
+    start = time.monotonic()
+    with pytest.raises(lab_agent.Timeout) as e:
+        c.ready()
+    took = time.monotonic() - start
+    assert "no response within 0.5s" in str(e.value), str(e.value)
+    assert 0.45 <= took <= 0.5 + 2, "ready() ended after %.2f s" % took
+
+    # exec awaits its own timeout_secs as well.
+    start = time.monotonic()
+    with pytest.raises(lab_agent.Timeout) as e:
+        c.exec("true", timeout_secs=1)
+    took = time.monotonic() - start
+    assert "no response within 1.5s" in str(e.value), str(e.value)
+    assert 1.45 <= took <= 1.5 + 2, "exec() ended after %.2f s" % took
+
+    async def ready_async() -> float:
+        a = lab_agent.AsyncClient(silent.url, token=TOKEN, request_timeout=0.5)
+        start = time.monotonic()
+        with pytest.raises(lab_agent.Timeout, match="no response within 0.5s"):
+            await a.ready()
+        return time.monotonic() - start
+
+    took = asyncio.run(ready_async())
+    assert 0.45 <= took <= 0.5 + 2, "AsyncClient.ready() ended after %.2f s" % took
+
+
+def test_bad_request_timeouts_are_value_errors() -> None:
+    assert lab_agent.DEFAULT_REQUEST_TIMEOUT == 30.0
+    for bad in [-1, -0.5, 0, 1e-12, float("nan"), float("inf"), float("-inf"), 86401, 1e19]:
+        for cls in [lab_agent.Client, lab_agent.AsyncClient]:
+            with pytest.raises(ValueError) as e:
+                cls("http://127.0.0.1:1", token=TOKEN, request_timeout=bad)
+            assert str(e.value).startswith(
+                "request_timeout must be a number of seconds above 0 and at most 86400, not "
+            ), (bad, str(e.value))
+    # The bounds themselves are taken.
+    lab_agent.Client("http://127.0.0.1:1", token=TOKEN, request_timeout=0.001)
+    lab_agent.AsyncClient("http://127.0.0.1:1", token=TOKEN, request_timeout=86400)
 
 
 def test_messages_are_escaped_and_the_raw_text_kept(hostile) -> None:

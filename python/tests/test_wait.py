@@ -89,3 +89,6 @@ def test_bad_arguments_are_value_errors() -> None:
     c = lab_agent.Client("http://127.0.0.1:1", token="a" * 40)
     with pytest.raises(ValueError):
         c.wait_ready(-1)
+    # Regression: a PanicException (an `Instant` overflow) before.
+    with pytest.raises(ValueError, match="ends past what the clock can count"):
+        c.wait_ready(1e19)

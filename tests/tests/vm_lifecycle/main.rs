@@ -7,11 +7,12 @@
 //! - [`lifecycle`]: hello-lab on one VM, step by step: first boot with a slow
 //!   setup, grading, a `kill -9` of the agent, a wrong token, the student's
 //!   reboot (scenarios 1, 4, 5, 3) and the serial console's root autologin.
-//! - [`boot_cost`]: the payload's boot cost side by side in one run: a
-//!   minimal user-data and the full hello-lab payload (`labctl try --kernel
-//!   --keep`) booted at the same time, first boot and after a reboot, with cloud-init's YAML loads
-//!   from its log; the student's step through the commands `try` printed,
-//!   and `stop.sh`.
+//! - [`boot_cost`]: the full hello-lab payload through `labctl try --kernel
+//!   --keep`: ready, the student's step through the commands `try` printed,
+//!   a reboot, ready again, `stop.sh`; no YAML load of cloud-init's (from
+//!   its log) holds the payload's bulk. Its benchmark, `#[ignore]`d and not
+//!   in CI, boots a minimal user-data beside it for the payload's boot cost
+//!   (`… boot_cost -- --ignored --nocapture`).
 //! - [`failing`]: a setup that fails, under `labctl try --kernel …` with a
 //!   `labctl wait` beside it (scenario 2; `try`'s failure path).
 //! - [`accel`]: the accelerator's fallback: a KVM trial of the real machine
@@ -23,8 +24,8 @@
 //! - [`try_vm`]: `labctl try --vm IMAGE` on a boot-sector image, an
 //!   unreachable VM; argument errors.
 //!
-//! Two VMs at a time (the harness's slots; `boot_cost`'s two VMs alone): the tests
-//! of this binary queue for them.
+//! Two VMs at a time (the harness's slots; the boot-cost benchmark's two VMs
+//! alone): the tests of this binary queue for them.
 //! Each prints its figures (`--nocapture` shows them):
 //! `cargo test -p lab-agent-tests --test vm_lifecycle -- --nocapture`.
 

@@ -14,10 +14,14 @@ pub fn kernel_append(arch: Arch) -> String {
     format!("console={} root=/dev/vda rw", arch.serial_console())
 }
 
-/// The UEFI firmware an arm64 disk image boots from (`qemu-efi-aarch64`):
-/// arm64 `virt` has no BIOS, and cloud images carry an EFI system
-/// partition. Only read (`-bios`): the guest keeps no EFI variables, and
-/// the disk's removable-media path (`\EFI\BOOT\BOOTAA64.EFI`) is what boots.
+/// The UEFI firmware every arm64 guest boots through (`qemu-efi-aarch64`),
+/// as KubeVirt's arm64 VMs do: `virt` has no BIOS, and cloud images carry
+/// an EFI system partition (its removable-media path,
+/// `\EFI\BOOT\BOOTAA64.EFI`, is what boots: the guest keeps no EFI
+/// variables, the firmware is only read). A kernel booted directly is
+/// handed over by the firmware too: then the guest has ACPI, whose power
+/// button is how `system_powerdown` reaches it (Debian's cloud kernel has
+/// no driver for the device-tree power key of a firmware-less boot).
 pub const ARM64_UEFI: &str = "/usr/share/qemu-efi-aarch64/QEMU_EFI.fd";
 
 /// The qemu system emulator for a guest of `arch`.
@@ -174,7 +178,7 @@ pub fn qemu_args(spec: &MachineSpec, paths: &RunPaths, port: u16) -> Vec<OsStrin
     a.push(board_args(spec.arch).iter().copied());
     a.push(["-smp", &spec.cpus.to_string()]);
     a.push(["-m", &spec.memory_mib.to_string()]);
-    if let (Guest::Disk { .. }, Arch::Arm64) = (&spec.guest, spec.arch) {
+    if spec.arch == Arch::Arm64 {
         a.push(["-bios", ARM64_UEFI]);
     }
     if let Guest::Kernel { kernel, initrd, .. } = &spec.guest {
@@ -313,8 +317,8 @@ mod tests {
             values(&args, "-append"),
             ["console=ttyAMA0 root=/dev/vda rw"]
         );
-        // Booted directly: no firmware.
-        assert!(values(&args, "-bios").is_empty(), "{args:?}");
+        // Booted directly, through the firmware (ACPI, as in KubeVirt).
+        assert_eq!(values(&args, "-bios"), [ARM64_UEFI]);
         assert_eq!(
             values(&args, "-device"),
             ["virtio-net-pci,netdev=net0,romfile=", "virtio-rng-pci"]

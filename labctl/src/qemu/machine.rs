@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use super::argv::{self, ARM64_UEFI, Guest, MachineSpec, RunPaths};
+use super::argv::{self, ARM64_UEFI, MachineSpec, RunPaths};
 use super::console::{self, ConsoleMark, Watch};
 use super::qmp::Qmp;
 use super::{Accel, Arch, QemuError, program, run, seed, spawn};
@@ -51,13 +51,11 @@ impl Machine {
         meta_data: &str,
         dir: &Path,
     ) -> Result<Machine, QemuError> {
-        if let (Guest::Disk { .. }, Arch::Arm64) = (&spec.guest, spec.arch) {
-            if !Path::new(ARM64_UEFI).is_file() {
-                return Err(QemuError::Missing(format!(
-                    "`{ARM64_UEFI}` is missing: an arm64 disk image boots from UEFI (on Debian \
-                     install `qemu-efi-aarch64`)"
-                )));
-            }
+        if spec.arch == Arch::Arm64 && !Path::new(ARM64_UEFI).is_file() {
+            return Err(QemuError::Missing(format!(
+                "`{ARM64_UEFI}` is missing: an arm64 guest boots through UEFI (on Debian install \
+                 `qemu-efi-aarch64`)"
+            )));
         }
         let paths = RunPaths::new(dir);
         let base = std::fs::canonicalize(spec.guest.base())

@@ -46,7 +46,7 @@ pub struct VmArgs {
     #[arg(long, value_name = "FILE", requires = "kernel")]
     pub rootfs: Option<PathBuf>,
     /// The guest's architecture: which qemu boots it (arm64: the `virt`
-    /// machine, under TCG on an x86_64 host; a disk boots from UEFI) and
+    /// machine through UEFI, under TCG on an x86_64 host) and
     /// which static agent its payload carries [default: the `--agent`'s
     /// machine, else amd64]
     #[arg(long, value_name = "ARCH", value_enum)]

@@ -8,7 +8,14 @@
 #
 # Guests (NAME): `debian-12` (bookworm: cloud-init 22.4, systemd 252, the
 # default) and `debian-13` (trixie: cloud-init 25.1 single-process,
-# systemd 257, cgroup v2 only).
+# systemd 257, cgroup v2 only), both amd64; `debian-13-arm64`, the same
+# trixie for arm64 (booted on the `virt` machine under TCG).
+#
+# A guest of another architecture than the host's is built without
+# changing the host: its packages' maintainer scripts run under Debian's
+# user-mode qemu (`tests/qemu-user.sh`, unpacked into the cache), through a
+# binfmt_misc handler registered in a binfmt_misc instance of a user
+# namespace of the build's own (Linux >= 6.7), never in the host's.
 #
 # The image dir holds `vmlinuz`, `initrd.img` and `rootfs.raw` (a sparse ext4
 # image, booted with `root=/dev/vda`, never written to: each VM gets its own
@@ -36,6 +43,7 @@ die() {
 
 mode=image
 guest=debian-12
+in_ns=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--host-deps) mode=deps ;;
@@ -46,6 +54,7 @@ while [ $# -gt 0 ]; do
 		shift
 		;;
 	--guest=*) guest=${1#--guest=} ;;
+	--in-binfmt-ns) in_ns=1 ;; # internal: see in_binfmt_ns
 	-h | --help)
 		sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
 		exit 0
@@ -55,10 +64,12 @@ while [ $# -gt 0 ]; do
 	shift
 done
 case "$guest" in
-debian-12) guest_suite=bookworm ;;
-debian-13) guest_suite=trixie ;;
-*) die "unknown guest \`$guest\`" "one of \`debian-12\`, \`debian-13\`" ;;
+debian-12) guest_suite=bookworm guest_arch=amd64 ;;
+debian-13) guest_suite=trixie guest_arch=amd64 ;;
+debian-13-arm64) guest_suite=trixie guest_arch=arm64 ;;
+*) die "unknown guest \`$guest\`" "one of \`debian-12\`, \`debian-13\`, \`debian-13-arm64\`" ;;
 esac
+host_arch=$(dpkg --print-architecture)
 
 script=$(readlink -f "${BASH_SOURCE[0]}")
 hash=$(sha256sum "$script" | cut -c1-16)
@@ -67,9 +78,6 @@ vm_cache=$cache_root/vm
 out=$vm_cache/$guest-$hash
 mkdir -p "$vm_cache"
 
-# Serialise builders (two test binaries may ask at once) and host installs.
-exec 9>"$vm_cache/.build.lock"
-flock 9
 
 . /etc/os-release
 codename=${VERSION_CODENAME:?/etc/os-release has no VERSION_CODENAME}
@@ -81,9 +89,15 @@ codename=${VERSION_CODENAME:?/etc/os-release has no VERSION_CODENAME}
 # first boot (trixie's minbase has neither), and on Debian 13 that makes
 # every boot "degraded" before the payload does anything.
 guest_packages=(
-	linux-image-cloud-amd64 initramfs-tools systemd-sysv udev dbus cloud-init
-	sudo bash iproute2 procps less locales grub-pc-bin e2fsprogs openssh-client
+	"linux-image-cloud-$guest_arch" initramfs-tools systemd-sysv udev dbus cloud-init
+	sudo bash iproute2 procps less locales e2fsprogs openssh-client
 )
+# The boot loader disk.raw carries: GRUB for the BIOS on amd64, for UEFI
+# on arm64 (the `virt` machine has no BIOS).
+case "$guest_arch" in
+amd64) guest_packages+=(grub-pc-bin) ;;
+arm64) guest_packages+=(grub-efi-arm64-bin) ;;
+esac
 
 # --- host packages ----------------------------------------------------------
 
@@ -113,8 +127,11 @@ sources_list() {
 
 ensure_host_packages() {
 	local missing=() cmd pkg
-	for pair in mmdebstrap:mmdebstrap cloud-localds:cloud-image-utils genisoimage:genisoimage \
-		mkfs.ext4:e2fsprogs flock:util-linux; do
+	local tools=(mmdebstrap:mmdebstrap cloud-localds:cloud-image-utils genisoimage:genisoimage
+		mkfs.ext4:e2fsprogs flock:util-linux)
+	# arm64's disk.raw has an EFI system partition (FAT), made from files.
+	[ "$guest_arch" = amd64 ] || tools+=(mkfs.vfat:dosfstools mcopy:mtools)
+	for pair in "${tools[@]}"; do
 		cmd=${pair%%:*} pkg=${pair#*:}
 		command -v "$cmd" >/dev/null || missing+=("$pkg")
 	done
@@ -128,6 +145,10 @@ ensure_host_packages() {
 	local qmissing=()
 	command -v qemu-system-x86_64 >/dev/null || qmissing+=(qemu-system-x86)
 	command -v qemu-img >/dev/null || qmissing+=(qemu-utils)
+	if [ "$guest_arch" = arm64 ]; then
+		command -v qemu-system-aarch64 >/dev/null || qmissing+=(qemu-system-arm)
+		[ -f /usr/share/qemu-efi-aarch64/QEMU_EFI.fd ] || qmissing+=(qemu-efi-aarch64)
+	fi
 	[ ${#qmissing[@]} -eq 0 ] && return 0
 	need_root "install ${qmissing[*]}"
 
@@ -158,8 +179,57 @@ ensure_host_packages() {
 	command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is still missing after the install"
 }
 
-ensure_host_packages
-[ "$mode" = deps ] && exit 0
+# Runs this script again, with the same arguments, as root of a new user
+# namespace (uids and gids 0-65535 mapped to the same host ids, so the
+# tree's owners are real) with its own mount and PID namespaces, where a
+# binfmt_misc instance of its own runs the guest's binaries under
+# qemu-user (the F flag: the kernel opens qemu when the handler is
+# registered, so the chroot needs no copy of it). When the build ends, the
+# namespace, its mounts and the handler are gone.
+in_binfmt_ns() {
+	local qemu_user=$1 fifo pid
+	shift
+	case "$qemu_user" in *:*) die "the qemu-user path \`$qemu_user\` has a colon, which binfmt_misc cannot take" "set LAB_AGENT_CACHE to a path without one" ;; esac
+	fifo=$(mktemp -u "$vm_cache/.ns-fifo-XXXXXX")
+	mkfifo "$fifo"
+	# The child waits until its parent (this shell, root of the host's
+	# namespace) has written its id maps, then enters the mount and PID
+	# namespaces, with a /proc of its own.
+	unshare --user bash -c 'read -r _ <"$0"; rm -f "$0"; exec unshare --mount --propagation private --pid --fork --mount-proc "$@"' \
+		"$fifo" env LAB_AGENT_QEMU_USER="$qemu_user" "$@" &
+	pid=$!
+	while [ "$(readlink "/proc/$pid/ns/user")" = "$(readlink /proc/self/ns/user)" ]; do
+		kill -0 "$pid" 2>/dev/null || { rm -f "$fifo"; die "cannot make a user namespace (unshare --user)"; }
+		sleep 0.01
+	done
+	echo "0 0 65536" >"/proc/$pid/uid_map"
+	echo "0 0 65536" >"/proc/$pid/gid_map"
+	echo go >"$fifo"
+	wait "$pid"
+}
+
+# In the namespace: the binfmt_misc instance and the aarch64 handler (the
+# magic and mask of an ELF64 little-endian aarch64 executable, as
+# Debian's qemu-user-static registers it).
+register_binfmt() {
+	mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc ||
+		die "cannot mount a binfmt_misc instance in a user namespace" "needs Linux >= 6.7"
+	printf '%s\n' ':qemu-aarch64:M::\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00:\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff:'"$LAB_AGENT_QEMU_USER"':F' \
+		>/proc/sys/fs/binfmt_misc/register
+}
+
+# Serialise host installs, then builders of this guest (two test binaries
+# may ask at once); the builds of different guests run side by side. (The
+# namespace's own run is under its parent's locks.)
+if [ -z "$in_ns" ]; then
+	exec 9>"$vm_cache/.build.lock"
+	flock 9
+	ensure_host_packages
+	[ "$mode" = deps ] && exit 0
+	exec 9>&-
+	exec 8>"$vm_cache/.build-$guest.lock"
+	flock 8
+fi
 
 # --- the image ----------------------------------------------------------------
 
@@ -171,9 +241,26 @@ fi
 
 need_root "build the guest image (mmdebstrap, chroot)"
 
+if [ "$guest_arch" != "$host_arch" ]; then
+	[ "$guest_arch" = arm64 ] || die "cannot build a $guest_arch guest on this $host_arch host"
+	if [ -z "$in_ns" ]; then
+		qemu_user=$(bash "$(dirname "$script")/../qemu-user.sh")
+		log "building an $guest_arch guest on $host_arch: its binaries run under $qemu_user, in a user namespace"
+		args=(--guest "$guest")
+		[ "$mode" = rebuild ] && args+=(--rebuild)
+		in_binfmt_ns "$qemu_user" bash "$script" "${args[@]}" --in-binfmt-ns
+		exit $?
+	fi
+	register_binfmt
+	foreign_opts=(--arch="$guest_arch" --skip=check/qemu)
+else
+	foreign_opts=()
+fi
+
 # Leftovers of killed builds, images of this guest from older versions of
 # this script, and images of the layout before guest names (a bare hash).
-for d in "$vm_cache"/.tmp-"$guest"-* "$vm_cache"/"$guest"-*/ "$vm_cache"/????????????????/; do
+# (`?` × 16: the hash, so that debian-13's never takes debian-13-arm64's.)
+for d in "$vm_cache"/.tmp-"$guest"-????????????????-* "$vm_cache"/"$guest"-????????????????/ "$vm_cache"/????????????????/; do
 	d=${d%/}
 	[ -e "$d" ] && [ "$d" != "$out" ] || continue
 	log "removing stale $d"
@@ -231,7 +318,7 @@ printf "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" >"$1/
 rm -f "$1/etc/resolv.conf"
 '
 
-mmdebstrap --variant=minbase --mode=root \
+mmdebstrap --variant=minbase --mode=root "${foreign_opts[@]}" \
 	--include="$(
 		IFS=,
 		echo "${guest_packages[*]}"
@@ -268,50 +355,87 @@ cp "$initrd" "$tmp/initrd.img"
 log "making ext4 rootfs.raw (3 GiB sparse)"
 truncate -s 3G "$tmp/rootfs.raw"
 mkfs.ext4 -q -F -L rootfs -m 0 -d "$tree" "$tmp/rootfs.raw" >&2
-# disk.raw: the tree again as a BIOS-bootable disk, as a cloud image is
-# laid out: MBR with one partition from 1 MiB (the root file system), GRUB's
-# boot sector in the MBR and its core image in the gap before the partition.
-# No loop device, mount or host GRUB: the guest's own grub-mkimage makes the
-# core image (with the modules to read the partition and boot Linux, and
-# the prefix pointing at it), grub-mkimage fills the core image's block
-# list for a core placed at sector 1, which boot.img's default expects.
-log "making disk.raw (MBR, GRUB, ext4 root in partition 1)"
+# disk.raw: the tree again as a bootable disk, as a cloud image is laid
+# out, with an MBR partition table. No loop device, mount or host GRUB: the
+# guest's own grub-mkimage makes the boot loader, the file systems are made
+# from folders (`mkfs.ext4 -d` at an offset, `mcopy` into a FAT image), the
+# partition table is written by printf.
+# - amd64 (BIOS): GRUB's boot.img in the MBR, its core image in the gap
+#   before the root partition (grub-mkimage fills the core image's block
+#   list for a core placed at sector 1, which boot.img's default expects).
+# - arm64 (UEFI, the `virt` machine's firmware): an EFI system partition
+#   (FAT, MBR type 0xef) with GRUB at the removable-media path
+#   `\EFI\BOOT\BOOTAA64.EFI`, which firmware without boot entries runs.
+le32() { printf '\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)); }
+# One MBR partition entry: active flag, type, first sector, sectors (CHS
+# fields saturated: LBA is what counts).
+mbr_entry() { printf "\\x$1\\xfe\\xff\\xff\\x$2\\xfe\\xff\\xff$(le32 "$3")$(le32 "$4")"; }
+disk_sectors=$((3 * 1024 * 1024 * 2))
 mkdir -p "$tree/boot/grub"
+case "$guest_arch" in
+amd64)
+	log "making disk.raw (MBR, GRUB for the BIOS, ext4 root in partition 1)"
+	root_part=1 console=ttyS0
+	grub_format=i386-pc grub_modules="biosdisk part_msdos ext2 linux normal configfile echo test"
+	part_start=2048
+	;;
+arm64)
+	log "making disk.raw (MBR, an EFI system partition with GRUB, ext4 root in partition 2)"
+	root_part=2 console=ttyAMA0
+	grub_format=arm64-efi grub_modules="part_msdos ext2 linux normal configfile echo test"
+	esp_start=2048 esp_sectors=$((32 * 1024 * 2))
+	part_start=$((esp_start + esp_sectors))
+	;;
+esac
+part_sectors=$((disk_sectors - part_start))
 cat >"$tree/boot/grub/grub.cfg" <<EOT
 set timeout=0
 set default=0
 menuentry "Debian ($guest_suite)" {
-	linux /boot/vmlinuz-$kver root=/dev/vda1 ro console=ttyS0
+	linux /boot/vmlinuz-$kver root=/dev/vda$root_part ro console=$console
 	initrd /boot/initrd.img-$kver
 }
 EOT
-chroot "$tree" grub-mkimage -O i386-pc -o /boot/grub/core.img -p '(hd0,msdos1)/boot/grub' \
-	biosdisk part_msdos ext2 linux normal configfile echo test
-core_bytes=$(stat -c %s "$tree/boot/grub/core.img")
-[ "$core_bytes" -lt $((2047 * 512)) ] || die "GRUB's core image ($core_bytes bytes) does not fit before the partition"
+chroot "$tree" grub-mkimage -O "$grub_format" -o /boot/grub/core.img \
+	-p "(hd0,msdos$root_part)/boot/grub" $grub_modules
 cp "$tree/boot/grub/core.img" "$tmp/core.img"
-cp "$tree/usr/lib/grub/i386-pc/boot.img" "$tmp/boot.img"
 rm "$tree/boot/grub/core.img"
-disk_sectors=$((3 * 1024 * 1024 * 2))
-part_start=2048
-part_sectors=$((disk_sectors - part_start))
+[ "$guest_arch" = amd64 ] && cp "$tree/usr/lib/grub/i386-pc/boot.img" "$tmp/boot.img"
 truncate -s $((disk_sectors * 512)) "$tmp/disk.raw"
 mkfs.ext4 -q -F -L rootfs -m 0 -E offset=$((part_start * 512)) -d "$tree" \
 	"$tmp/disk.raw" $((part_sectors / 2))k >&2
-le32() { printf '\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)); }
-{
-	# boot.img's code (440 bytes), then the partition table: one active
-	# Linux partition, CHS fields saturated (LBA is what counts), and the
-	# boot signature.
-	head -c 440 "$tmp/boot.img"
-	printf '\0\0\0\0\0\0'
-	printf '\x80\xfe\xff\xff\x83\xfe\xff\xff'
-	printf "$(le32 $part_start)$(le32 $part_sectors)"
-	head -c 48 /dev/zero
-	printf '\x55\xaa'
-} | dd of="$tmp/disk.raw" conv=notrunc status=none
-dd if="$tmp/core.img" of="$tmp/disk.raw" bs=512 seek=1 conv=notrunc status=none
-rm "$tmp/core.img" "$tmp/boot.img"
+case "$guest_arch" in
+amd64)
+	core_bytes=$(stat -c %s "$tmp/core.img")
+	[ "$core_bytes" -lt $((2047 * 512)) ] || die "GRUB's core image ($core_bytes bytes) does not fit before the partition"
+	{
+		# boot.img's code (440 bytes), then the partition table: one
+		# active Linux partition, and the boot signature.
+		head -c 440 "$tmp/boot.img"
+		printf '\0\0\0\0\0\0'
+		mbr_entry 80 83 "$part_start" "$part_sectors"
+		head -c 48 /dev/zero
+		printf '\x55\xaa'
+	} | dd of="$tmp/disk.raw" conv=notrunc status=none
+	dd if="$tmp/core.img" of="$tmp/disk.raw" bs=512 seek=1 conv=notrunc status=none
+	rm "$tmp/boot.img"
+	;;
+arm64)
+	mkfs.vfat -n EFI -C "$tmp/esp.img" $((esp_sectors / 2)) >&2
+	MTOOLS_SKIP_CHECK=1 mmd -i "$tmp/esp.img" ::/EFI ::/EFI/BOOT
+	MTOOLS_SKIP_CHECK=1 mcopy -i "$tmp/esp.img" "$tmp/core.img" ::/EFI/BOOT/BOOTAA64.EFI
+	dd if="$tmp/esp.img" of="$tmp/disk.raw" bs=512 seek="$esp_start" conv=notrunc status=none
+	{
+		head -c 446 /dev/zero
+		mbr_entry 00 ef "$esp_start" "$esp_sectors"
+		mbr_entry 00 83 "$part_start" "$part_sectors"
+		head -c 32 /dev/zero
+		printf '\x55\xaa'
+	} | dd of="$tmp/disk.raw" conv=notrunc status=none
+	rm "$tmp/esp.img"
+	;;
+esac
+rm "$tmp/core.img"
 
 rm -rf --one-file-system "$tree" "$tmp/initrd.list" "$tmp/guest-sources.list"
 chmod 0444 "$tmp/rootfs.raw" "$tmp/disk.raw" "$tmp/vmlinuz" "$tmp/initrd.img"

@@ -105,6 +105,20 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     assert_eq!(seq.last().map(String::as_str), Some("ready"), "{seq:?}");
     assert!(!seq.iter().any(|s| s == "failed"), "{seq:?}");
 
+    // The guest is the machine it was booted as (arm64: the arm64 payload
+    // on `virt`), and the agent in it was built for it.
+    let machine = conn.run("uname -m; od -An -tx1 -j18 -N2 /usr/local/bin/lab-agent");
+    let elf_machine = guest.arch().elf_machine().to_le_bytes();
+    assert_eq!(
+        machine.split_whitespace().collect::<Vec<_>>(),
+        [
+            guest.arch().uname().to_owned(),
+            format!("{:02x}", elf_machine[0]),
+            format!("{:02x}", elf_machine[1])
+        ],
+        "{machine}"
+    );
+
     // `labctl wait` returned after result.json (and boot-finished) existed.
     let clock = GuestClock::measure(&conn);
     let returned = clock.guest_time(wall(waited.exited));

@@ -193,7 +193,9 @@ impl ClientBuilder {
     }
 
     /// Time allowed for a response beyond what the request asks the agent
-    /// to spend (a long-poll's `wait`, an exec's `timeout_secs`).
+    /// to spend (a long-poll's `wait`, an exec's `timeout_secs`). Any
+    /// length is taken: one too long to add to the clock (`Duration::MAX`)
+    /// means no limit of the client's own (see [`deadline_after`]).
     pub fn request_timeout(mut self, t: Duration) -> Self {
         self.request_timeout = t;
         self
@@ -336,8 +338,8 @@ impl Client {
         } else {
             format!("{}?wait={secs}", paths::READY)
         };
-        let timeout = Duration::from_secs(secs) + self.inner.request_timeout;
-        let deadline = Instant::now() + timeout;
+        let timeout = Duration::from_secs(secs).saturating_add(self.inner.request_timeout);
+        let deadline = deadline_after(Instant::now(), timeout);
         const OK: &[StatusCode] = &[StatusCode::OK, StatusCode::SERVICE_UNAVAILABLE];
         let limits = Limits {
             ok: READY_RESPONSE_LIMIT,
@@ -391,9 +393,12 @@ impl Client {
         let body = Bytes::from(serde_json::to_vec(req).expect("an ExecRequest always serializes"));
         // The agent kills the command after `timeout_secs` plus a short
         // grace; allow for that before calling the agent unresponsive.
-        let timeout = Duration::from_secs(req.timeout_secs) + self.inner.request_timeout;
+        // `timeout_secs` is the caller's, unchecked until the agent
+        // refuses it (400): the sum must not overflow before that.
+        let timeout =
+            Duration::from_secs(req.timeout_secs).saturating_add(self.inner.request_timeout);
         let start = Instant::now();
-        let deadline = start + timeout;
+        let deadline = deadline_after(start, timeout);
         let limits = Limits {
             ok: exec_response_limit(req.max_output_bytes),
             other: ERROR_RESPONSE_LIMIT,
@@ -456,7 +461,7 @@ impl Client {
                 Method::GET,
                 paths::INFO,
                 None,
-                Instant::now() + timeout,
+                deadline_after(Instant::now(), timeout),
                 timeout,
                 limits,
                 &[StatusCode::OK],
@@ -496,7 +501,7 @@ impl Client {
             method,
             path,
             body.map(Bytes::from),
-            Instant::now() + timeout,
+            deadline_after(Instant::now(), timeout),
             timeout,
             Limits::all(MAX_RESPONSE_BYTES),
             &[],
@@ -785,6 +790,21 @@ pub(crate) fn status_error(request: Request, resp: &RawResponse) -> Error {
     }
 }
 
+/// The longest a call's deadline lies ahead: about 30 years, as tokio's own
+/// "far future". Longer is the same in practice, and `Instant` cannot hold
+/// an arbitrary `Duration` from now (`Duration::MAX` overflows it).
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+
+/// `start + timeout`, saturating at [`FAR_FUTURE`]. Saturation, not an
+/// error, because the builder's setters take any `Duration` and return
+/// `Self` (as `long_poll` clamps rather than refuses), and `Duration::MAX`
+/// is the usual way to say "no limit"; a budget that long then never ends a
+/// call, instead of panicking in the addition. `exec`'s `timeout_secs`
+/// goes through here too: the agent, not this sum, refuses one too large.
+pub(crate) fn deadline_after(start: Instant, timeout: Duration) -> Instant {
+    start + timeout.min(FAR_FUTURE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -851,6 +871,105 @@ mod tests {
             ),
             "{err:?}"
         );
+    }
+
+    /// Answers every request 401 at once, as an agent does a wrong token,
+    /// and closes the connection.
+    async fn refusing_server() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let body = r#"{"error":"unauthorized","message":"bad token"}"#;
+                    let resp = format!(
+                        "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = s.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn a_deadline_past_the_clock_saturates() {
+        let now = Instant::now();
+        assert_eq!(deadline_after(now, Duration::MAX), now + FAR_FUTURE);
+        assert_eq!(
+            deadline_after(now, Duration::from_secs(u64::MAX)),
+            now + FAR_FUTURE
+        );
+        let minute = Duration::from_secs(60);
+        assert_eq!(deadline_after(now, minute), now + minute);
+    }
+
+    /// Regression: `request_timeout(Duration::MAX)`, an exec's
+    /// `timeout_secs = u64::MAX` and a huge `request_unchecked` timeout
+    /// panicked with "overflow when adding durations" / "... duration to
+    /// instant" before anything was sent. Each call now reaches the agent
+    /// and reports its answer.
+    #[tokio::test]
+    async fn huge_timeouts_send_the_request_instead_of_panicking() {
+        let url = refusing_server().await;
+        let within = Duration::from_secs(10);
+        let unlimited = Client::builder()
+            .connect_timeout(Duration::MAX)
+            .request_timeout(Duration::MAX)
+            .build(&url, "t")
+            .unwrap();
+        let huge_exec = ExecRequest::new("true").timeout_secs(u64::MAX);
+        let defaults = Client::new(&url, "t").unwrap();
+        for (what, err) in [
+            (
+                "info",
+                tokio::time::timeout(within, unlimited.info())
+                    .await
+                    .map(|r| r.map(drop)),
+            ),
+            (
+                "ready",
+                tokio::time::timeout(within, unlimited.ready())
+                    .await
+                    .map(|r| r.map(drop)),
+            ),
+            (
+                "ready_wait",
+                tokio::time::timeout(within, unlimited.ready_wait(Duration::MAX))
+                    .await
+                    .map(|r| r.map(drop)),
+            ),
+            (
+                "exec",
+                tokio::time::timeout(within, unlimited.exec(&huge_exec))
+                    .await
+                    .map(|r| r.map(drop)),
+            ),
+            (
+                "exec, default request timeout",
+                tokio::time::timeout(within, defaults.exec(&huge_exec))
+                    .await
+                    .map(|r| r.map(drop)),
+            ),
+        ] {
+            let err = err
+                .unwrap_or_else(|_| panic!("{what}: no answer within 10 s"))
+                .unwrap_err();
+            assert!(err.is_unauthorized(), "{what}: {err:?}");
+        }
+        let raw = tokio::time::timeout(
+            within,
+            defaults.request_unchecked(Method::GET, "/v1/info", None, Duration::MAX),
+        )
+        .await
+        .expect("request_unchecked: no answer within 10 s")
+        .unwrap();
+        assert_eq!(raw.status, StatusCode::UNAUTHORIZED);
     }
 
     #[test]

@@ -4,6 +4,25 @@
 use super::exit::{Exit, Failure};
 use lab_agent_client::Client;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The most seconds a flag lets `labctl` wait for something: a day. A wait
+/// or an answer awaited longer is a hang, and an unchecked count of seconds
+/// overflows the clock when added to it (`u64::MAX` panicked). The Python
+/// binding's `request_timeout` has the same bound.
+pub const MAX_WAIT_SECS: u64 = 24 * 60 * 60;
+
+/// The value of a flag counting seconds (`--timeout`, `--answer-timeout`,
+/// `--wait`), checked to be from `min` to [`MAX_WAIT_SECS`].
+pub fn wait_secs(flag: &str, secs: u64, min: u64) -> Result<Duration, Failure> {
+    if (min..=MAX_WAIT_SECS).contains(&secs) {
+        Ok(Duration::from_secs(secs))
+    } else {
+        Err(Failure::usage(format!(
+            "`{flag} {secs}` is out of range: use {min} to {MAX_WAIT_SECS} seconds (a day)"
+        )))
+    }
+}
 
 /// `--url URL --token-file F`: one agent.
 #[derive(Debug, Clone, clap::Args)]

@@ -72,11 +72,7 @@ impl Config {
                 lab_agent_proto::exec::MAX_TIMEOUT_SECS
             )));
         }
-        if args.answer_timeout == 0 {
-            return Err(Failure::usage(
-                "`--answer-timeout` must be at least 1 second",
-            ));
-        }
+        let answer_timeout = common::wait_secs("--answer-timeout", args.answer_timeout, 1)?;
         let mut request = ExecRequest::new(command)
             .user(args.user.clone())
             .timeout_secs(args.timeout)
@@ -109,7 +105,7 @@ impl Config {
             .map_err(|e| Failure::usage(format!("the command cannot be sent: {e}")))?;
         let token = common::read_token(&args.agent.token_file)?;
         let client = Client::builder()
-            .request_timeout(std::time::Duration::from_secs(args.answer_timeout))
+            .request_timeout(answer_timeout)
             .build(&args.agent.url, &token)
             .map_err(Failure::client)?;
         Ok(Config { client, request })

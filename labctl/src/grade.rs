@@ -55,6 +55,11 @@ pub struct Config {
 
 impl Config {
     pub fn from_args(args: &GradeArgs) -> Result<Config, Failure> {
+        let answer_timeout = common::wait_secs("--timeout", args.timeout, 1)?;
+        let wait = args
+            .wait
+            .map(|secs| common::wait_secs("--wait", secs, 0))
+            .transpose()?;
         let mut lab = Lab::load(&args.lab).map_err(Failure::lab)?;
         select_checks(&mut lab, &args.checks)?;
         if let Some(dir) = args.guest_lab_dir.as_ref().filter(|d| !d.starts_with('/')) {
@@ -62,19 +67,16 @@ impl Config {
                 "`--lab-dir {dir}` is not an absolute path in the guest"
             )));
         }
-        if args.timeout == 0 {
-            return Err(Failure::usage("`--timeout` must be at least 1 second"));
-        }
         let token = common::read_token(&args.agent.token_file)?;
         let client = Client::builder()
-            .request_timeout(Duration::from_secs(args.timeout))
+            .request_timeout(answer_timeout)
             .build(&args.agent.url, &token)
             .map_err(Failure::client)?;
         Ok(Config {
             lab,
             client,
             guest_lab_dir: args.guest_lab_dir.clone(),
-            wait: args.wait.map(Duration::from_secs),
+            wait,
             json: args.json,
         })
     }

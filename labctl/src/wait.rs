@@ -35,6 +35,7 @@ pub struct Config {
 
 impl Config {
     pub fn from_args(args: &WaitArgs) -> Result<Config, Failure> {
+        let timeout = common::wait_secs("--timeout", args.timeout, 1)?;
         let tokens = match args.token_files.len() {
             1 => vec![common::read_token(&args.token_files[0])?; args.urls.len()],
             n if n == args.urls.len() => args
@@ -56,12 +57,9 @@ impl Config {
             .zip(&tokens)
             .map(|(url, token)| common::client(url, token))
             .collect::<Result<_, _>>()?;
-        if args.timeout == 0 {
-            return Err(Failure::usage("`--timeout` must be at least 1 second"));
-        }
         Ok(Config {
             clients,
-            timeout: Duration::from_secs(args.timeout),
+            timeout,
             json: args.json,
         })
     }

@@ -105,6 +105,10 @@ pub struct Config {
 
 impl Config {
     pub fn from_args(args: &TryArgs) -> Result<Config, Failure> {
+        let timeout = args
+            .timeout
+            .map(|secs| common::wait_secs("--timeout", secs, 1))
+            .transpose()?;
         let vm = vm::VmConfig::from_args(&args.vm)?;
         let lab_dir = args.lab.as_deref().expect("clap requires LAB_DIR here");
         if vm.is_some() && args.host {
@@ -128,9 +132,8 @@ impl Config {
         let budget_agent = vm.as_ref().and(args.agent.as_deref());
         let mut lab = inspect::report(lab_dir, &inspect::lint(lab_dir, budget_agent))?;
         select_checks(&mut lab, &args.checks)?;
-        let timeout = match args.timeout {
-            Some(0) => return Err(Failure::usage("`--timeout` must be at least 1 second")),
-            Some(s) => Duration::from_secs(s),
+        let timeout = match timeout {
+            Some(t) => t,
             // A VM must boot first: minutes under software emulation.
             None if vm.is_some() => {
                 Duration::from_secs(lab.setup_timeout_secs()).saturating_add(vm::BOOT_ALLOWANCE)

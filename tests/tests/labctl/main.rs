@@ -92,4 +92,5 @@ mod hostile;
 mod lab_toml;
 mod lint;
 mod output;
+mod timeouts;
 mod wait;

@@ -18,7 +18,8 @@ pub struct ExecArgs {
     #[arg(long, value_name = "SECS", default_value_t = lab_agent_proto::exec::DEFAULT_TIMEOUT_SECS)]
     pub timeout: u64,
     /// Allow the agent this many seconds beyond `--timeout` to answer; the
-    /// whole call, retries of a busy agent included, ends by then
+    /// whole call, retries of a busy agent included, ends by then (at most
+    /// 86400, a day)
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_ANSWER_SECS)]
     pub answer_timeout: u64,
     /// Working directory in the guest (default: the user's home)

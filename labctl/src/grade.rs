@@ -29,11 +29,11 @@ pub struct GradeArgs {
     #[arg(long = "check", value_name = "NAME")]
     pub checks: Vec<String>,
     /// Wait up to this many seconds for the VM to be ready before grading
-    /// (default: grade only a VM that is ready now)
+    /// (default: grade only a VM that is ready now; at most 86400, a day)
     #[arg(long, value_name = "SECS")]
     pub wait: Option<u64>,
     /// Allow the agent this many seconds to answer, beyond each check's own
-    /// `timeout_secs`
+    /// `timeout_secs` (at most 86400, a day)
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_ANSWER_SECS)]
     pub timeout: u64,
     /// Print the report as JSON on stdout

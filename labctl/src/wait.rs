@@ -17,7 +17,7 @@ pub struct WaitArgs {
     /// Token file; give one for all VMs, or one per `--url`, in the same order
     #[arg(long = "token-file", value_name = "FILE", required = true)]
     pub token_files: Vec<PathBuf>,
-    /// Give up after this many seconds
+    /// Give up after this many seconds (at most 86400, a day)
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub timeout: u64,
     /// Print each VM's outcome as JSON on stdout

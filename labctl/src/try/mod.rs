@@ -67,7 +67,7 @@ pub struct TryArgs {
     pub keep_going: bool,
     /// Give up waiting for setup after this many seconds (default: the
     /// lab's `[setup].timeout_secs` plus a minute; in a VM, plus 15 minutes
-    /// for the boot)
+    /// for the boot; at most 86400, a day)
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
     /// Print the grade report as JSON on stdout

@@ -139,7 +139,7 @@ impl VmImage {
     }
 
     /// Makes sure the host can run the guest and its image exists: runs the
-    /// build script (fast when cached; ~2 min cold, also installs qemu and
+    /// build script (fast when cached; ~2 min cold, ~40 min for arm64; also installs qemu and
     /// friends when missing), or takes `LAB_AGENT_VM_IMAGE_DEBIAN_12` /
     /// `LAB_AGENT_VM_IMAGE_DEBIAN_13` as is.
     ///
@@ -198,8 +198,13 @@ impl VmImage {
 fn run_build_script(os: GuestOs) -> Result<PathBuf, VmError> {
     let script = VmImage::build_script();
     let started = Instant::now();
+    // Cold, an arm64 guest's maintainer scripts run under user-mode qemu.
+    let cold = match os.arch() {
+        Arch::Amd64 => "~2 min",
+        Arch::Arm64 => "~40 min",
+    };
     eprintln!(
-        "vm: preparing the {os} guest image with `{} --guest {os}` (cached: instant; cold: ~2 min)",
+        "vm: preparing the {os} guest image with `{} --guest {os}` (cached: instant; cold: {cold})",
         script.display()
     );
     let output = Command::new("bash")

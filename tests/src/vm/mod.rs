@@ -1,4 +1,5 @@
-//! Real Debian 12 and Debian 13 guests with real cloud-init, booted under
+//! Real Debian 12 and Debian 13 guests (and Debian 13 for arm64, outside
+//! CI) with real cloud-init, booted under
 //! qemu, for the end-to-end tests.
 //!
 //! The machine itself (overlay, NoCloud seed, qemu arguments, accelerator
@@ -23,10 +24,12 @@
 //! # Environment
 //! - `LAB_AGENT_CACHE`: cache root (default `$XDG_CACHE_HOME/lab-agent` or
 //!   `~/.cache/lab-agent`); images live in `vm/<hash of the build script>/`.
-//! - `LAB_AGENT_VM_IMAGE_DEBIAN_12=DIR`, `LAB_AGENT_VM_IMAGE_DEBIAN_13=DIR`:
-//!   use this image dir for that guest, skip the build script.
-//! - `LAB_AGENT_VM_GUESTS=debian-12,debian-13`: the guests whose scenarios
-//!   run (default: both; a test for a guest left out passes, saying so).
+//! - `LAB_AGENT_VM_IMAGE_DEBIAN_12=DIR`, `LAB_AGENT_VM_IMAGE_DEBIAN_13=DIR`,
+//!   `LAB_AGENT_VM_IMAGE_DEBIAN_13_ARM64=DIR`: use this image dir for that
+//!   guest, skip the build script.
+//! - `LAB_AGENT_VM_GUESTS=debian-12,debian-13,debian-13-arm64`: the guests
+//!   whose scenarios run (default: the two amd64 ones; a test for a guest
+//!   left out passes, saying so).
 //! - `LAB_AGENT_VM_SLOTS=N`: VMs at once (default 2 on ≥ 2 cores).
 //! - `LAB_AGENT_VM_ACCEL=auto|kvm|tcg`: the accelerator (default `auto`: KVM
 //!   if the guest's kernel prints under it within seconds, else TCG); the

@@ -4,11 +4,12 @@
 //! 4, the setup log, the VM stopped, the console log kept) while a
 //! backend's `labctl wait` runs beside it: that wait ends at once with the
 //! exit code and the log tail, long before its timeout. On each guest, so
-//! `try --vm` with a bootloader is proven on both.
+//! `try --vm` with a bootloader is proven on both (and, by the arm64
+//! command, on arm64's UEFI: `try --vm DISK --arch arm64`).
 
 use crate::support::*;
 use lab_agent_tests::local::TempDir;
-use lab_agent_tests::vm::{GuestOs, VmLock};
+use lab_agent_tests::vm::{Arch, GuestOs, VmLock};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ const SETUP: &str = "#!/bin/sh\n\
     echo 'fatal: cannot reach the package mirror' >&2\n\
     exit 7\n";
 
-per_guest!(a_failing_setup_fails_fast_with_exit_code_and_log_tail);
+per_guest!(a_failing_setup_fails_fast_with_exit_code_and_log_tail; arm64);
 
 fn a_failing_setup_fails_fast_with_exit_code_and_log_tail(guest: GuestOs) {
     let image = image(guest);
@@ -33,7 +34,7 @@ fn a_failing_setup_fails_fast_with_exit_code_and_log_tail(guest: GuestOs) {
         0o644,
     );
     lab.write("setup.sh", SETUP, 0o755);
-    static_agent();
+    static_agent_for(guest.arch());
 
     let lock = VmLock::acquire(&format!("vm-failing-{guest}")).expect("a VM slot");
     let mut tried = Running::spawn(try_disk(&lab.path, &image), "try");
@@ -115,9 +116,14 @@ fn a_failing_setup_fails_fast_with_exit_code_and_log_tail(guest: GuestOs) {
     let text = std::fs::read_to_string(&console).unwrap();
     assert!(text.contains("Linux version"), "{}", console.display());
     // GRUB from the disk booted it, with its own command line (the kernel
-    // path passes `root=/dev/vda`).
+    // path passes `root=/dev/vda`): the root file system is partition 1
+    // on amd64, 2 on arm64 (after the EFI system partition).
+    let root = match guest.arch() {
+        Arch::Amd64 => "root=/dev/vda1",
+        Arch::Arm64 => "root=/dev/vda2",
+    };
     assert!(
-        text.contains("root=/dev/vda1"),
+        text.contains(root),
         "not booted by the disk's GRUB: {}",
         console.display()
     );

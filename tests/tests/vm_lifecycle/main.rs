@@ -24,6 +24,10 @@
 //! - [`try_vm`]: `labctl try --vm IMAGE` on a boot-sector image, an
 //!   unreachable VM; argument errors.
 //!
+//! `lifecycle` and `failing` also run on Debian 13 for arm64
+//! (`NAME::debian_13_arm64`), only when `LAB_AGENT_VM_GUESTS` names
+//! `debian-13-arm64` (not in CI: tests/vm/README.md, "The arm64 guest").
+//!
 //! Two VMs at a time (the harness's slots; the boot-cost benchmark's two VMs
 //! alone): the tests of this binary queue for them.
 //! Each prints its figures (`--nocapture` shows them):

@@ -48,33 +48,28 @@ pub fn on_guest(guest: GuestOs, scenario: fn(GuestOs)) {
 /// when `LAB_AGENT_VM_GUESTS` names `debian-13-arm64`.
 macro_rules! per_guest {
     ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            use lab_agent_tests::vm::GuestOs;
-            #[test]
-            fn debian_12() {
-                $crate::support::on_guest(GuestOs::Debian12, super::$scenario)
-            }
-            #[test]
-            fn debian_13() {
-                $crate::support::on_guest(GuestOs::Debian13, super::$scenario)
-            }
-        }
+        per_guest!(@mod $scenario {});
     )*};
     ($scenario:ident; arm64) => {
-        mod $scenario {
-            use lab_agent_tests::vm::GuestOs;
-            #[test]
-            fn debian_12() {
-                $crate::support::on_guest(GuestOs::Debian12, super::$scenario)
-            }
-            #[test]
-            fn debian_13() {
-                $crate::support::on_guest(GuestOs::Debian13, super::$scenario)
-            }
+        per_guest!(@mod $scenario {
             #[test]
             fn debian_13_arm64() {
                 $crate::support::on_guest(GuestOs::Debian13Arm64, super::$scenario)
             }
+        });
+    };
+    (@mod $scenario:ident { $($more:tt)* }) => {
+        mod $scenario {
+            use lab_agent_tests::vm::GuestOs;
+            #[test]
+            fn debian_12() {
+                $crate::support::on_guest(GuestOs::Debian12, super::$scenario)
+            }
+            #[test]
+            fn debian_13() {
+                $crate::support::on_guest(GuestOs::Debian13, super::$scenario)
+            }
+            $($more)*
         }
     };
 }

@@ -205,9 +205,12 @@ run = "true"
 fn an_answer_that_never_comes_is_an_error_with_the_timeout_hint() {
     let agent = Agent::start(AgentOptions::default());
     // SIGTERM ignored: the agent answers only after its kill grace,
-    // later than `--timeout 1` allows.
+    // later than `--timeout 1` allows. No startup files (`profile =
+    // "none"`): a login shell's can take over the check's 1 s on a busy
+    // machine (root's `pyenv init` here), and a TERM that comes before the
+    // trap ends the check at once, as a plain failure.
     let lab = lab(
-        "name = \"slow\"\n[[checks]]\nname = \"stubborn\"\nrun = \"trap '' TERM; sleep 30\"\ntimeout_secs = 1\n",
+        "name = \"slow\"\n[[checks]]\nname = \"stubborn\"\nrun = \"trap '' TERM; sleep 30\"\ntimeout_secs = 1\nprofile = \"none\"\n",
     );
     let out = grade(&agent, &lab, &["--timeout", "1"]);
     assert_eq!(out.status.code(), Some(5), "{}", describe(&out));

@@ -151,6 +151,8 @@ fn respond(r: ExecResult) -> Response {
         limits_hit,
         max_pids,
         max_memory_bytes,
+        instance_id,
+        boot_id,
     } = r;
     let opt = |v: Option<i32>| v.map_or_else(|| "null".to_owned(), |n| n.to_string());
     let mut body = Body::default();
@@ -186,6 +188,17 @@ fn respond(r: ExecResult) -> Response {
     if let Some(n) = max_memory_bytes {
         body.push_bytes(r#","max_memory_bytes":"#);
         body.push_bytes(n.to_string());
+    }
+    // Ids the agent made or the kernel gave (hex, a UUID): no escaping.
+    if let Some(id) = instance_id {
+        body.push_bytes(r#","instance_id":""#);
+        body.push_bytes(id);
+        body.push_bytes("\"");
+    }
+    if let Some(id) = boot_id {
+        body.push_bytes(r#","boot_id":""#);
+        body.push_bytes(id);
+        body.push_bytes("\"");
     }
     body.push_bytes("}");
     json_body(StatusCode::OK, body)
@@ -309,6 +322,13 @@ async fn run(
         limits_hit,
         max_pids,
         max_memory_bytes,
+        instance_id: app
+            .readiness
+            .config()
+            .instance
+            .as_ref()
+            .map(|i| i.id.clone()),
+        boot_id: app.readiness.config().boot_id.clone(),
     };
     Ok((result, held))
 }
@@ -368,6 +388,8 @@ mod tests {
                 limits_hit: Vec::new(),
                 max_pids: None,
                 max_memory_bytes: None,
+                instance_id: None,
+                boot_id: None,
             },
             ExecResult {
                 exit_code: None,
@@ -381,6 +403,8 @@ mod tests {
                 limits_hit: vec![LIMIT_PIDS.into(), LIMIT_MEMORY.into()],
                 max_pids: Some(4096),
                 max_memory_bytes: Some(1 << 30),
+                instance_id: Some("0123456789abcdef0123456789abcdef".into()),
+                boot_id: Some("6f1c0e1a-2b3c-4d5e-8f90-a1b2c3d4e5f6".into()),
             },
             ExecResult {
                 exit_code: Some(1),
@@ -394,6 +418,8 @@ mod tests {
                 limits_hit: vec![LIMIT_PIDS.into()],
                 max_pids: Some(20),
                 max_memory_bytes: None,
+                instance_id: None,
+                boot_id: None,
             },
             ExecResult {
                 exit_code: Some(-1),
@@ -407,6 +433,8 @@ mod tests {
                 limits_hit: Vec::new(),
                 max_pids: None,
                 max_memory_bytes: None,
+                instance_id: None,
+                boot_id: None,
             },
         ];
         for r in results {

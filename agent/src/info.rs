@@ -23,6 +23,8 @@ pub fn handle(app: &App) -> Response {
         boot_id: current_boot_id(),
         agent_uptime_secs: app.started.elapsed().as_secs_f64(),
         lab_dir: Some(app.lab_dir.display().to_string()),
+        instance: app.readiness.config().instance.clone(),
+        root: crate::root_disk::observe(&app.readiness.config().root),
     };
     json_response(StatusCode::OK, &info)
 }

@@ -12,7 +12,9 @@
 //! - [`router`]: the routing table; auth first; one log line per request;
 //!   [`rejections`]: 401s and refused connections, counted and summarised.
 //! - [`ready`], [`exec`], [`info`]: one file per endpoint.
-//! - [`readiness`]: the readiness rule, from `result.json` and `setup.json`.
+//! - [`readiness`]: the readiness rule, from `result.json` and `setup.json`;
+//!   with [`instance`] (which life of the VM: `instance.json`),
+//!   [`timeline`] (where this boot's time went) and [`root_disk`].
 //! - [`setup`], [`setup_record`]: running the setup script; its record.
 //! - [`process`], [`identity`], [`capture`]: login shells as a user, in their
 //!   own process group, with timeouts and capped output; [`spawn`]: the
@@ -41,11 +43,13 @@ pub mod exec;
 pub mod http;
 pub mod identity;
 pub mod info;
+pub mod instance;
 pub mod logging;
 pub mod process;
 pub mod readiness;
 pub mod ready;
 pub mod rejections;
+pub mod root_disk;
 pub mod router;
 pub mod serve;
 pub mod server;
@@ -53,6 +57,7 @@ pub mod setup;
 pub mod setup_record;
 pub mod spawn;
 pub mod timefmt;
+pub mod timeline;
 pub mod token;
 
 /// `lab-agent version` output.

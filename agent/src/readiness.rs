@@ -8,8 +8,13 @@
 //! so a flood of polls costs one evaluation per [`CACHE_TTL`].
 
 use crate::setup_record::{self, MAX_STATE_FILE_BYTES, SETUP_LOG, SetupRecord};
+use crate::timeline;
 use hyper::body::Bytes;
-use lab_agent_proto::{CloudInitStatus, ReadyResponse, ReadyState, SetupState, SetupStatus};
+use lab_agent_proto::{
+    CloudInitStatus, Instance, ReadyResponse, ReadyState, RootDisk, SetupState, SetupStatus, Span,
+    Timeline,
+};
+use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -30,10 +35,18 @@ pub struct ReadinessConfig {
     /// `--run-setup`: this agent runs the setup itself, so "no record yet"
     /// means "about to start", not "never ran".
     pub agent_runs_setup: bool,
+    /// This boot's id, and which life of the VM it belongs to (`None` when
+    /// the state dir could not be used): fixed for the agent's life.
+    pub boot_id: Option<String>,
+    pub instance: Option<Instance>,
+    /// When the agent started, in ms since boot.
+    pub agent_started_ms: Option<u64>,
+    /// The filesystem whose size and writes are reported (`/`).
+    pub root: PathBuf,
 }
 
 /// What cloud-init has said.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CloudInit {
     /// `false` also covers `--no-cloud-init`'s "not watched".
     pub done: bool,
@@ -41,6 +54,8 @@ pub struct CloudInit {
     pub errors: Vec<String>,
     /// `status.json`'s recoverable errors ("degraded done").
     pub warnings: Vec<String>,
+    /// The stages of this boot that have started ([`timeline::cloud_init_stages`]).
+    pub stages: BTreeMap<String, Span>,
 }
 
 /// What the setup record says, with the liveness facts `decide` needs.
@@ -57,11 +72,14 @@ pub enum SetupSeen {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Observation {
     pub cloud_init: CloudInit,
     pub setup: SetupSeen,
     pub log_tail: Option<String>,
+    pub root: Option<RootDisk>,
+    /// When the kernel booted, in wall-clock ms since the epoch.
+    pub boot_epoch_ms: u64,
 }
 
 pub fn observe(cfg: &ReadinessConfig) -> Observation {
@@ -71,6 +89,7 @@ pub fn observe(cfg: &ReadinessConfig) -> Observation {
             watched: false,
             errors: Vec::new(),
             warnings: Vec::new(),
+            stages: BTreeMap::new(),
         },
         Some(dir) => observe_cloud_init(dir),
     };
@@ -101,11 +120,19 @@ pub fn observe(cfg: &ReadinessConfig) -> Observation {
         cloud_init,
         setup,
         log_tail,
+        root: crate::root_disk::observe(&cfg.root),
+        boot_epoch_ms: timeline::boot_epoch_ms(),
     }
 }
 
 fn observe_cloud_init(dir: &Path) -> CloudInit {
     let path = dir.join("result.json");
+    // Read once for both the stages' times and the warnings.
+    let status = read_status(&dir.join("status.json"));
+    let stages = match &status {
+        Ok(v) => timeline::cloud_init_stages(v, timeline::boot_epoch_ms()),
+        Err(_) => BTreeMap::new(),
+    };
     // The symlink's presence is the signal; its target carries the errors.
     if std::fs::symlink_metadata(&path).is_err() {
         return CloudInit {
@@ -113,6 +140,7 @@ fn observe_cloud_init(dir: &Path) -> CloudInit {
             watched: true,
             errors: Vec::new(),
             warnings: Vec::new(),
+            stages,
         };
     }
     let errors = match setup_record::read_followed(&path, MAX_STATE_FILE_BYTES) {
@@ -136,7 +164,25 @@ fn observe_cloud_init(dir: &Path) -> CloudInit {
         done: true,
         watched: true,
         errors,
-        warnings: recoverable_errors(&dir.join("status.json")),
+        warnings: recoverable_errors(status),
+        stages,
+    }
+}
+
+/// `status.json`, or the warning to show when it cannot be read; a missing
+/// one (cloud-init has not started) is `Null`.
+fn read_status(path: &Path) -> Result<serde_json::Value, String> {
+    match setup_record::read_followed(path, MAX_STATE_FILE_BYTES) {
+        Ok(bytes) => Ok(serde_json::from_slice(&bytes).unwrap_or_default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(serde_json::Value::Null),
+        // Built without `format!`: its static pieces table would be a
+        // relocation in the static PIE, and those fill a page that is full
+        // (BENCHMARKS.md, "Size").
+        Err(e) => {
+            let mut line = String::from("cannot read /run/cloud-init/status.json: ");
+            line.push_str(&e.to_string());
+            Err(line)
+        }
     }
 }
 
@@ -151,18 +197,10 @@ const MAX_WARNING_BYTES: usize = 512;
 /// none of it, yet `cloud-init status` calls such a boot "degraded". Older
 /// cloud-init has no such key, and an unreadable file is no warning: the
 /// readiness signal is `result.json` alone.
-fn recoverable_errors(path: &Path) -> Vec<String> {
-    let status: serde_json::Value = match setup_record::read_followed(path, MAX_STATE_FILE_BYTES) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
-        // Built without `format!`: its static pieces table would be a
-        // relocation in the static PIE, and those fill a page that is full
-        // (BENCHMARKS.md, "Size").
-        Err(e) => {
-            let mut line = String::from("cannot read /run/cloud-init/status.json: ");
-            line.push_str(&e.to_string());
-            return vec![line];
-        }
+fn recoverable_errors(status: Result<serde_json::Value, String>) -> Vec<String> {
+    let status = match status {
+        Ok(v) => v,
+        Err(line) => return vec![line],
     };
     let mut out = Vec::new();
     let mut seen = 0;
@@ -273,6 +311,21 @@ pub fn decide(cfg: &ReadinessConfig, obs: Observation) -> ReadyResponse {
         log_tail: obs.log_tail,
     };
 
+    // The setup's times belong to this boot's timeline only when it ran in
+    // this boot (after a reboot cloud-init does not run it again).
+    let setup_span = match &obs.setup {
+        SetupSeen::Record { record, .. }
+            if record.started_boot_ms.is_some()
+                && record.boot_id.is_some()
+                && record.boot_id == cfg.boot_id =>
+        {
+            Some(Span {
+                start_secs: record.started_boot_ms.map(timeline::secs),
+                finished_secs: record.finished_boot_ms.map(timeline::secs),
+            })
+        }
+        _ => None,
+    };
     let (state, reason): (ReadyState, Option<String>) = match obs.setup {
         SetupSeen::Unreadable(why) => (
             ReadyState::Failed,
@@ -353,11 +406,35 @@ pub fn decide(cfg: &ReadinessConfig, obs: Observation) -> ReadyResponse {
             }
         }
     };
+    let ready_secs = (state == ReadyState::Ready)
+        .then(|| {
+            let final_stage = obs.cloud_init.stages.get("modules-final");
+            [
+                setup_span.and_then(|s| s.finished_secs),
+                final_stage.and_then(|s| s.finished_secs),
+            ]
+            .into_iter()
+            .flatten()
+            .reduce(f64::max)
+        })
+        .flatten();
+    let timeline = Timeline {
+        boot_at: Some(crate::timefmt::rfc3339(
+            std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(obs.boot_epoch_ms),
+        )),
+        agent_started_secs: cfg.agent_started_ms.map(timeline::secs),
+        cloud_init: obs.cloud_init.stages,
+        setup: setup_span,
+        ready_secs,
+    };
     ReadyResponse {
         state,
         reason,
         cloud_init,
         setup,
+        instance: cfg.instance.clone(),
+        timeline: Some(timeline),
+        root: obs.root,
     }
 }
 
@@ -449,6 +526,10 @@ mod tests {
             state_dir: "/var/lib/lab-agent".into(),
             cloud_init_dir: Some("/run/cloud-init".into()),
             agent_runs_setup: false,
+            boot_id: Some("b".into()),
+            instance: None,
+            agent_started_ms: Some(3_100),
+            root: "/".into(),
         }
     }
 
@@ -458,6 +539,7 @@ mod tests {
             watched: true,
             errors: Vec::new(),
             warnings: Vec::new(),
+            stages: BTreeMap::new(),
         }
     }
 
@@ -474,6 +556,8 @@ mod tests {
             script: None,
             pid: Some(42),
             boot_id: Some("b".into()),
+            started_boot_ms: None,
+            finished_boot_ms: None,
         }
     }
 
@@ -589,6 +673,8 @@ mod tests {
                     cloud_init: ci(done),
                     setup,
                     log_tail: None,
+                    root: None,
+                    boot_epoch_ms: 0,
                 },
             );
             assert_eq!(r.state, want, "{label}");
@@ -612,11 +698,14 @@ mod tests {
             watched: false,
             errors: vec![],
             warnings: vec![],
+            stages: BTreeMap::new(),
         };
         let obs = |setup| Observation {
             cloud_init: unwatched.clone(),
             setup,
             log_tail: None,
+            root: None,
+            boot_epoch_ms: 0,
         };
         let r = decide(&c, obs(SetupSeen::Absent));
         assert_eq!(r.state, ReadyState::Failed);
@@ -642,12 +731,74 @@ mod tests {
                 cloud_init: ci(true),
                 setup: seen(failed),
                 log_tail: Some("boom\n".into()),
+                root: None,
+                boot_epoch_ms: 0,
             },
         );
         assert_eq!(r.setup.state, SetupState::Failed);
         assert_eq!(r.setup.exit_code, Some(7));
         assert_eq!(r.setup.duration_ms, Some(1234));
         assert_eq!(r.setup.log_tail.as_deref(), Some("boom\n"));
+    }
+
+    /// The timeline: the setup's span only when it ran in this boot; ready
+    /// at the later of its end and cloud-init's final stage's end.
+    #[test]
+    fn the_timeline_of_this_boot() {
+        let mut ok = rec(SetupState::Succeeded);
+        ok.exit_code = Some(0);
+        ok.started_boot_ms = Some(9_800);
+        ok.finished_boot_ms = Some(70_900);
+        let mut done = ci(true);
+        for (name, start, end) in [("init-local", 1.9, 2.4), ("modules-final", 9.0, 71.5)] {
+            done.stages.insert(
+                name.into(),
+                Span {
+                    start_secs: Some(start),
+                    finished_secs: Some(end),
+                },
+            );
+        }
+        let disk = RootDisk {
+            size_bytes: 10,
+            free_bytes: 5,
+            written_bytes: Some(1),
+        };
+        let obs = |setup, cloud_init| Observation {
+            cloud_init,
+            setup,
+            log_tail: None,
+            root: Some(disk),
+            boot_epoch_ms: 1_764_756_000_000,
+        };
+        let r = decide(&cfg(), obs(seen(ok.clone()), done.clone()));
+        let t = r.timeline.unwrap();
+        assert_eq!(t.boot_at.as_deref(), Some("2025-12-03T10:00:00Z"));
+        assert_eq!(t.agent_started_secs, Some(3.1));
+        assert_eq!(t.setup.unwrap().start_secs, Some(9.8));
+        assert_eq!(t.ready_secs, Some(71.5));
+        assert_eq!(t.stages().count(), 2);
+        assert_eq!(r.root, Some(disk));
+
+        // Setup ending last: ready then.
+        let mut late = ok.clone();
+        late.finished_boot_ms = Some(80_000);
+        let t = decide(&cfg(), obs(seen(late), done.clone()))
+            .timeline
+            .unwrap();
+        assert_eq!(t.ready_secs, Some(80.0));
+
+        // After a reboot the setup ran in an earlier boot: not this timeline.
+        let mut earlier = ok.clone();
+        earlier.boot_id = Some("an-earlier-boot".into());
+        let t = decide(&cfg(), obs(seen(earlier), done.clone()))
+            .timeline
+            .unwrap();
+        assert_eq!((t.setup, t.ready_secs), (None, Some(71.5)));
+
+        // Not ready: no ready time.
+        let t = decide(&cfg(), obs(seen(ok), ci(false))).timeline.unwrap();
+        assert_eq!(t.ready_secs, None);
     }
 
     #[test]
@@ -716,6 +867,8 @@ mod tests {
                     ok
                 }),
                 log_tail: None,
+                root: None,
+                boot_epoch_ms: 0,
             },
         );
         assert_eq!(r.state, ReadyState::Ready);

@@ -123,12 +123,28 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         cg.prepare();
     }
     let jobs = Jobs::with_cgroups(cgroups, defaults.pids);
+    let agent_started_ms = crate::timeline::since_boot_ms();
+    // Which life of the VM this is: counted once per boot, kept on the disk.
+    let instance = match crate::instance::observe_boot(&cfg.state_dir) {
+        Ok(i) => {
+            tracing::info!(instance = %i.id, boots = i.boots, "instance");
+            Some(i)
+        }
+        Err(e) => {
+            tracing::warn!(state_dir = %cfg.state_dir.display(), error = %e, "no instance identity: the state dir cannot be used");
+            None
+        }
+    };
     let app = Arc::new(App {
         token,
         readiness: Readiness::new(ReadinessConfig {
             state_dir: cfg.state_dir.clone(),
             cloud_init_dir: cfg.cloud_init_dir.clone(),
             agent_runs_setup: cfg.run_setup.is_some(),
+            boot_id: crate::readiness::current_boot_id(),
+            instance,
+            agent_started_ms: Some(agent_started_ms),
+            root: "/".into(),
         }),
         exec_slots: Arc::new(Semaphore::new(cfg.max_execs)),
         max_execs: cfg.max_execs,

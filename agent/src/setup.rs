@@ -17,7 +17,7 @@ use lab_agent_proto::{INSTALL_ERROR_FILE, LAB_DIR_ENV};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -58,6 +58,11 @@ pub enum SetupError {
 /// with a `failed` record.
 pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupError> {
     prepare_state_dir(&cfg.state_dir)?;
+    // On a first boot the setup may start before the agent does: the disk's
+    // identity is made by whichever comes first.
+    if let Err(e) = crate::instance::observe_boot(&cfg.state_dir) {
+        tracing::warn!(error = %e, "failed to record this disk's instance");
+    }
     // The wall clock is for the record; the duration is measured on the
     // monotonic clock (a first boot's NTP step would corrupt it).
     let started = Instant::now();
@@ -73,6 +78,8 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
         script: cfg.script.as_ref().map(|p| p.display().to_string()),
         pid: Some(std::process::id()),
         boot_id: current_boot_id(),
+        started_boot_ms: Some(crate::timeline::since_boot_ms()),
+        finished_boot_ms: None,
     };
     setup_record::write(&cfg.state_dir, &record)?;
 
@@ -87,6 +94,7 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
     }
     record.finished_at = Some(crate::timefmt::rfc3339(SystemTime::now()));
     record.duration_ms = Some(started.elapsed().as_millis() as u64);
+    record.finished_boot_ms = Some(crate::timeline::since_boot_ms());
     record.state = if exit_status == 0 {
         SetupState::Succeeded
     } else {
@@ -265,34 +273,10 @@ fn fail(record: &mut SetupRecord, log: &mut Tee, status: i32, msg: String) -> i3
 }
 
 fn prepare_state_dir(dir: &Path) -> Result<(), SetupError> {
-    let err = |source| SetupError::StateDir {
+    setup_record::prepare_dir(dir).map_err(|source| SetupError::StateDir {
         path: dir.to_path_buf(),
         source,
-    };
-    match std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
-    {
-        Ok(()) => {}
-        Err(e) => return Err(err(e)),
-    }
-    // Ours, and never world-writable: anyone who can write setup.json
-    // decides readiness, and could plant links for us to write through.
-    let meta = std::fs::symlink_metadata(dir).map_err(err)?;
-    if !meta.is_dir() {
-        return Err(err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "it is not a directory (a symlink to one is not accepted)",
-        )));
-    }
-    setup_record::check_owner(dir, &meta).map_err(err)?;
-    let mode = meta.permissions().mode();
-    if mode & 0o022 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & !0o022 & 0o7777))
-            .map_err(err)?;
-    }
-    Ok(())
+    })
 }
 
 fn shrink_log(path: &Path) {

@@ -7,7 +7,7 @@ use lab_agent_proto::SetupState;
 use nix::libc;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 pub const SETUP_JSON: &str = "setup.json";
@@ -116,6 +116,12 @@ pub struct SetupRecord {
     pub pid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// When the script started and finished, in ms since the kernel booted
+    /// (with `boot_id`: the setup's place in that boot's timeline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_boot_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_boot_ms: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -144,10 +150,7 @@ pub fn read(state_dir: &Path) -> Result<Option<SetupRecord>, RecordError> {
         Err(source) => return Err(RecordError::Read { path, source }),
         Ok(()) => {}
     }
-    let read = open_regular(&path).and_then(|f| {
-        check_owner(&path, &f.metadata()?)?;
-        read_limited(f, MAX_STATE_FILE_BYTES)
-    });
+    let read = read_owned(&path, MAX_STATE_FILE_BYTES);
     match read {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
@@ -159,14 +162,26 @@ pub fn read(state_dir: &Path) -> Result<Option<SetupRecord>, RecordError> {
 
 /// Replaces the record atomically.
 pub fn write(state_dir: &Path, record: &SetupRecord) -> Result<(), RecordError> {
-    let path = path(state_dir);
-    let tmp = state_dir.join(format!(".{SETUP_JSON}.{}.tmp", std::process::id()));
     let err = |source| RecordError::Write {
-        path: path.clone(),
+        path: path(state_dir),
         source,
     };
     let mut bytes = serde_json::to_vec(record).map_err(|e| err(io::Error::other(e)))?;
     bytes.push(b'\n');
+    write_atomic(state_dir, SETUP_JSON, &bytes).map_err(err)
+}
+
+/// Replaces `state_dir/name` with `bytes` atomically: a reader sees the old
+/// file or the new one, never a torn one, and a link planted under the
+/// name is replaced, never written through.
+pub fn write_atomic(state_dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let path = state_dir.join(name);
+    let mut tmp_name = String::from(".");
+    tmp_name.push_str(name);
+    tmp_name.push('.');
+    tmp_name.push_str(&std::process::id().to_string());
+    tmp_name.push_str(".tmp");
+    let tmp = state_dir.join(tmp_name);
     let result = (|| {
         // A fresh file, never a link planted under the temp name: a stale
         // one is removed and O_EXCL|O_NOFOLLOW creates it anew.
@@ -177,7 +192,7 @@ pub fn write(state_dir: &Path, record: &SetupRecord) -> Result<(), RecordError> 
             .custom_flags(libc::O_NOFOLLOW)
             .mode(0o644)
             .open(&tmp)?;
-        f.write_all(&bytes)?;
+        f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, &path)?;
         // Make the rename itself durable: a power cut must not bring back
@@ -190,7 +205,39 @@ pub fn write(state_dir: &Path, record: &SetupRecord) -> Result<(), RecordError> 
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.map_err(err)
+    result
+}
+
+/// Reads a state file that must be a regular file (not a symlink) owned by
+/// the agent's user, of at most `limit` bytes.
+pub fn read_owned(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    let f = open_regular(path)?;
+    check_owner(path, &f.metadata()?)?;
+    read_limited(f, limit)
+}
+
+/// Creates the state dir if needed and makes sure it can be trusted: a
+/// directory (not a symlink to one), ours, never group/world-writable.
+pub fn prepare_dir(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    // Ours, and never world-writable: anyone who can write setup.json
+    // decides readiness, and could plant links for us to write through.
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "it is not a directory (a symlink to one is not accepted)",
+        ));
+    }
+    check_owner(dir, &meta)?;
+    let mode = meta.permissions().mode();
+    if mode & 0o022 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & !0o022 & 0o7777))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -214,6 +261,8 @@ mod tests {
             script: Some("/x".into()),
             pid: Some(1),
             boot_id: None,
+            started_boot_ms: None,
+            finished_boot_ms: None,
         };
         write(&dir, &rec).unwrap();
         assert_eq!(read(&dir).unwrap(), Some(rec));

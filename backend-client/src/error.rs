@@ -453,6 +453,9 @@ mod tests {
                 duration_ms: Some(12),
                 log_tail: Some("boom\n".into()),
             },
+            instance: None,
+            timeline: None,
+            root: None,
         }
     }
 

@@ -368,6 +368,14 @@ pub struct ExecResult {
     pub max_pids: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_bytes: Option<u64>,
+    /// The [`crate::lifecycle::Instance`] id of the VM that ran the
+    /// command, so a grade can be tied to one life of the VM; absent from
+    /// agents that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    /// The boot that ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 impl ExecResult {
@@ -552,6 +560,8 @@ mod tests {
             limits_hit: Vec::new(),
             max_pids: None,
             max_memory_bytes: None,
+            instance_id: None,
+            boot_id: None,
         };
         assert_eq!(r.shell_status(), 3);
         assert!(!r.success());

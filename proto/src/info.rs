@@ -1,5 +1,6 @@
 //! `GET /v1/info`.
 
+use crate::lifecycle::{Instance, RootDisk};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,4 +24,9 @@ pub struct InfoResponse {
     /// older agents, hence optional.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lab_dir: Option<String>,
+    /// Which life of the VM answered (see [`crate::ReadyResponse::instance`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<Instance>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<RootDisk>,
 }

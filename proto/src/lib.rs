@@ -7,6 +7,8 @@
 //! - [`ready`]: `GET /v1/ready` — readiness states and the response body.
 //! - [`exec`]: `POST /v1/exec` — the request and its result.
 //! - [`info`]: `GET /v1/info`.
+//! - [`lifecycle`]: the VM's life in those answers: instance identity,
+//!   the boot's timeline, the root disk.
 //! - [`error`]: the error body every non-2xx response carries.
 //! - [`guest`]: the guest contract: paths, port, token rule, defaults.
 //! - [`text`]: guest-supplied text made safe to show a person (control
@@ -32,12 +34,14 @@ pub mod guest;
 pub mod info;
 #[cfg(feature = "lab")]
 pub mod lab;
+pub mod lifecycle;
 pub mod ready;
 pub mod text;
 
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use exec::{ExecRequest, ExecResult, InvalidRequest, Profile};
 pub use info::InfoResponse;
+pub use lifecycle::{Instance, RootDisk, Span, Timeline};
 pub use ready::{CloudInitStatus, ReadyResponse, ReadyState, SetupState, SetupStatus};
 
 /// Port the agent listens on in a lab VM ([`guest::PORT`]).

@@ -1,5 +1,6 @@
 //! `GET /v1/ready[?wait=SECS]`: 200 when `state` is `ready`, 503 otherwise.
 
+use crate::lifecycle::{Instance, RootDisk, Timeline};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -100,7 +101,7 @@ pub struct SetupStatus {
 }
 
 /// Body of `GET /v1/ready`, with status 200 or 503.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadyResponse {
     pub state: ReadyState,
     /// A human sentence saying why the VM is not ready (absent when ready).
@@ -108,6 +109,16 @@ pub struct ReadyResponse {
     pub reason: Option<String>,
     pub cloud_init: CloudInitStatus,
     pub setup: SetupStatus,
+    /// Which life of the VM answered; absent from agents that predate it
+    /// (or when the agent could not keep its state dir).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<Instance>,
+    /// Where the time of this boot went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
+    /// The root filesystem's size, free space and bytes written since boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<RootDisk>,
 }
 
 #[cfg(test)]

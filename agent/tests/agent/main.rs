@@ -13,6 +13,7 @@ mod exec;
 mod faults;
 mod floods;
 mod hostile;
+mod instance;
 mod lifecycle;
 mod logs;
 mod privilege;

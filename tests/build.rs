@@ -36,5 +36,4 @@ fn main() {
             println!("cargo::rustc-cfg=vm_guest_left_out=\"{guest}\"");
         }
     }
-
 }

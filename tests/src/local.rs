@@ -367,6 +367,16 @@ pub fn check_outcomes(report: &serde_json::Value) -> Vec<(&str, bool)> {
         .collect()
 }
 
+/// Fails, saying what needs root, unless this process runs as root. CI
+/// runs as root, so a test that needs it fails without it instead of
+/// passing without having run (as the payload tests always have).
+pub fn require_root(what: &str) {
+    assert!(
+        is_root(),
+        "{what} needs root\nhint: run the tests as root, as CI does"
+    );
+}
+
 /// Whether this process runs as root (needed to create users, run checks
 /// as another user).
 pub fn is_root() -> bool {

@@ -16,11 +16,8 @@ struct TestUser {
 }
 
 impl TestUser {
-    fn new(tag: &str) -> Option<TestUser> {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: creating a user needs root");
-            return None;
-        }
+    fn new(tag: &str) -> TestUser {
+        require_root("creating a user");
         let name = format!("lat{}{tag}", std::process::id() % 100_000);
         let home = TempDir::new(&format!("home-{tag}"));
         let ok = Command::new("useradd")
@@ -29,11 +26,8 @@ impl TestUser {
             .arg(&name)
             .status()
             .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("skipped: useradd failed");
-            return None;
-        }
-        Some(TestUser { name, home })
+        assert!(ok, "useradd {name} failed");
+        TestUser { name, home }
     }
 }
 
@@ -45,9 +39,7 @@ impl Drop for TestUser {
 
 #[test]
 fn a_users_dotfiles_forge_results_under_login_but_not_under_system() {
-    let Some(user) = TestUser::new("p") else {
-        return;
-    };
+    let user = TestUser::new("p");
     write_file(
         &user.home.join(".bash_profile"),
         "trap \"exit 0\" EXIT\nsystemctl() { echo active; }\nexport FROM_DOTFILE=yes\n",

@@ -26,14 +26,6 @@ fn record(agent: &Agent, state: &str, exit_code: i32) -> std::path::PathBuf {
     dir
 }
 
-fn is_root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("skipped: needs root (files owned by another user)");
-    false
-}
-
 /// `setup.log → /etc/…` (here a decoy standing in for it) in a
 /// world-writable state dir: the released `lab-agent setup`, as root,
 /// truncated and overwrote the link's target.
@@ -96,9 +88,7 @@ fn a_setup_log_linked_to_the_token_never_reaches_ready() {
 /// owns: not ready, and the reason says whose dir it is.
 #[test]
 fn a_forged_record_in_a_foreign_owned_state_dir_is_not_ready() {
-    if !is_root() {
-        return;
-    }
+    require_root("files owned by another user");
     let agent = Agent::builder("state-foreign").no_cloud_init().start();
     let state = record(&agent, "succeeded", 0);
     // First owned by the agent's user: ready.
@@ -132,9 +122,7 @@ fn a_forged_record_in_a_foreign_owned_state_dir_is_not_ready() {
 /// A token file owned by another user: whoever owns it can change it.
 #[test]
 fn a_token_owned_by_another_user_is_refused_with_the_fix() {
-    if !is_root() {
-        return;
-    }
+    require_root("files owned by another user");
     let dir = TempDir::new("state-token-owner");
     let token = dir.join("token");
     write_file(&token, &format!("{TOKEN}\n"), 0o600);

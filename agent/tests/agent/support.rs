@@ -43,6 +43,16 @@ pub fn with_foreign_agent(foreign: &Foreign, test: &mut dyn FnMut()) {
     test();
 }
 
+/// Fails, saying what needs root, unless the tests run as root. CI runs
+/// as root, so a test that needs it fails without it instead of passing
+/// without having run.
+pub fn require_root(what: &str) {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "{what} needs root\nhint: run the tests as root, as CI does"
+    );
+}
+
 /// `lab-agent` as this thread's tests run it (see [`Foreign`]).
 pub fn agent_command() -> Command {
     match FOREIGN.with(|f| f.borrow().clone()) {

@@ -10,41 +10,9 @@ use std::time::Instant;
 use super::VmError;
 use labctl::qemu::{self, Arch, Guest, tail_lines};
 
-/// The guests the VM tests boot: the Debian releases whose cloud-init and
-/// systemd generations the platform meets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GuestOs {
-    /// bookworm: cloud-init 22.4 (one process per stage, the classic units),
-    /// systemd 252 (no `DelegateSubgroup=`), kernel 6.1.
-    Debian12,
-    /// trixie: cloud-init 25.1 (all stages in `cloud-init-main.service`;
-    /// warnings make a "degraded" boot), systemd 257 (cgroup v2 only,
-    /// `DelegateSubgroup=`, `.control` subgroups), kernel 6.12.
-    Debian13,
-    /// The same trixie for arm64, on qemu's `virt` machine (KubeVirt's
-    /// arm64 machine) under TCG: the arm64 payload's agent, console
-    /// `ttyAMA0`. Not in [`GuestOs::ALL`]: each boot emulates another
-    /// architecture, minutes more than the amd64 guests' TCG boots, so it
-    /// runs only when `LAB_AGENT_VM_GUESTS` names it (tests/vm/README.md).
-    Debian13Arm64,
-}
+pub use super::guest::GuestOs;
 
 impl GuestOs {
-    /// The guests the VM tests boot unless `LAB_AGENT_VM_GUESTS` says
-    /// otherwise (CI boots these).
-    pub const ALL: [GuestOs; 2] = [GuestOs::Debian12, GuestOs::Debian13];
-    /// Every guest the build script knows.
-    pub const KNOWN: [GuestOs; 3] = [GuestOs::Debian12, GuestOs::Debian13, GuestOs::Debian13Arm64];
-
-    /// The build script's `--guest` name, also used in VM names and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            GuestOs::Debian12 => "debian-12",
-            GuestOs::Debian13 => "debian-13",
-            GuestOs::Debian13Arm64 => "debian-13-arm64",
-        }
-    }
-
     /// The guest's machine: which qemu boots it, which agent its payload
     /// carries.
     pub fn arch(self) -> Arch {
@@ -81,33 +49,6 @@ impl GuestOs {
     /// Whether the guest's systemd has `DelegateSubgroup=` (≥ 254).
     pub fn has_delegate_subgroup(self) -> bool {
         self.is_trixie()
-    }
-
-    /// Whether `LAB_AGENT_VM_GUESTS` (comma-separated names; unset: those
-    /// of [`GuestOs::ALL`]) asks for this guest. A test for a guest left
-    /// out says so and passes: a developer iterating on one guest saves
-    /// half the boots; CI sets nothing and runs the amd64 two.
-    pub fn selected(self) -> bool {
-        match std::env::var("LAB_AGENT_VM_GUESTS") {
-            Ok(list) if !list.trim().is_empty() => {
-                let names: Vec<&str> = list.split(',').map(str::trim).collect();
-                for n in &names {
-                    assert!(
-                        GuestOs::KNOWN.iter().any(|g| g.name() == *n),
-                        "LAB_AGENT_VM_GUESTS names `{n}`, not one of debian-12, debian-13, \
-                         debian-13-arm64"
-                    );
-                }
-                names.contains(&self.name())
-            }
-            _ => GuestOs::ALL.contains(&self),
-        }
-    }
-}
-
-impl std::fmt::Display for GuestOs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -7,8 +7,10 @@
 //! [`labctl::qemu`]. This layer adds what tests need on top.
 //!
 //! # Layout
-//! - [`image`]: [`GuestOs`] (the guests: Debian 12, Debian 13) and
-//!   [`VmImage::ensure`], which runs `tests/vm/build-image.sh --guest NAME`:
+//! - [`guest`]: [`GuestOs`] (the guests: Debian 12, Debian 13, Debian 13
+//!   for arm64) and which of them `LAB_AGENT_VM_GUESTS` selects (`build.rs`
+//!   reads the same file).
+//! - [`image`]: [`VmImage::ensure`], which runs `tests/vm/build-image.sh --guest NAME`:
 //!   it installs the host packages and builds (or finds cached) kernel,
 //!   initrd, root filesystem and a bootable disk.
 //! - [`machine`]: [`Vm::boot`] — one qemu per test on the shared cores, in
@@ -29,13 +31,14 @@
 //!   guest, skip the build script.
 //! - `LAB_AGENT_VM_GUESTS=debian-12,debian-13,debian-13-arm64`: the guests
 //!   whose scenarios run (default: the two amd64 ones; a test for a guest
-//!   left out passes, saying so).
+//!   left out is ignored: `build.rs` reruns when the variable changes).
 //! - `LAB_AGENT_VM_SLOTS=N`: VMs at once (default 2 on ≥ 2 cores).
 //! - `LAB_AGENT_VM_ACCEL=auto|kvm|tcg`: the accelerator (default `auto`: KVM
 //!   if the guest's kernel prints under it within seconds, else TCG); the
 //!   same switch `labctl try` obeys, read by the same code.
 //! - `LAB_AGENT_VM_KEEP_LOGS=1`: keep console logs of passing tests too.
 
+pub mod guest;
 pub mod http;
 pub mod image;
 pub mod lock;

@@ -7,10 +7,7 @@ use super::*;
 #[test]
 fn a_normal_user_is_told_to_use_root_or_a_vm() {
     let _shells = sandboxed();
-    if !is_root() {
-        eprintln!("skipped: needs root to run labctl as another user");
-        return;
-    }
+    require_root("running labctl as another user");
     let lab = lab_folder(
         "labctl-try-user",
         "name = \"x\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
@@ -37,10 +34,7 @@ fn a_normal_user_is_told_to_use_root_or_a_vm() {
 #[test]
 fn no_setup_script_and_one_check() {
     let _shells = sandboxed();
-    if !is_root() {
-        eprintln!("skipped: `labctl try` needs root");
-        return;
-    }
+    require_root("`labctl try` without `--vm`");
     let lab = lab_folder(
         "labctl-try-nosetup",
         "name = \"bare\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n[[checks]]\nname = \"b\"\nrun = \"false\"\n",

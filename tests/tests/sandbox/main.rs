@@ -4,7 +4,8 @@
 //! child, a new hostname) leaves this machine exactly as it was, `--changes`
 //! lists exactly those writes, and nothing survives the end of a try: a
 //! normal one, `--keep` then `--stop`, Ctrl-C during setup, `kill -9` of
-//! `labctl`. Needs root (skipped otherwise, as `labctl try` refuses).
+//! `labctl`. Needs root, as CI has it (fails otherwise, saying so, as
+//! `labctl try` without `--vm` refuses).
 //!
 //! Only one test runs a lab with `--host`, and that lab writes nothing
 //! outside its own `$LAB_DIR` (a temp dir `labctl` removes): that test
@@ -14,8 +15,8 @@
 //! [`HOST_SHELLS`]; `try_lab` and `as_author` hold `try` as an author meets it.
 
 use lab_agent_tests::local::{
-    HELLO_LAB_BEFORE_THE_STEP, ReservedPort, TempDir, agent_bin, check_outcomes, describe, is_root,
-    labctl, labctl_bin,
+    HELLO_LAB_BEFORE_THE_STEP, ReservedPort, TempDir, agent_bin, check_outcomes, describe, labctl,
+    labctl_bin, require_root,
 };
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -310,10 +311,7 @@ fn snapshot(tag: &str, port: u16, victim: &Path) -> Snapshot {
 #[test]
 fn a_busy_lab_leaves_the_machine_as_it_was_and_lists_its_changes() {
     let _shells = sandboxed();
-    if !is_root() {
-        eprintln!("skipped: `labctl try` needs root");
-        return;
-    }
+    require_root("`labctl try` without `--vm`");
     let tag = "busy";
     let victim = Victim::new(tag);
     // Held (bound, not listening) on the host; inside, the lab's daemon
@@ -396,10 +394,7 @@ fn a_busy_lab_leaves_the_machine_as_it_was_and_lists_its_changes() {
 #[test]
 fn host_and_sandbox_grade_alike() {
     let _shells = host_shells_alone();
-    if !is_root() {
-        eprintln!("skipped: `labctl try` needs root");
-        return;
-    }
+    require_root("`labctl try` without `--vm`");
     // Harmless with `--host` too: it writes only in its `$LAB_DIR`, which
     // `labctl` removes.
     let lab = TempDir::new("sbx-alike");
@@ -547,30 +542,21 @@ fn ends_with_nothing_left(tag: &str, signal: nix::sys::signal::Signal, code: Opt
 #[test]
 fn ctrl_c_during_setup_leaves_nothing() {
     let _shells = sandboxed();
-    if !is_root() {
-        eprintln!("skipped: `labctl try` needs root");
-        return;
-    }
+    require_root("`labctl try` without `--vm`");
     ends_with_nothing_left("int", nix::sys::signal::Signal::SIGINT, Some(130));
 }
 
 #[test]
 fn kill_9_of_labctl_leaves_nothing() {
     let _shells = sandboxed();
-    if !is_root() {
-        eprintln!("skipped: `labctl try` needs root");
-        return;
-    }
+    require_root("`labctl try` without `--vm`");
     ends_with_nothing_left("kill", nix::sys::signal::Signal::SIGKILL, None);
 }
 
 #[test]
 fn keep_then_enter_then_stop() {
     let _shells = sandboxed();
-    if !is_root() {
-        eprintln!("skipped: `labctl try` needs root");
-        return;
-    }
+    require_root("`labctl try` without `--vm`");
     let tag = "keep";
     let lab = TempDir::new("sbx-keep");
     lab.write(
@@ -645,10 +631,7 @@ fn keep_then_enter_then_stop() {
 #[test]
 fn a_lab_that_needs_systemd_is_told_to_use_a_vm() {
     let _shells = sandboxed();
-    if !is_root() {
-        eprintln!("skipped: `labctl try` needs root");
-        return;
-    }
+    require_root("`labctl try` without `--vm`");
     let lab = TempDir::new("sbx-systemd");
     lab.write(
         "lab.toml",

@@ -6,10 +6,7 @@ use super::*;
 #[test]
 fn hello_lab_end_to_end() {
     let _shells = sandboxed();
-    if !is_root() {
-        eprintln!("skipped: hello-lab's setup creates a user, which needs root");
-        return;
-    }
+    require_root("hello-lab's setup (it creates a user)");
     let lab = repo_root().join("examples/hello-lab");
 
     let out = try_lab(&lab, &["--json"]);

@@ -12,7 +12,7 @@
 //!   a reboot, ready again, `stop.sh`; no YAML load of cloud-init's (from
 //!   its log) holds the payload's bulk. Its benchmark, `#[ignore]`d and not
 //!   in CI, boots a minimal user-data beside it for the payload's boot cost
-//!   (`… boot_cost -- --ignored --nocapture`).
+//!   (`… boot_cost::side_by_side -- --ignored --nocapture`).
 //! - [`failing`]: a setup that fails, under `labctl try --kernel …` with a
 //!   `labctl wait` beside it (scenario 2; `try`'s failure path).
 //! - [`accel`]: the accelerator's fallback: a KVM trial of the real machine
@@ -25,8 +25,9 @@
 //!   unreachable VM; argument errors.
 //!
 //! `lifecycle` and `failing` also run on Debian 13 for arm64
-//! (`NAME::debian_13_arm64`), only when `LAB_AGENT_VM_GUESTS` names
-//! `debian-13-arm64` (not in CI: tests/vm/README.md, "The arm64 guest").
+//! (`NAME::debian_13_arm64`), reported as ignored unless
+//! `LAB_AGENT_VM_GUESTS` names `debian-13-arm64` (not in CI:
+//! tests/vm/README.md, "The arm64 guest").
 //!
 //! Two VMs at a time (the harness's slots; the boot-cost benchmark's two VMs
 //! alone): the tests of this binary queue for them.

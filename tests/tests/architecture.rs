@@ -1,0 +1,123 @@
+//! ARCHITECTURE.md's paths are real: every backticked token with a `/`
+//! that names a file or folder of the repository exists, read from the
+//! repository's root (a newcomer pastes them into a shell there), and none
+//! leads out of it. A rename that forgets the map fails here, not in a
+//! reader's head.
+
+use std::path::Path;
+
+/// The inline code spans of a Markdown text, fenced blocks left out (a
+/// span may wrap onto the next line; such a one holds a space and is
+/// never a path).
+fn code_spans(markdown: &str) -> Vec<String> {
+    let mut prose = Vec::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            prose.push(line);
+        }
+    }
+    // Spans are paired per paragraph, not per line, so that one wrapped
+    // span does not shift the pairing of the rest of its paragraph.
+    let mut spans = Vec::new();
+    for paragraph in prose.split(|l| l.trim().is_empty()) {
+        let joined = paragraph.join("\n");
+        let mut rest = joined.as_str();
+        while let Some(open) = rest.find('`') {
+            let Some(len) = rest[open + 1..].find('`') else {
+                break;
+            };
+            spans.push(rest[open + 1..open + 1 + len].to_owned());
+            rest = &rest[open + 2 + len..];
+        }
+    }
+    spans
+}
+
+/// The repository path a span names, or `None` when it names none: no `/`,
+/// a command (spaces), a path in the guest or an endpoint (`/opt/lab`,
+/// `/v1/exec`), a MIME type (`text/x-shellscript`), a placeholder
+/// (`STATE_DIR/setup.json`), a glob. A Rust path after the file
+/// (`try/mod.rs::run`) and trailing punctuation are cut off.
+fn repo_path(span: &str) -> Option<&str> {
+    if !span.contains('/') || span.contains(char::is_whitespace) || span.starts_with('/') {
+        return None;
+    }
+    if ["text/", "multipart/", "application/"]
+        .iter()
+        .any(|m| span.starts_with(m))
+    {
+        return None;
+    }
+    let path = span.split("::").next()?.trim_end_matches([':', ',', '.']);
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_.-/".contains(c);
+    if !path.chars().all(plain) {
+        return None;
+    }
+    // An upper-case segment is a placeholder (`STATE_DIR`, `LAB_DIR`),
+    // unless it is a real upper-case file name (`README.md`).
+    let placeholder = path.split('/').any(|seg| {
+        seg.len() > 1
+            && !seg.contains('.')
+            && seg.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+    });
+    (!placeholder).then_some(path)
+}
+
+#[test]
+fn every_path_in_architecture_md_exists_from_the_root() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("read ARCHITECTURE.md");
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for span in code_spans(&text) {
+        let Some(path) = repo_path(&span) else {
+            continue;
+        };
+        checked += 1;
+        if path.starts_with("../") || path.contains("/../") {
+            wrong.push(format!("`{path}` leads out of the repository"));
+        } else if !root.join(path).exists() {
+            wrong.push(format!("`{path}` does not exist (paths start at the root)"));
+        }
+    }
+    // The map names ~100 paths: far fewer means the parsing broke, and the
+    // test would pass checking nothing.
+    assert!(
+        checked > 50,
+        "only {checked} paths found in ARCHITECTURE.md"
+    );
+    assert!(
+        wrong.is_empty(),
+        "ARCHITECTURE.md names paths that are not there:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_path_reader_takes_paths_and_leaves_the_rest() {
+    assert_eq!(repo_path("agent/src/lib.rs"), Some("agent/src/lib.rs"));
+    assert_eq!(repo_path("labctl/src/try/"), Some("labctl/src/try/"));
+    assert_eq!(repo_path("tests/vm/README.md"), Some("tests/vm/README.md"));
+    assert_eq!(
+        repo_path("agent/src/process/mod.rs::spawn"),
+        Some("agent/src/process/mod.rs")
+    );
+    assert_eq!(repo_path("../tests/x.rs"), Some("../tests/x.rs"));
+    for not_a_path in [
+        "lib.rs",
+        "/opt/lab",
+        "/v1/exec",
+        "text/x-shellscript",
+        "multipart/mixed",
+        "STATE_DIR/install-error",
+        "cargo test -p lab-agent-tests --test crate_boundary",
+        "*/src/*.rs",
+    ] {
+        assert_eq!(repo_path(not_a_path), None, "{not_a_path}");
+    }
+    let spans = code_spans("a `x/y` b `c\nd` e\n\n```\n`in/fence`\n```\n`z/w`");
+    assert_eq!(spans, ["x/y", "c\nd", "z/w"]);
+}

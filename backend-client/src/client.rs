@@ -345,7 +345,9 @@ impl Client {
     }
 
     /// One readiness poll. Both 200 (ready) and 503 (not ready) carry a
-    /// [`ReadyResponse`] and are returned as `Ok`; look at `state`.
+    /// [`ReadyResponse`] and are returned as `Ok`; look at `state`. Like
+    /// every read, it is sent once more on a fresh connection when its
+    /// kept-alive one dies before the answer (an agent that restarted).
     pub async fn ready(&self) -> Result<ReadyResponse, Error> {
         self.ready_wait(Duration::ZERO).await
     }
@@ -410,6 +412,13 @@ impl Client {
     /// [`exec_response_limit`] bytes of JSON, each stream at most
     /// [`exec_stream_limit`] bytes, an exit code in 0..=255 and a signal
     /// in 1..=64 ([`Error::TooLarge`], [`Error::Protocol`]).
+    ///
+    /// An exec is never sent twice unless the agent provably did not take
+    /// it (a 429, or a connection the pool saw closed before writing).
+    /// When a kept-alive connection dies under it before any byte of the
+    /// answer (the agent restarted, crashed or the VM was reset since the
+    /// last call) it fails with [`Error::AgentWentAway`], whose
+    /// [`Error::may_have_started`] says whether the command may have run.
     pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResult, Error> {
         let body = Bytes::from(serde_json::to_vec(req).expect("an ExecRequest always serializes"));
         // The agent kills the command after `timeout_secs` plus a short

@@ -410,6 +410,10 @@ class Client(_Base):
 
         A non-zero exit is a result, not an exception; a command that
         cannot start (unknown user, missing cwd) raises :class:`Rejected`.
+        An agent that restarted, crashed or was reset since the last call
+        may leave the request on a dead kept-alive connection: then
+        :class:`AgentWentAway`, whose ``may_have_started`` says whether the
+        command may have run (it is never sent again behind your back).
         """
         request = _exec_request(
             command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile,

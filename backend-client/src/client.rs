@@ -11,12 +11,22 @@
 //! ssh), and errors that tell "not up yet" (refused, reset, closed before a
 //! response) from real ones.
 //!
+//! An agent that restarts (a reboot, a crash, a reset) leaves dead
+//! connections in the pool, and one can die under the next request after
+//! hyper has taken it. When a *reused* connection dies before any byte of
+//! the answer (`reuse.rs` tells), a read (`GET`: `ready`, `info`) is sent
+//! once more on a fresh connection, within the call's one deadline; any
+//! other request (an exec) is not sent again and fails with
+//! [`Error::AgentWentAway`], saying whether it may have started. A fresh
+//! connection that dies is an ordinary [`Error::Transport`]: no retry.
+//!
 //! Checked calls ([`Client::ready`], [`Client::exec`], [`Client::info`])
 //! turn an unexpected status into [`Error::Status`];
 //! [`Client::request_unchecked`] hands back any status with its body.
 
 use crate::error::{Error, Request};
 use crate::interim::{self, Guarded};
+use crate::reuse;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::header::{
@@ -128,6 +138,10 @@ struct Inner {
     request_timeout: Duration,
     pub(crate) long_poll: Duration,
     pool: Pool,
+    /// The same connector without a pool: every request on a connection of
+    /// its own. A read whose kept-alive connection died under it is sent
+    /// again here, so the second try is never another dead pooled one.
+    fresh: Pool,
     /// Connections opened so far (a diagnostic: grading should open one).
     opened: Arc<AtomicU64>,
 }
@@ -263,16 +277,22 @@ impl ClientBuilder {
         // Small request/response pairs: don't let Nagle hold them back.
         http.set_nodelay(true);
         http.set_connect_timeout(Some(self.connect_timeout));
+        let connector = Counted {
+            http,
+            dialer: self.dialer.clone(),
+            connect_timeout: self.connect_timeout,
+            opened: opened.clone(),
+        };
         let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(MAX_IDLE)
             .pool_timer(TokioTimer::new())
-            .build(Counted {
-                http,
-                dialer: self.dialer.clone(),
-                connect_timeout: self.connect_timeout,
-                opened: opened.clone(),
-            });
+            .build(connector.clone());
+        // No idle connection kept is no pool at all (hyper-util connects
+        // for each request).
+        let fresh = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build(connector);
 
         Ok(Client {
             inner: Arc::new(Inner {
@@ -283,6 +303,7 @@ impl ClientBuilder {
                 request_timeout: self.request_timeout,
                 long_poll: self.long_poll,
                 pool,
+                fresh,
                 opened,
             }),
         })
@@ -324,7 +345,9 @@ impl Client {
     }
 
     /// One readiness poll. Both 200 (ready) and 503 (not ready) carry a
-    /// [`ReadyResponse`] and are returned as `Ok`; look at `state`.
+    /// [`ReadyResponse`] and are returned as `Ok`; look at `state`. Like
+    /// every read, it is sent once more on a fresh connection when its
+    /// kept-alive one dies before the answer (an agent that restarted).
     pub async fn ready(&self) -> Result<ReadyResponse, Error> {
         self.ready_wait(Duration::ZERO).await
     }
@@ -389,6 +412,13 @@ impl Client {
     /// [`exec_response_limit`] bytes of JSON, each stream at most
     /// [`exec_stream_limit`] bytes, an exit code in 0..=255 and a signal
     /// in 1..=64 ([`Error::TooLarge`], [`Error::Protocol`]).
+    ///
+    /// An exec is never sent twice unless the agent provably did not take
+    /// it (a 429, or a connection the pool saw closed before writing).
+    /// When a kept-alive connection dies under it before any byte of the
+    /// answer (the agent restarted, crashed or the VM was reset since the
+    /// last call) it fails with [`Error::AgentWentAway`], whose
+    /// [`Error::may_have_started`] says whether the command may have run.
     pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResult, Error> {
         let body = Bytes::from(serde_json::to_vec(req).expect("an ExecRequest always serializes"));
         // The agent kills the command after `timeout_secs` plus a short
@@ -568,13 +598,23 @@ impl Client {
         limits: Limits,
         ok: &[StatusCode],
     ) -> Result<RawResponse, Error> {
-        // The pool retries what it knows never reached the agent. A GET
-        // that broke after it was sent is harmless to send once more; a
-        // POST that may have reached the agent is never sent twice.
+        // The pool retries what it knows never reached the agent. A
+        // kept-alive connection that died under the request before a byte
+        // of the answer means the agent went away between two calls (a
+        // restart, a crash, a reset): a read is harmless to send once more,
+        // on a fresh connection; an exec is never sent twice (it may have
+        // started), and says so. Anything else (a fresh connection that
+        // died, an answer cut short) is a transport error.
+        let body_len = body.as_ref().map_or(0, Bytes::len);
         let mut retried = false;
         let resp = loop {
             let req = self.build_request(&method, path, &body);
-            let answer = self.inner.pool.request(req).await;
+            let pool = if retried {
+                &self.inner.fresh
+            } else {
+                &self.inner.pool
+            };
+            let answer = pool.request(req).await;
             // The connection (`interim::Guarded`) stopped at the interim
             // response past the limit.
             if let Some(count) = answer.as_ref().err().and_then(|e| interim::flood_in(e)) {
@@ -583,14 +623,28 @@ impl Client {
                     count,
                 });
             }
-            match answer {
+            let e = match answer {
                 Ok(resp) => break resp,
                 Err(e) if e.is_connect() => return Err(self.connect_error(request, &e)),
-                Err(e) if method == Method::GET && !retried => {
-                    tracing::debug!(url = %request.url, error = %e, "connection lost, retrying");
+                Err(e) => e,
+            };
+            match reuse::fate(&e, body_len).filter(|f| f.went_away()) {
+                Some(_) if method.is_safe() && !retried => {
+                    tracing::debug!(
+                        url = %request.url,
+                        error = %e,
+                        "kept-alive connection lost before the answer, retrying on a fresh one"
+                    );
                     retried = true;
                 }
-                Err(e) => return Err(transport(request, e)),
+                Some(fate) if !method.is_safe() => {
+                    return Err(Error::AgentWentAway {
+                        request: request.clone(),
+                        may_have_started: fate.sent_whole,
+                        source: e.into(),
+                    });
+                }
+                _ => return Err(transport(request, e)),
             }
         };
         let (parts, mut incoming) = resp.into_parts();
@@ -895,6 +949,195 @@ mod tests {
             }
         });
         url
+    }
+
+    /// What a scripted agent does with the requests on one connection.
+    #[derive(Clone, Copy)]
+    enum Then {
+        /// Answers this many requests, then reads the next one whole and
+        /// closes without a byte of answer (an agent that went away).
+        DiesAfter(usize),
+        /// Answers this many, then reads only the next request's head and
+        /// closes with its body unread (the kernel resets the connection).
+        CutsAfter(usize),
+    }
+
+    /// A stand-in for an agent at the URL returned: connection `i` behaves
+    /// as `script[i]`, later ones answer everything. Readiness and exec
+    /// answers are canned. Counts connections, and requests read whole.
+    async fn scripted_server(script: Vec<Then>) -> (String, Arc<AtomicU64>, Arc<AtomicU64>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const READY: &str = r#"{"state":"ready","cloud_init":{"done":true,"errors":[]},"setup":{"state":"succeeded","exit_code":0}}"#;
+        const EXEC: &str = r#"{"exit_code":0,"signal":null,"timed_out":false,"duration_ms":1,"stdout":"","stderr":"","stdout_truncated":false,"stderr_truncated":false}"#;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (conns, whole) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (c, w) = (conns.clone(), whole.clone());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let i = c.fetch_add(1, Ordering::SeqCst) as usize;
+                let then = script
+                    .get(i)
+                    .copied()
+                    .unwrap_or(Then::DiesAfter(usize::MAX));
+                let whole = w.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    for served in 0.. {
+                        // The head, then its `content-length` bytes of body.
+                        let head_end = loop {
+                            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break p + 4;
+                            }
+                            let mut chunk = [0u8; 4096];
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                        if matches!(then, Then::CutsAfter(n) if served == n) {
+                            return; // dropped with the body unread: a reset
+                        }
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap());
+                        while buf.len() < head_end + len {
+                            let mut chunk = vec![0u8; 64 * 1024];
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buf.drain(..head_end + len);
+                        whole.fetch_add(1, Ordering::SeqCst);
+                        if matches!(then, Then::DiesAfter(n) if served == n) {
+                            return;
+                        }
+                        let body = if head.starts_with("post") {
+                            EXEC
+                        } else {
+                            READY
+                        };
+                        let resp = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             content-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if s.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, conns, whole)
+    }
+
+    /// Lets the first call's connection go back to the pool before the
+    /// next call. hyper-util returns it from a task of its own once the
+    /// connection is idle; without this the next call may find no idle
+    /// connection and open another. On this (current-thread) runtime the
+    /// tasks that return it are ready to run, and all run before the
+    /// runtime parks for the timer, whatever the machine's load.
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    /// The agent went away between two reads: the kept-alive connection
+    /// dies under the second after it was written. It is sent once more,
+    /// on a fresh connection, and answered.
+    #[tokio::test]
+    async fn a_read_on_a_connection_that_died_is_sent_again_on_a_fresh_one() {
+        let (url, conns, whole) = scripted_server(vec![Then::DiesAfter(1)]).await;
+        let c = Client::new(&url, "t").unwrap();
+        c.ready().await.unwrap();
+        settle().await;
+        let r = c.ready().await.unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(r.state, lab_agent_proto::ReadyState::Ready);
+        assert_eq!(c.connections_opened(), 2);
+        assert_eq!(conns.load(Ordering::SeqCst), 2);
+        assert_eq!(whole.load(Ordering::SeqCst), 3, "one read sent twice");
+    }
+
+    /// A fresh connection that dies is the agent not answering (qemu's
+    /// port forward before the guest listens): not retried.
+    #[tokio::test]
+    async fn a_fresh_connection_that_dies_is_a_transport_error() {
+        let (url, conns, whole) =
+            scripted_server(vec![Then::DiesAfter(0), Then::DiesAfter(0)]).await;
+        let c = Client::new(&url, "t").unwrap();
+        let err = c.ready().await.unwrap_err();
+        assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+        assert!(err.is_unreachable() && !err.is_agent_went_away());
+        assert_eq!(conns.load(Ordering::SeqCst), 1, "no retry");
+        assert_eq!(whole.load(Ordering::SeqCst), 1);
+        let err = c.exec(&ExecRequest::new("true")).await.unwrap_err();
+        assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+    }
+
+    /// An exec written whole into a kept-alive connection that then dies:
+    /// the agent may have started it. It is not sent again.
+    #[tokio::test]
+    async fn an_exec_on_a_connection_that_died_may_have_started_and_is_not_rerun() {
+        let (url, conns, whole) = scripted_server(vec![Then::DiesAfter(1)]).await;
+        let c = Client::new(&url, "t").unwrap();
+        c.exec(&ExecRequest::new("true")).await.unwrap();
+        settle().await;
+        let err = c.exec(&ExecRequest::new("touch /x")).await.unwrap_err();
+        assert!(err.is_agent_went_away() && err.is_unreachable(), "{err:?}");
+        assert_eq!(err.may_have_started(), Some(true));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the agent went away before answering when posting to {url}/v1/exec: the \
+                 command may have started (the request was sent whole); it was not sent again"
+            )
+        );
+        assert!(
+            err.hint().unwrap().contains("may have run"),
+            "{:?}",
+            err.hint()
+        );
+        assert_eq!(whole.load(Ordering::SeqCst), 2, "the exec was sent once");
+        assert_eq!(conns.load(Ordering::SeqCst), 1);
+        // The next call goes over a fresh connection and is answered.
+        c.exec(&ExecRequest::new("true")).await.unwrap();
+        assert_eq!(c.connections_opened(), 2);
+    }
+
+    /// An exec whose body was still being written when the connection was
+    /// reset cannot have started, and says so. (Through `request_unchecked`,
+    /// the same path as `exec`'s, so the body is made before the first call:
+    /// serializing a large `ExecRequest` in a debug build takes longer than
+    /// the pool keeps a connection idle.)
+    #[tokio::test]
+    async fn an_exec_cut_short_did_not_start() {
+        let (url, conns, whole) = scripted_server(vec![Then::CutsAfter(1)]).await;
+        let c = Client::new(&url, "t").unwrap();
+        // More than loopback's socket buffers (both ends) hold: the reset
+        // comes while the body is still being written.
+        let mut big = br#"{"command":"cat >/dev/null","stdin":""#.to_vec();
+        big.resize(big.len() + 64 * 1024 * 1024, b'x');
+        big.extend_from_slice(br#""}"#);
+        c.exec(&ExecRequest::new("true")).await.unwrap();
+        settle().await;
+        let timeout = Duration::from_secs(60);
+        let err = c
+            .request_unchecked(Method::POST, paths::EXEC, Some(big), timeout)
+            .await
+            .unwrap_err();
+        assert!(err.is_agent_went_away(), "{err:?}");
+        assert_eq!(err.may_have_started(), Some(false), "{err}");
+        assert!(
+            err.to_string()
+                .ends_with("the command did not start (the request was cut short)"),
+            "{err}"
+        );
+        assert!(err.hint().unwrap().contains("safe"), "{:?}", err.hint());
+        assert_eq!(whole.load(Ordering::SeqCst), 1);
+        assert_eq!(conns.load(Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -46,6 +46,32 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// The agent went away while a request that may change the guest (an
+    /// exec) was on a kept-alive connection: the connection had carried an
+    /// earlier call and was closed or reset before any byte of this answer
+    /// arrived — the agent restarted, crashed or the VM was reset (or
+    /// rebooted) since. `may_have_started` says whether the request was
+    /// written whole: then the agent may have read it and started the
+    /// command before it went; otherwise it cannot have (the agent reads
+    /// the whole body first). Either way the command was not sent again:
+    /// whether to re-run it is the caller's decision. A read (`ready`,
+    /// `info`, a `GET`) in the same place is sent once more on a fresh
+    /// connection instead, within the call's deadline.
+    #[error(
+        "the agent went away before answering when {request}: {}",
+        if *may_have_started {
+            "the command may have started (the request was sent whole); it was not sent again"
+        } else {
+            "the command did not start (the request was cut short)"
+        }
+    )]
+    AgentWentAway {
+        request: Request,
+        may_have_started: bool,
+        #[source]
+        source: BoxError,
+    },
+
     /// The agent did not answer within the request timeout.
     #[error("no response within {} when {request}", secs(*after))]
     Timeout { request: Request, after: Duration },
@@ -194,15 +220,37 @@ impl Error {
     }
 
     /// No answer could be had from the agent at all: connection refused,
-    /// reset, closed, timed out, or a wait that ended without one answer.
+    /// reset, closed, timed out, the agent went away, or a wait that ended
+    /// without one answer.
     pub fn is_unreachable(&self) -> bool {
         match self {
             Error::Connect { .. }
             | Error::ConnectTimeout { .. }
             | Error::Transport { .. }
+            | Error::AgentWentAway { .. }
             | Error::Timeout { .. } => true,
             Error::WaitTimeout { last, .. } => !matches!(last, LastSeen::State(_)),
             _ => false,
+        }
+    }
+
+    /// The agent restarted, crashed or was reset between two calls, and an
+    /// exec met the kept-alive connection to the agent that was
+    /// ([`Error::AgentWentAway`]); [`Error::may_have_started`] says whether
+    /// the command may have run.
+    pub fn is_agent_went_away(&self) -> bool {
+        matches!(self, Error::AgentWentAway { .. })
+    }
+
+    /// For [`Error::AgentWentAway`]: whether the command may have started
+    /// (the request was written whole before the connection died). `None`
+    /// for every other error.
+    pub fn may_have_started(&self) -> Option<bool> {
+        match self {
+            Error::AgentWentAway {
+                may_have_started, ..
+            } => Some(*may_have_started),
+            _ => None,
         }
     }
 
@@ -241,6 +289,7 @@ impl Error {
             Error::Connect { request, .. }
             | Error::ConnectTimeout { request, .. }
             | Error::Transport { request, .. }
+            | Error::AgentWentAway { request, .. }
             | Error::Timeout { request, .. }
             | Error::Status { request, .. }
             | Error::TooLarge { request, .. }
@@ -305,6 +354,16 @@ impl Error {
                  the VM may still be booting (qemu forwards ports before the guest listens), \
                  or something other than lab-agent listens there"
                 .to_owned(),
+            Error::AgentWentAway {
+                may_have_started: true,
+                ..
+            } => "the agent restarted, crashed or the VM was reset since the last call: \
+                 look at what the command does before running it again (it may have run), \
+                 and at the agent's `instance` and boot id (`info`) to tell a reboot or a reset"
+                .to_owned(),
+            Error::AgentWentAway { .. } => "the agent restarted, crashed or the VM was reset \
+                 since the last call: the command did not start, so sending it again is safe"
+                .to_owned(),
             Error::Timeout { .. } => {
                 "the agent or the VM is overloaded or paused: allow more time for the answer \
                  (`labctl grade --timeout SECS`; `ClientBuilder::request_timeout` in a backend)"
@@ -368,6 +427,7 @@ impl Error {
             },
             Error::ConnectTimeout { .. } => "connect timed out".to_owned(),
             Error::Transport { .. } => "connection closed before a response".to_owned(),
+            Error::AgentWentAway { .. } => "the agent went away".to_owned(),
             Error::Timeout { after, .. } => format!("no response within {}", secs(*after)),
             Error::Status {
                 status, message, ..

@@ -22,6 +22,7 @@
 //! HTTP/1.1 client never writes a request before the previous answer is
 //! read to its end.
 
+use crate::reuse::Track;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use std::io;
 use std::pin::Pin;
@@ -141,11 +142,13 @@ impl Scan {
     }
 }
 
-/// A connection whose reads pass through a [`Scan`].
+/// A connection whose reads pass through a [`Scan`], and whose traffic a
+/// [`Track`] records (what a call needs to know when it dies: `reuse.rs`).
 #[derive(Debug)]
 pub(crate) struct Guarded<T> {
     io: T,
     scan: Scan,
+    track: Track,
 }
 
 impl<T> Guarded<T> {
@@ -153,6 +156,7 @@ impl<T> Guarded<T> {
         Guarded {
             io,
             scan: Scan::default(),
+            track: Track::default(),
         }
     }
 }
@@ -176,6 +180,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
                 return Poll::Ready(Err(this.scan.flood().expect("stopped")));
             }
         }
+        this.track.read(buf.filled().len() - before);
         Poll::Ready(Ok(()))
     }
 }
@@ -188,7 +193,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.scan.request_sent();
-        Pin::new(&mut this.io).poll_write(cx, buf)
+        let n = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
+        this.track.wrote(&buf[..n]);
+        Poll::Ready(Ok(n))
     }
 
     fn poll_write_vectored(
@@ -198,7 +205,14 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.scan.request_sent();
-        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+        let n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, bufs))?;
+        let mut left = n;
+        for b in bufs {
+            let take = left.min(b.len());
+            this.track.wrote(&b[..take]);
+            left -= take;
+        }
+        Poll::Ready(Ok(n))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -216,7 +230,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
 
 impl<T: Connection> Connection for Guarded<T> {
     fn connected(&self) -> Connected {
-        self.io.connected()
+        self.track.attach(self.io.connected())
     }
 }
 

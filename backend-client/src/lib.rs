@@ -43,6 +43,10 @@
 //! - [`error`]: the [`Error`] enum.
 //! - `interim`: the connection under hyper, cut at the interim (1xx)
 //!   response past the limit.
+//! - `reuse`: what each connection carried, so a call whose kept-alive
+//!   connection died under it knows whether the agent went away between
+//!   calls (a read is sent again on a fresh connection; an exec fails with
+//!   [`Error::AgentWentAway`], saying whether it may have started).
 //!
 //! The wire types are `lab-agent-proto`'s, re-exported as [`proto`]; this
 //! crate defines none of its own. The `labctl` command line is a package
@@ -53,6 +57,7 @@ pub mod client;
 pub mod error;
 pub mod grade;
 mod interim;
+mod reuse;
 pub mod wait;
 
 pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};

@@ -18,7 +18,12 @@ process. This file only gives the answers Python types.
   :class:`SetupFailed`, :class:`Timeout`, :class:`Unreachable`, ... as the
   Rust client's ``is_*`` predicates would branch; a guest that answers what
   no lab-agent does raises :class:`TooLarge`, :class:`MalformedAnswer` or
-  :class:`ProtocolError`. Messages show the guest's text escaped; the
+  :class:`ProtocolError`. An agent that restarted, crashed or was reset
+  between calls costs a read nothing (it is sent again on a fresh
+  connection); an exec that met its dead connection raises
+  :class:`AgentWentAway` (an :class:`Unreachable`), whose
+  ``may_have_started`` says whether the command may have run: it is never
+  sent again behind your back. Messages show the guest's text escaped; the
   attributes (``agent_message``, ``ready``, ``log_tail``) hold it as sent;
 - the blocking :class:`Client` raises ``KeyboardInterrupt`` on Ctrl-C
   within 50 ms; a cancelled :class:`AsyncClient` call closes its
@@ -35,6 +40,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from . import _native
 from ._native import (
     AgentError,
+    AgentWentAway,
     Busy,
     Lab,
     LabError,
@@ -60,6 +66,7 @@ DEFAULT_REQUEST_TIMEOUT: float = _native.DEFAULT_REQUEST_TIMEOUT
 
 __all__ = [
     "AgentError",
+    "AgentWentAway",
     "AsyncClient",
     "Busy",
     "CheckResult",
@@ -403,6 +410,10 @@ class Client(_Base):
 
         A non-zero exit is a result, not an exception; a command that
         cannot start (unknown user, missing cwd) raises :class:`Rejected`.
+        An agent that restarted, crashed or was reset since the last call
+        may leave the request on a dead kept-alive connection: then
+        :class:`AgentWentAway`, whose ``may_have_started`` says whether the
+        command may have run (it is never sent again behind your back).
         """
         request = _exec_request(
             command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile,

@@ -18,6 +18,9 @@ class AgentError(Exception):
     # The agent's error message (or the start of a non-JSON error body),
     # as sent: may hold terminal escapes; print str(e) instead.
     agent_message: Optional[str]
+    # AgentWentAway: whether the command may have started (the request
+    # was written whole before the connection died); None for the others.
+    may_have_started: Optional[bool]
     # The agent's readiness answer (JSON text), as sent.
     ready: Optional[str]
     exit_code: Optional[int]
@@ -25,6 +28,16 @@ class AgentError(Exception):
 
 class Unauthorized(AgentError): ...
 class Unreachable(AgentError): ...
+
+class AgentWentAway(Unreachable):
+    """The agent restarted, crashed or was reset between two calls, and an
+    exec met the kept-alive connection to the agent that was: it closed
+    before any byte of the answer. may_have_started is True when the
+    request was written whole (the agent may have read it and started the
+    command), False when it was cut short (it cannot have started). The
+    command was not sent again: re-running it is the caller's decision.
+    Reads (ready, info) never raise this: they are sent again on a fresh
+    connection, within the call's timeout."""
 class Timeout(AgentError): ...
 class WaitTimeout(Timeout): ...
 

@@ -3,8 +3,9 @@
 //! `is_unauthorized()`. Every exception is an `AgentError` and carries
 //! `status` (HTTP status, or None), `code` (the agent's error code, or
 //! None), `hint`, `agent_message` (the agent's error message as sent, or
-//! None) and, when the agent reported one, `ready` (its readiness answer
-//! as JSON text). Messages show the guest's text escaped
+//! None), `may_have_started` (for `AgentWentAway`: whether the command
+//! may have run; else None) and, when the agent reported one, `ready` (its
+//! readiness answer as JSON text). Messages show the guest's text escaped
 //! (`lab_agent_proto::text`); the attributes hold it raw.
 
 use lab_agent_client::Error;
@@ -29,6 +30,14 @@ create_exception!(
     Unreachable,
     AgentError,
     "No answer from the agent: refused, reset, or a wait that never got one."
+);
+create_exception!(
+    lab_agent,
+    AgentWentAway,
+    Unreachable,
+    "The agent restarted, crashed or was reset between calls and an exec met its dead \
+     kept-alive connection; may_have_started says whether the command may have run \
+     (it was not sent again)."
 );
 create_exception!(
     lab_agent,
@@ -103,6 +112,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("AgentError", py.get_type::<AgentError>())?;
     m.add("Unauthorized", py.get_type::<Unauthorized>())?;
     m.add("Unreachable", py.get_type::<Unreachable>())?;
+    m.add("AgentWentAway", py.get_type::<AgentWentAway>())?;
     m.add("Timeout", py.get_type::<Timeout>())?;
     m.add("WaitTimeout", py.get_type::<WaitTimeout>())?;
     m.add("SetupFailed", py.get_type::<SetupFailed>())?;
@@ -133,6 +143,8 @@ pub fn client_error(py: Python<'_>, e: Error) -> PyErr {
         ProtocolError::new_err(message)
     } else if e.is_busy() {
         Busy::new_err(message)
+    } else if e.is_agent_went_away() {
+        AgentWentAway::new_err(message)
     } else if e.is_setup_failed() {
         SetupFailed::new_err(message)
     } else if matches!(e, Error::WaitTimeout { .. }) && !e.is_unreachable() {
@@ -157,6 +169,7 @@ pub fn client_error(py: Python<'_>, e: Error) -> PyErr {
         ("status", e.status().map(|s| s.as_u16()).into_pyobject(py)),
         ("code", e.error_code().map(|c| c.as_str()).into_pyobject(py)),
         ("hint", e.hint().into_pyobject(py)),
+        ("may_have_started", e.may_have_started().into_pyobject(py)),
         (
             "ready",
             ready
@@ -194,11 +207,12 @@ pub fn with_attrs<'py, E>(
 /// A failure that is not the agent's: bad arguments, a lab, a render.
 pub fn plain(py: Python<'_>, err: PyErr, hint: Option<String>) -> PyErr {
     let none = py.None().into_bound(py);
-    let attrs: [(&str, PyResult<Bound<'_, PyAny>>); 7] = [
+    let attrs: [(&str, PyResult<Bound<'_, PyAny>>); 8] = [
         ("agent_message", Ok(none.clone())),
         ("status", Ok(none.clone())),
         ("code", Ok(none.clone())),
         ("hint", hint.into_pyobject(py).map_err(PyErr::from)),
+        ("may_have_started", Ok(none.clone())),
         ("ready", Ok(none.clone())),
         ("exit_code", Ok(none.clone())),
         ("log_tail", Ok(none)),

@@ -21,12 +21,13 @@ def test_imports_the_installed_wheel_with_its_stubs() -> None:
 
 
 def test_one_exception_hierarchy() -> None:
-    for name in ["Unauthorized", "Unreachable", "Timeout", "WaitTimeout", "SetupFailed",
-                 "NotReady", "Rejected", "LabError", "RenderError"]:
+    for name in ["Unauthorized", "Unreachable", "AgentWentAway", "Timeout", "WaitTimeout",
+                 "SetupFailed", "NotReady", "Rejected", "LabError", "RenderError"]:
         cls = getattr(lab_agent, name)
         assert issubclass(cls, lab_agent.AgentError), name
         assert cls.__module__ == "lab_agent", cls.__module__
     assert issubclass(lab_agent.WaitTimeout, lab_agent.Timeout)
+    assert issubclass(lab_agent.AgentWentAway, lab_agent.Unreachable)
     assert issubclass(lab_agent.AgentError, Exception)
 
 

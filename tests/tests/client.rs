@@ -1,6 +1,7 @@
 //! `lab-agent-client` against the real `lab-agent` binary on loopback.
 
 use lab_agent_client::{CheckStatus, Client, Error, Progress, wait_all};
+use lab_agent_proto::exec::Profile;
 use lab_agent_proto::lab::Lab;
 use lab_agent_proto::{ExecRequest, ReadyState};
 use lab_agent_tests::local::{Agent, AgentOptions, ReservedPort, TempDir, is_root, new_token};
@@ -300,6 +301,113 @@ run = "echo two"
         2,
         "one fresh connection after the pause"
     );
+}
+
+/// An agent that restarts (a reboot, a crash, `systemctl restart`) leaves
+/// the backend's kept-alive connections dead in its pool. Here the agent is
+/// killed and started again on the same port between calls, 50 times, with
+/// one client throughout (as `vm_lifecycle/runaway.rs` did when its exec
+/// failed with `Transport(IncompleteMessage)`): every read after a restart
+/// is answered, and an exec is answered or (its connection died under it)
+/// fails with the distinct `AgentWentAway`, never a bare transport error.
+/// The agent restarts while this (current-thread) runtime is blocked, so
+/// the pooled connections see the close only when the next call runs.
+#[tokio::test]
+async fn an_agent_restarted_between_calls_is_not_a_broken_call() {
+    const RESTARTS: usize = 50;
+    let port = ReservedPort::new();
+    let token = new_token();
+    let opts = AgentOptions::default()
+        .listen(port.addr())
+        .token(token.clone());
+    let c = Client::new(&port.url(), &token).unwrap();
+    let within = Duration::from_secs(20);
+    let mut agent = Agent::start(opts.clone());
+    // No profile: root's login files here take ~1 s a shell.
+    let exec = ExecRequest::new("true").profile(Profile::None);
+    let (mut answered, mut went_away) = (0, 0);
+    for round in 0..RESTARTS {
+        let ready = tokio::time::timeout(within, c.ready())
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: no readiness answer within 20 s"));
+        if let Err(e) = ready {
+            panic!(
+                "round {round}: ready() after a restart: {e:?}\n{}",
+                agent.log()
+            );
+        }
+        let info = tokio::time::timeout(within, c.info()).await.unwrap();
+        if let Err(e) = info {
+            panic!(
+                "round {round}: info() after a restart: {e:?}\n{}",
+                agent.log()
+            );
+        }
+        // Three execs, so more than one connection may be pooled.
+        for _ in 0..3 {
+            match tokio::time::timeout(within, c.exec(&exec)).await.unwrap() {
+                Ok(r) => {
+                    assert_eq!(r.exit_code, Some(0), "round {round}: {r:?}");
+                    answered += 1;
+                }
+                Err(e) if e.is_agent_went_away() => went_away += 1,
+                Err(e) => panic!(
+                    "round {round}: exec after a restart: {e:?}\n{}",
+                    agent.log()
+                ),
+            }
+        }
+        // Killed and waited for, then started on the same port.
+        drop(agent);
+        agent = Agent::start(opts.clone());
+    }
+    eprintln!(
+        "{RESTARTS} restarts: {answered} execs answered, {went_away} met a dead connection; \
+         {} connections",
+        c.connections_opened()
+    );
+    assert!(answered > 0);
+}
+
+/// The agent dies while an exec it started runs, on a kept-alive
+/// connection: the call says the command may have started, and does not
+/// send it again.
+#[tokio::test]
+async fn an_exec_the_agent_died_under_may_have_started() {
+    let work = TempDir::new("wentaway");
+    let marker = work.join("started");
+    let mut agent = Agent::start(AgentOptions::default());
+    let c = client(&agent);
+    c.exec(&ExecRequest::new("true")).await.unwrap();
+    // The first exec's connection goes back to the pool from a task of
+    // hyper-util's, ready to run now; let it (see the client's unit tests).
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let cmd = format!("echo $$ >>{m}; sleep 5", m = marker.display());
+    let running = tokio::spawn({
+        let c = c.clone();
+        async move { c.exec(&ExecRequest::new(&cmd)).await }
+    });
+    let deadline = in_secs(20);
+    while !marker.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the command never started\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    agent.kill();
+    let err = running.await.unwrap().unwrap_err();
+    assert_eq!(
+        c.connections_opened(),
+        1,
+        "the exec went over the kept-alive connection"
+    );
+    assert!(err.is_agent_went_away() && err.is_unreachable(), "{err:?}");
+    assert_eq!(err.may_have_started(), Some(true), "{err}");
+    assert!(err.to_string().contains("may have started"), "{err}");
+    let started = std::fs::read_to_string(&marker).unwrap();
+    assert_eq!(started.lines().count(), 1, "run once: {started:?}");
 }
 
 #[tokio::test]

@@ -604,12 +604,17 @@ fn limits_cost(conn: &Conn, guest: GuestOs) {
         ),
     ];
     let token = std::fs::read_to_string(&conn.token_file).unwrap();
-    let client = lab_agent_client::Client::new(&conn.url, token.trim()).expect("client");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let time_execs = |label: &str, override_pids: bool, into: &mut Vec<Duration>| {
+        // A client of its own each time, made after the restart: a client
+        // kept across `restart_agent_with` holds connections to the agent
+        // that was, and an exec that meets one dies with it (the client
+        // says so, `Error::AgentWentAway`, and does not send it again; an
+        // exec here must run, and its first is not timed).
+        let client = lab_agent_client::Client::new(&conn.url, token.trim()).expect("client");
         rt.block_on(async {
             let mut req = lab_agent_proto::exec::ExecRequest::new("true");
             // One to open the connection and warm the agent's pool.

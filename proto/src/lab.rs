@@ -37,6 +37,9 @@ pub const MAX_POINTS: u32 = 10_000;
 pub const DEFAULT_READY_TIMEOUT_SECS: u64 = 150;
 /// Longest `[readiness].timeout_secs` (one hour).
 pub const MAX_READY_TIMEOUT_SECS: u64 = 3600;
+/// The Secret annotation that carries `[readiness].timeout_secs` to the
+/// backend, which reads the Secret it applies rather than the lab folder.
+pub const READY_TIMEOUT_ANNOTATION: &str = "lab-agent/ready-timeout-secs";
 
 /// A parsed and validated lab.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -65,6 +65,8 @@ Flags:
   --setup-timeout SECS   Timeout of the --run-setup script [default: 600]
   --lab-dir PATH         LAB_DIR for --run-setup; reported in /v1/info
                          [default: /opt/lab]
+  --min-root-bytes N     With --run-setup: fail the setup before the script
+                         when the root filesystem is smaller than N bytes
   --max-execs N          Concurrent exec limit; more get 429 [default: 8]
   --output-budget MIB    Output held at once for running commands and
                          answers not yet sent (each exec reserves twice its
@@ -106,6 +108,9 @@ Flags:
                      [default: 600]
   --user NAME        Run the script as this user [default: root]
   --lab-dir PATH     LAB_DIR for the script [default: /opt/lab]
+  --min-root-bytes N Fail before running the script when the root
+                     filesystem is smaller than N bytes (the lab's
+                     [readiness].min_root_bytes)
   -h, --help         Print this help
 ";
 
@@ -144,6 +149,7 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
         state_dir: guest::STATE_DIR.into(),
         cloud_init_dir: Some(guest::CLOUD_INIT_DIR.into()),
         run_setup: None,
+        min_root_bytes: None,
         setup_timeout: Duration::from_secs(guest::DEFAULT_SETUP_TIMEOUT_SECS),
         lab_dir: GUEST_LAB_DIR.into(),
         max_execs: 8,
@@ -166,6 +172,9 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
             "--run-setup" => c.run_setup = Some(args.absolute_path(&flag, USAGE)?),
             "--setup-timeout" => c.setup_timeout = args.secs(&flag, 1, 86_400, USAGE)?,
             "--lab-dir" => c.lab_dir = args.absolute_path(&flag, USAGE)?,
+            "--min-root-bytes" => {
+                c.min_root_bytes = Some(args.number(&flag, 1, u64::MAX, USAGE)?);
+            }
             "--max-execs" => c.max_execs = args.number(&flag, 1, 1024, USAGE)? as usize,
             "--addr-file" => c.addr_file = Some(args.path(&flag, USAGE)?),
             "--shutdown-grace" => c.shutdown_grace = args.secs(&flag, 0, 3600, USAGE)?,
@@ -202,6 +211,7 @@ fn parse_setup(mut args: Args) -> Result<Command, UsageError> {
         user: "root".into(),
         lab_dir: GUEST_LAB_DIR.into(),
         echo: true,
+        min_root_bytes: None,
     };
     while let Some(flag) = args.next_flag(USAGE)? {
         match flag.as_str() {
@@ -211,6 +221,9 @@ fn parse_setup(mut args: Args) -> Result<Command, UsageError> {
             "--timeout" => c.timeout = args.secs(&flag, 1, 86_400, USAGE)?,
             "--user" => c.user = args.value::<String>(&flag, USAGE)?,
             "--lab-dir" => c.lab_dir = args.absolute_path(&flag, USAGE)?,
+            "--min-root-bytes" => {
+                c.min_root_bytes = Some(args.number(&flag, 1, u64::MAX, USAGE)?);
+            }
             _ => return Err(args.unknown(&flag, USAGE)),
         }
     }
@@ -392,6 +405,7 @@ mod tests {
             "--setup-timeout=5",
             "--lab-dir",
             "/l",
+            "--min-root-bytes=1",
             "--max-execs",
             "3",
             "--addr-file",
@@ -406,6 +420,7 @@ mod tests {
         assert_eq!(c.run_setup, Some(PathBuf::from("/r.sh")));
         assert_eq!(c.setup_timeout, Duration::from_secs(5));
         assert_eq!(c.lab_dir, PathBuf::from("/l"));
+        assert_eq!(c.min_root_bytes, Some(1));
         assert_eq!(c.max_execs, 3);
         assert_eq!(c.addr_file, Some(PathBuf::from("/a")));
         assert_eq!(c.shutdown_grace, Duration::ZERO);
@@ -434,11 +449,14 @@ mod tests {
             "/l",
             "--state-dir",
             "/s",
+            "--min-root-bytes",
+            "9663676416",
         ])
         .unwrap() else {
             panic!()
         };
         assert_eq!(c.script, Some(PathBuf::from("/x.sh")));
+        assert_eq!(c.min_root_bytes, Some(9 << 30));
         assert_eq!(c.timeout, Duration::from_secs(30));
         assert_eq!(c.user, "student");
         assert!(c.echo);
@@ -447,6 +465,7 @@ mod tests {
         };
         assert_eq!(c.script, None);
         assert_eq!(c.state_dir, PathBuf::from("/var/lib/lab-agent"));
+        assert_eq!(c.min_root_bytes, None);
     }
 
     #[test]
@@ -470,6 +489,14 @@ mod tests {
             (&["serve", "extra"], "unexpected argument `extra`"),
             (&["serve", "--state-dir", ""], "non-empty path"),
             (&["setup", "--timeout", "99999999"], "out of range"),
+            (
+                &["setup", "--min-root-bytes", "0"],
+                "`--min-root-bytes 0` is out of range",
+            ),
+            (
+                &["setup", "--min-root-bytes", "10G"],
+                "invalid value \"10G\"",
+            ),
             (&["version", "--x"], "unknown flag"),
         ];
         for (args, want) in cases {
@@ -502,6 +529,7 @@ mod tests {
             "--run-setup",
             "--setup-timeout",
             "--lab-dir",
+            "--min-root-bytes",
             "--max-execs",
             "--addr-file",
             "--shutdown-grace",

@@ -25,6 +25,8 @@ pub struct ServeConfig {
     /// `None`: `--no-cloud-init`.
     pub cloud_init_dir: Option<PathBuf>,
     pub run_setup: Option<PathBuf>,
+    /// `--min-root-bytes`: for the `--run-setup` script, as `lab-agent setup`.
+    pub min_root_bytes: Option<u64>,
     pub setup_timeout: Duration,
     pub lab_dir: PathBuf,
     pub max_execs: usize,
@@ -173,6 +175,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             user: "root".into(),
             lab_dir: cfg.lab_dir.clone(),
             echo: false,
+            min_root_bytes: cfg.min_root_bytes,
         };
         let jobs = jobs.clone();
         tokio::spawn(async move {

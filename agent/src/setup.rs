@@ -33,6 +33,9 @@ pub struct SetupConfig {
     pub lab_dir: PathBuf,
     /// Copy the script's output to our stdout (`lab-agent setup`).
     pub echo: bool,
+    /// The lab's `[readiness].min_root_bytes`: a smaller root filesystem
+    /// fails the setup before the script runs.
+    pub min_root_bytes: Option<u64>,
 }
 
 /// What happened, for the caller's exit status.
@@ -125,6 +128,14 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
             1,
             format!("the payload's installer failed, so the setup did not run: {reason}"),
         );
+    }
+    // A disk too small for the lab fails now, with both sizes, instead of
+    // as a full disk somewhere in the script (or in the student's work).
+    if let Some(reason) = cfg
+        .min_root_bytes
+        .and_then(|min| root_too_small(Path::new("/"), min))
+    {
+        return fail(record, log, 1, reason);
     }
     let Some(script) = &cfg.script else {
         log.line("lab-agent: no setup script; nothing to do");
@@ -241,6 +252,53 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
     }
 }
 
+/// Why the filesystem at `root` is too small for a lab that needs `min`
+/// bytes, or `None` when it is large enough. A root that cannot be measured
+/// is not held against the lab: the script then meets the disk as it is.
+fn root_too_small(root: &Path, min: u64) -> Option<String> {
+    let fs = nix::sys::statvfs::statvfs(root).ok()?;
+    let size = (fs.blocks() as u64).saturating_mul(fs.fragment_size() as u64);
+    if size >= min {
+        return None;
+    }
+    let mut s = String::from("the root filesystem is ");
+    push_size(&mut s, size);
+    s.push_str("; this lab needs at least ");
+    push_size(&mut s, min);
+    s.push_str(": give the VM a larger disk");
+    Some(s)
+}
+
+/// `3.0 GiB (3221225472 bytes)`: binary units with one decimal, cut rather
+/// than rounded (integer arithmetic: no float formatting in the agent), so
+/// a disk just short of the need never reads as the same size.
+fn push_size(s: &mut String, bytes: u64) {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut unit = "";
+    let mut scale = 1u128;
+    for u in UNITS {
+        if u128::from(bytes) < scale << 10 {
+            break;
+        }
+        scale <<= 10;
+        unit = u;
+    }
+    if unit.is_empty() {
+        s.push_str(&bytes.to_string());
+        s.push_str(" bytes");
+        return;
+    }
+    let tenths = u128::from(bytes) * 10 / scale;
+    s.push_str(&(tenths / 10).to_string());
+    s.push('.');
+    s.push(char::from(b'0' + (tenths % 10) as u8));
+    s.push(' ');
+    s.push_str(unit);
+    s.push_str(" (");
+    s.push_str(&bytes.to_string());
+    s.push_str(" bytes)");
+}
+
 /// What the payload's installer recorded in `STATE_DIR/install-error`, if
 /// it failed (the file is absent otherwise), cut to a sentence's length.
 fn install_error(state_dir: &Path) -> Option<String> {
@@ -342,5 +400,41 @@ impl Sink for Tee {
             let _ = out.write_all(data);
             let _ = out.flush();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_in_binary_units_and_bytes() {
+        let size = |n| {
+            let mut s = String::new();
+            push_size(&mut s, n);
+            s
+        };
+        assert_eq!(size(0), "0 bytes");
+        assert_eq!(size(1023), "1023 bytes");
+        assert_eq!(size(1024), "1.0 KiB (1024 bytes)");
+        assert_eq!(size(3 << 30), "3.0 GiB (3221225472 bytes)");
+        assert_eq!(size(9 << 30), "9.0 GiB (9663676416 bytes)");
+        // Cut, not rounded: just under 10 GiB is not "10.0 GiB".
+        assert_eq!(size((10 << 30) - 1), "9.9 GiB (10737418239 bytes)");
+        assert_eq!(size(1 << 60), "1.0 EiB (1152921504606846976 bytes)");
+        assert_eq!(size(u64::MAX), "15.9 EiB (18446744073709551615 bytes)");
+    }
+
+    #[test]
+    fn the_root_check_compares_with_the_filesystem() {
+        let reason = root_too_small(Path::new("/"), u64::MAX).unwrap();
+        assert!(
+            reason.starts_with("the root filesystem is ")
+                && reason.ends_with(
+                    "; this lab needs at least 15.9 EiB (18446744073709551615 bytes): give the VM a larger disk"
+                ),
+            "{reason}"
+        );
+        assert_eq!(root_too_small(Path::new("/"), 1), None);
     }
 }

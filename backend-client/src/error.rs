@@ -155,12 +155,16 @@ pub enum Error {
     },
 
     /// `wait_ready`'s deadline passed before the agent was ready.
-    #[error("{}", wait_timeout_message(url, *waited, last))]
+    #[error("{}", wait_timeout_message(url, *waited, last, *in_state))]
     WaitTimeout {
         url: String,
         waited: Duration,
         /// What the agent last said, or why it could not be reached.
         last: LastSeen,
+        /// How long the agent had been in the last state it reported (from
+        /// the first answer in it to the deadline): the phase the VM was
+        /// stuck in, and for how long. `None` when it never answered.
+        in_state: Option<Duration>,
     },
 }
 
@@ -400,7 +404,9 @@ impl Error {
                 .to_owned(),
             Error::WaitTimeout { last, .. } => match last {
                 LastSeen::State(r) if r.state == ReadyState::SettingUp => {
-                    "setup is still running: give it more time, or check `[setup].timeout_secs`"
+                    "setup is still running: give it more time (the lab's `[readiness] \
+                     timeout_secs` is the deadline it was written for), or check \
+                     `[setup].timeout_secs`"
                         .to_owned()
                 }
                 LastSeen::State(r) if r.state == ReadyState::WaitingForCloudInit => {
@@ -469,7 +475,12 @@ fn setup_failed_message(url: &str, ready: &ReadyResponse) -> String {
     msg
 }
 
-fn wait_timeout_message(url: &str, waited: Duration, last: &LastSeen) -> String {
+fn wait_timeout_message(
+    url: &str,
+    waited: Duration,
+    last: &LastSeen,
+    in_state: Option<Duration>,
+) -> String {
     let mut msg = format!("{url} was not ready after {}", secs(waited));
     match last {
         LastSeen::Nothing => {}
@@ -477,7 +488,10 @@ fn wait_timeout_message(url: &str, waited: Duration, last: &LastSeen) -> String 
             msg.push_str(&format!(": the agent never answered ({})", escape(why)))
         }
         LastSeen::State(r) => {
-            msg.push_str(&format!(": last state `{}`", r.state));
+            msg.push_str(&format!(": stuck in state `{}`", r.state));
+            if let Some(d) = in_state {
+                msg.push_str(&format!(" for the last {}", secs(d)));
+            }
             if let Some(reason) = &r.reason {
                 msg.push_str(&format!(" ({})", escape(reason.trim_end_matches('.'))));
             }
@@ -581,6 +595,7 @@ mod tests {
             url: "http://vm:8899".into(),
             waited: Duration::from_secs(30),
             last: LastSeen::Unreachable("connection refused".into()),
+            in_state: None,
         };
         assert!(never.is_timeout() && never.is_unreachable());
         assert_eq!(
@@ -594,11 +609,12 @@ mod tests {
             url: "http://vm:8899".into(),
             waited: Duration::from_millis(2500),
             last: LastSeen::State(Box::new(slow)),
+            in_state: Some(Duration::from_millis(1500)),
         };
         assert!(slow.is_timeout() && !slow.is_unreachable());
         assert_eq!(
             slow.to_string(),
-            "http://vm:8899 was not ready after 2.5s: last state `setting_up` (setup is running)"
+            "http://vm:8899 was not ready after 2.5s: stuck in state `setting_up` for the last 1.5s (setup is running)"
         );
         assert!(slow.hint().unwrap().contains("setup is still running"));
     }

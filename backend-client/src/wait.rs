@@ -55,6 +55,9 @@ impl Client {
         let mut backoff = MIN_BACKOFF;
         let mut attempts = 0;
         let mut last = LastSeen::Nothing;
+        // When the agent first reported the state it is in now: on the
+        // deadline, how long the VM has been stuck in that phase.
+        let mut state_since: Option<(ReadyState, Instant)> = None;
         loop {
             let now = Instant::now();
             if now >= deadline && attempts > 0 {
@@ -62,6 +65,7 @@ impl Client {
                     url: self.url().to_owned(),
                     waited: now - start,
                     last,
+                    in_state: state_since.map(|(_, since)| now - since),
                 });
             }
             let remaining = deadline.saturating_duration_since(now);
@@ -98,6 +102,11 @@ impl Client {
                             });
                         }
                         _ => {}
+                    }
+                    if state_since.is_none_or(|(s, _)| s != r.state) {
+                        // Seen now; it may have begun a little earlier, so the
+                        // time reported is never more than it was in it.
+                        state_since = Some((r.state, Instant::now()));
                     }
                     last = LastSeen::State(Box::new(r));
                     backoff = MIN_BACKOFF;

@@ -30,8 +30,9 @@ pub fn render(spec: &PayloadSpec) -> String {
     let mut out = String::with_capacity(4096);
     out.push_str("#cloud-config\n");
     out.push_str(&format!(
-        "# lab-agent payload for lab {}; the agent and lab files are in part 2.\n",
-        spec.lab_name
+        "# lab-agent payload for lab {}; the agent and lab files are in part 2.\n\
+         # The backend waits {} s for ready ([readiness] timeout_secs).\n",
+        spec.lab_name, spec.readiness.timeout_secs
     ));
 
     // bootcmd runs before write_files, on every boot. cloud-init creates a
@@ -95,6 +96,13 @@ pub fn render(spec: &PayloadSpec) -> String {
     if let Some(script) = &spec.setup {
         timeout = script.timeout_secs.to_string();
         setup.extend(["--script", SETUP_SCRIPT_PATH, "--timeout", &timeout]);
+    }
+    // Checked even without a script: a disk too small for the lab is too
+    // small for the student's work in it as well.
+    let min_root;
+    if let Some(bytes) = spec.readiness.min_root_bytes {
+        min_root = bytes.to_string();
+        setup.extend(["--min-root-bytes", &min_root]);
     }
     // Run even without a script: it records "succeeded", and a cloud-init
     // that finished without a setup record means "failed" to the agent. It

@@ -10,7 +10,7 @@ use crate::budget::{Budget, SECRET_LIMIT};
 use crate::payload::{UserData, render_user_data};
 use crate::secret::{Format, SecretMeta, render_secret};
 use crate::spec::{PayloadSpec, SetupScript};
-use lab_agent_proto::lab::{Lab, LabError};
+use lab_agent_proto::lab::{Lab, LabError, READY_TIMEOUT_ANNOTATION};
 use std::path::{Path, PathBuf};
 
 /// How to render a payload, beyond the lab, the agent and the token.
@@ -87,9 +87,17 @@ pub fn render(
         files,
         setup,
         serial_autologin: opts.serial_autologin,
+        readiness: lab.readiness,
     };
     let user_data = render_user_data(&spec)?;
-    let manifest = render_secret(&user_data, &opts.meta, opts.format)?;
+    // The backend applies the Secret, not the lab folder: the deadline it
+    // waits for this VM travels with it.
+    let mut meta = opts.meta.clone();
+    meta.annotations.insert(
+        READY_TIMEOUT_ANNOTATION.to_owned(),
+        lab.readiness.timeout_secs.to_string(),
+    );
+    let manifest = render_secret(&user_data, &meta, opts.format)?;
     Ok(Rendered {
         user_data,
         manifest,
@@ -137,5 +145,50 @@ impl From<&Budget> for BudgetReport {
             limit_bytes: SECRET_LIMIT,
             percent_of_limit: (b.percent_of_limit() * 10.0).round() / 10.0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lab's `[readiness]` goes both ways a backend sees: the deadline
+    /// as the Secret's annotation, the root's least size to the guest's
+    /// `lab-agent setup`.
+    #[test]
+    fn the_readiness_table_reaches_the_secret_and_the_guest() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fixture-lab");
+        let lab = Lab::load(&dir).unwrap();
+        let agent = AgentBinary {
+            path: "lab-agent".into(),
+            bytes: b"\x7fELF fake lab-agent for tests\n".to_vec(),
+        };
+        let opts = RenderOptions {
+            arch: Arch::Amd64,
+            meta: SecretMeta::new("fixture"),
+            format: Format::Json,
+            serial_autologin: true,
+        };
+        let token = "test-token-0123456789abcdefghijklmnopqrstuv";
+        let rendered = render(&lab, &agent, token, &opts).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&rendered.manifest).unwrap();
+        assert_eq!(
+            v["metadata"]["annotations"][READY_TIMEOUT_ANNOTATION], "269",
+            "{v}"
+        );
+        assert!(
+            rendered
+                .user_data
+                .as_str()
+                .contains(r#""--min-root-bytes", "4294967296""#)
+        );
+        // The caller's own annotations stay.
+        let mut opts = opts;
+        opts.meta
+            .annotations
+            .insert("a.example/b".into(), "c".into());
+        let rendered = render(&lab, &agent, token, &opts).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&rendered.manifest).unwrap();
+        assert_eq!(v["metadata"]["annotations"]["a.example/b"], "c");
     }
 }

@@ -33,6 +33,10 @@ pub struct SecretMeta {
     pub namespace: Option<String>,
     /// Sorted, so the output is stable.
     pub labels: BTreeMap<String, String>,
+    /// Sorted too; values are free text. [`crate::lab_payload::render`]
+    /// adds the lab's
+    /// [`READY_TIMEOUT_ANNOTATION`](lab_agent_proto::lab::READY_TIMEOUT_ANNOTATION).
+    pub annotations: BTreeMap<String, String>,
 }
 
 impl SecretMeta {
@@ -59,6 +63,11 @@ impl SecretMeta {
             k8s_names::check_label_key(key).map_err(|p| meta("label key", key, p))?;
             k8s_names::check_label_value(value)
                 .map_err(|p| meta(&format!("value of label `{key}`"), value, p))?;
+        }
+        // An annotation's key follows the label keys' rule; its value may
+        // be anything.
+        for key in self.annotations.keys() {
+            k8s_names::check_label_key(key).map_err(|p| meta("annotation key", key, p))?;
         }
         Ok(())
     }
@@ -107,6 +116,15 @@ fn yaml(meta: &SecretMeta, data: &str) -> String {
             quoted(&mut out, value);
         }
     }
+    if !meta.annotations.is_empty() {
+        out.push_str("\n  annotations:");
+        for (key, value) in &meta.annotations {
+            out.push_str("\n    ");
+            quoted(&mut out, key);
+            out.push_str(": ");
+            quoted(&mut out, value);
+        }
+    }
     out.push_str("\ntype: Opaque\ndata:\n  ");
     out.push_str(USERDATA_KEY);
     out.push_str(": \"");
@@ -133,6 +151,8 @@ fn json(meta: &SecretMeta, data: &str) -> String {
         namespace: Option<&'a str>,
         #[serde(skip_serializing_if = "no_labels")]
         labels: &'a BTreeMap<String, String>,
+        #[serde(skip_serializing_if = "no_labels")]
+        annotations: &'a BTreeMap<String, String>,
     }
     fn no_labels(labels: &&BTreeMap<String, String>) -> bool {
         labels.is_empty()
@@ -144,6 +164,7 @@ fn json(meta: &SecretMeta, data: &str) -> String {
             name: &meta.name,
             namespace: meta.namespace.as_deref(),
             labels: &meta.labels,
+            annotations: &meta.annotations,
         },
         type_: "Opaque",
         data: BTreeMap::from([(USERDATA_KEY, data)]),

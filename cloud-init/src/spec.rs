@@ -4,7 +4,7 @@
 
 use crate::arch::Arch;
 use crate::error::Error;
-use lab_agent_proto::lab::{LabFile, MAX_TIMEOUT_SECS};
+use lab_agent_proto::lab::{LabFile, MAX_TIMEOUT_SECS, Readiness};
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -29,6 +29,9 @@ pub struct PayloadSpec {
     /// Root autologin on the serial console ([`Arch::serial_console`]); on
     /// by default.
     pub serial_autologin: bool,
+    /// The lab's `[readiness]`: `lab-agent setup` checks the root
+    /// filesystem against its `min_root_bytes`.
+    pub readiness: Readiness,
 }
 
 /// The setup script and how long `lab-agent setup` lets it run.
@@ -50,6 +53,7 @@ impl PayloadSpec {
             files: Vec::new(),
             setup: None,
             serial_autologin: true,
+            readiness: Readiness::default(),
         }
     }
 }
@@ -65,6 +69,7 @@ impl fmt::Debug for PayloadSpec {
             .field("files", &self.files)
             .field("setup", &self.setup)
             .field("serial_autologin", &self.serial_autologin)
+            .field("readiness", &self.readiness)
             .finish()
     }
 }

@@ -3,7 +3,7 @@
 //! in range.
 #![no_main]
 
-use lab_agent_proto::lab::{Lab, MAX_TIMEOUT_SECS};
+use lab_agent_proto::lab::{Lab, MAX_READY_TIMEOUT_SECS, MAX_TIMEOUT_SECS};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;
 use std::path::{Component, Path};
@@ -32,6 +32,8 @@ fuzz_target!(|data: &[u8]| {
             assert!(inside(script), "{script:?}");
         }
     }
+    assert!((1..=MAX_READY_TIMEOUT_SECS).contains(&lab.readiness.timeout_secs));
+    assert!(lab.readiness.min_root_bytes.is_none_or(|b| b > 0));
     if let Some(files) = &lab.files {
         assert!(inside(&files.source), "{:?}", files.source);
     }

@@ -28,10 +28,11 @@ pub struct GradeArgs {
     /// Run only the check with this name (repeat for several)
     #[arg(long = "check", value_name = "NAME")]
     pub checks: Vec<String>,
-    /// Wait up to this many seconds for the VM to be ready before grading
-    /// (default: grade only a VM that is ready now; at most 86400, a day)
-    #[arg(long, value_name = "SECS")]
-    pub wait: Option<u64>,
+    /// Wait up to this many seconds for the VM to be ready before grading;
+    /// `--wait` alone waits the lab's `[readiness] timeout_secs` (without
+    /// it: grade only a VM that is ready now; at most 86400, a day)
+    #[arg(long, value_name = "SECS", num_args = 0..=1)]
+    pub wait: Option<Option<u64>>,
     /// Allow the agent this many seconds to answer, beyond each check's own
     /// `timeout_secs` (at most 86400, a day)
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_ANSWER_SECS)]
@@ -56,11 +57,17 @@ pub struct Config {
 impl Config {
     pub fn from_args(args: &GradeArgs) -> Result<Config, Failure> {
         let answer_timeout = common::wait_secs("--timeout", args.timeout, 1)?;
+        // Checked before any I/O, as every seconds flag; `--wait` alone
+        // takes the lab's deadline once the lab is read.
         let wait = args
             .wait
-            .map(|secs| common::wait_secs("--wait", secs, 0))
+            .map(|w| {
+                w.map(|secs| common::wait_secs("--wait", secs, 0))
+                    .transpose()
+            })
             .transpose()?;
         let mut lab = Lab::load(&args.lab).map_err(Failure::lab)?;
+        let wait = wait.map(|w| w.unwrap_or(Duration::from_secs(lab.readiness.timeout_secs)));
         select_checks(&mut lab, &args.checks)?;
         if let Some(dir) = args.guest_lab_dir.as_ref().filter(|d| !d.starts_with('/')) {
             return Err(Failure::usage(format!(

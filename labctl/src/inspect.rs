@@ -203,6 +203,7 @@ fn budget(lab: &Lab, agent: Option<&Path>, found: &mut Findings) {
             name: "lab-lint".into(),
             namespace: None,
             labels: Default::default(),
+            annotations: Default::default(),
         },
         format: Format::Yaml,
         serial_autologin: true,

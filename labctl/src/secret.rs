@@ -260,6 +260,7 @@ fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, PayloadError> {
         name: args.name.clone(),
         namespace: args.namespace.clone(),
         labels,
+        annotations: Default::default(),
     };
     meta.validate()?;
     Ok(meta)

@@ -4,6 +4,7 @@ use super::common;
 use super::exit::{Exit, Failure};
 use super::progress::{print_setup_log, wait_with_display};
 use lab_agent_client::{Client, Error, WaitOutcome};
+use lab_agent_proto::lab::Lab;
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,13 +18,22 @@ pub struct WaitArgs {
     /// Token file; give one for all VMs, or one per `--url`, in the same order
     #[arg(long = "token-file", value_name = "FILE", required = true)]
     pub token_files: Vec<PathBuf>,
-    /// Give up after this many seconds (at most 86400, a day)
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
-    pub timeout: u64,
+    /// Give up after this many seconds (at most 86400, a day) [default: the
+    /// lab's `[readiness] timeout_secs` with `--lab`, else 600]
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// The lab the VMs run: its `[readiness] timeout_secs` (the time from
+    /// the VM's start to ready) is the default `--timeout`
+    #[arg(long = "lab", value_name = "LAB_DIR")]
+    pub lab: Option<PathBuf>,
     /// Print each VM's outcome as JSON on stdout
     #[arg(long)]
     pub json: bool,
 }
+
+/// `--timeout` without a lab: ten minutes, a slow lab's first boot under
+/// TCG with room to spare.
+const DEFAULT_TIMEOUT_SECS: u64 = 600;
 
 /// `wait`'s arguments, checked.
 #[derive(Debug)]
@@ -35,7 +45,23 @@ pub struct Config {
 
 impl Config {
     pub fn from_args(args: &WaitArgs) -> Result<Config, Failure> {
-        let timeout = common::wait_secs("--timeout", args.timeout, 1)?;
+        // Checked before any I/O, as every seconds flag.
+        let timeout = args
+            .timeout
+            .map(|secs| common::wait_secs("--timeout", secs, 1))
+            .transpose()?;
+        // The lab is read (and must be valid) even when `--timeout` is
+        // given: a typo in `--lab` is not silently ignored.
+        let lab = args
+            .lab
+            .as_ref()
+            .map(|dir| Lab::load(dir).map_err(Failure::lab))
+            .transpose()?;
+        let timeout = match (timeout, &lab) {
+            (Some(timeout), _) => timeout,
+            (None, Some(lab)) => Duration::from_secs(lab.readiness.timeout_secs),
+            (None, None) => Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+        };
         let tokens = match args.token_files.len() {
             1 => vec![common::read_token(&args.token_files[0])?; args.urls.len()],
             n if n == args.urls.len() => args

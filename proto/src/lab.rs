@@ -31,6 +31,15 @@ pub const DEFAULT_POINTS: u32 = 1;
 /// Most `points` one check may be worth: a typo like `points = 10000000`
 /// is caught rather than swamping the score.
 pub const MAX_POINTS: u32 = 10_000;
+/// Default `[readiness].timeout_secs`: the backend's deadline from the VM's
+/// start to ready. The seeds' labs need 82 to 269 s; 150 covers most of
+/// them without letting a stuck VM hold a student for long.
+pub const DEFAULT_READY_TIMEOUT_SECS: u64 = 150;
+/// Longest `[readiness].timeout_secs` (one hour).
+pub const MAX_READY_TIMEOUT_SECS: u64 = 3600;
+/// The Secret annotation that carries `[readiness].timeout_secs` to the
+/// backend, which reads the Secret it applies rather than the lab folder.
+pub const READY_TIMEOUT_ANNOTATION: &str = "lab-agent/ready-timeout-secs";
 
 /// A parsed and validated lab.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +57,29 @@ pub struct Lab {
     pub leave_running: bool,
     pub max_pids: Option<u32>,
     pub max_memory_bytes: Option<u64>,
+    /// `[readiness]`, its defaults when the table is absent.
+    pub readiness: Readiness,
+}
+
+/// `[readiness]`: how long the backend waits for the VM, and what the VM
+/// must have for the lab to be set up at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readiness {
+    /// The backend's deadline from the VM's start to ready (1 to
+    /// [`MAX_READY_TIMEOUT_SECS`], default [`DEFAULT_READY_TIMEOUT_SECS`]).
+    pub timeout_secs: u64,
+    /// The root filesystem's least size: a smaller one makes the setup
+    /// `failed` with the sizes, before the script runs. `None`: any size.
+    pub min_root_bytes: Option<u64>,
+}
+
+impl Default for Readiness {
+    fn default() -> Readiness {
+        Readiness {
+            timeout_secs: DEFAULT_READY_TIMEOUT_SECS,
+            min_root_bytes: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,6 +204,17 @@ struct RawLab {
     max_pids: Option<i64>,
     #[serde(default)]
     max_memory_bytes: Option<i64>,
+    #[serde(default)]
+    readiness: Option<RawReadiness>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReadiness {
+    #[serde(default)]
+    timeout_secs: Option<i64>,
+    #[serde(default)]
+    min_root_bytes: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -329,6 +372,19 @@ impl Lab {
             }
         });
 
+        let readiness = raw
+            .readiness
+            .map_or_else(Readiness::default, |r| Readiness {
+                timeout_secs: ready_timeout(&path, r.timeout_secs).unwrap_or_else(|e| {
+                    check(Err(e));
+                    DEFAULT_READY_TIMEOUT_SECS
+                }),
+                min_root_bytes: min_root_bytes(&path, r.min_root_bytes).unwrap_or_else(|e| {
+                    check(Err(e));
+                    None
+                }),
+            });
+
         let files = raw.files.and_then(|f| {
             relative_path(&path, "files.source", &f.source)
                 .map(|source| Files { source })
@@ -476,6 +532,7 @@ impl Lab {
             leave_running: raw.leave_running.unwrap_or(false),
             max_pids: lab_pids,
             max_memory_bytes: lab_memory,
+            readiness,
         })
     }
 
@@ -765,6 +822,36 @@ fn timeout(path: &Path, field: &str, value: Option<i64>, default: u64) -> Result
     }
 }
 
+/// `[readiness].timeout_secs`: 1 to [`MAX_READY_TIMEOUT_SECS`].
+fn ready_timeout(path: &Path, value: Option<i64>) -> Result<u64, LabError> {
+    match value {
+        None => Ok(DEFAULT_READY_TIMEOUT_SECS),
+        Some(v) if v >= 1 && v as u64 <= MAX_READY_TIMEOUT_SECS => Ok(v as u64),
+        Some(v) => Err(invalid(
+            path,
+            "readiness.timeout_secs",
+            format!(
+                "is {v}: use a number of seconds from 1 to {MAX_READY_TIMEOUT_SECS}, the time from the VM's start to ready (default {DEFAULT_READY_TIMEOUT_SECS})"
+            ),
+        )),
+    }
+}
+
+/// `[readiness].min_root_bytes`: a positive number of bytes.
+fn min_root_bytes(path: &Path, value: Option<i64>) -> Result<Option<u64>, LabError> {
+    match value {
+        None => Ok(None),
+        Some(b) if b > 0 => Ok(Some(b as u64)),
+        Some(b) => Err(invalid(
+            path,
+            "readiness.min_root_bytes",
+            format!(
+                "is {b}: use the root filesystem's least size in bytes (e.g. 10737418240 for 10 GiB), or remove the key for any size"
+            ),
+        )),
+    }
+}
+
 /// A path inside the lab folder: relative, and never climbing out of it.
 fn relative_path(path: &Path, field: &str, value: &str) -> Result<PathBuf, LabError> {
     if value.trim().is_empty() {
@@ -843,6 +930,81 @@ run = "true"
         let lab = Lab::parse("name = \"x\"", "/l").unwrap();
         assert!(lab.setup.is_none() && lab.files.is_none() && lab.checks.is_empty());
         assert_eq!(lab.setup_timeout_secs(), DEFAULT_SETUP_TIMEOUT_SECS);
+        assert_eq!(
+            lab.readiness,
+            Readiness {
+                timeout_secs: 150,
+                min_root_bytes: None
+            }
+        );
+    }
+
+    #[test]
+    fn readiness_keys_and_their_defaults() {
+        let lab = Lab::parse(
+            "name = \"x\"\n[readiness]\ntimeout_secs = 269\nmin_root_bytes = 10737418240\n",
+            "/l",
+        )
+        .unwrap();
+        assert_eq!(
+            lab.readiness,
+            Readiness {
+                timeout_secs: 269,
+                min_root_bytes: Some(10 << 30)
+            }
+        );
+        // An empty table is the defaults; each key alone keeps the other's.
+        let lab = Lab::parse("name = \"x\"\n[readiness]\n", "/l").unwrap();
+        assert_eq!(lab.readiness, Readiness::default());
+        let lab = Lab::parse("name = \"x\"\n[readiness]\nmin_root_bytes = 1\n", "/l").unwrap();
+        assert_eq!(
+            (lab.readiness.timeout_secs, lab.readiness.min_root_bytes),
+            (DEFAULT_READY_TIMEOUT_SECS, Some(1))
+        );
+        // The range's ends are in it.
+        for t in [1, 3600] {
+            let text = format!("name = \"x\"\n[readiness]\ntimeout_secs = {t}\n");
+            assert_eq!(Lab::parse(&text, "/l").unwrap().readiness.timeout_secs, t);
+        }
+    }
+
+    #[test]
+    fn readiness_errors_say_what_to_fix() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "timeout_secs = 0",
+                "readiness.timeout_secs is 0: use a number of seconds from 1 to 3600",
+            ),
+            ("timeout_secs = 3601", "readiness.timeout_secs is 3601"),
+            ("timeout_secs = -5", "readiness.timeout_secs is -5"),
+            (
+                "timeout_secs = 1.5",
+                "invalid type: floating point `1.5`, expected a whole number",
+            ),
+            (
+                "min_root_bytes = 0",
+                "readiness.min_root_bytes is 0: use the root filesystem's least size in bytes",
+            ),
+            ("min_root_bytes = -1", "readiness.min_root_bytes is -1"),
+            (
+                "min_root_bytes = \"10G\"",
+                "invalid type: string \"10G\", expected a whole number",
+            ),
+            ("timeout = 100", "unknown field `timeout`"),
+        ];
+        for (body, want) in cases {
+            let text = format!("name = \"x\"\n[readiness]\n{body}\n");
+            let err = Lab::parse(&text, "/labs/x").unwrap_err().to_string();
+            assert!(err.contains(want), "for {body:?}: {err:?} lacks {want:?}");
+            assert!(err.contains("/labs/x/lab.toml"), "{err}");
+        }
+        // Both wrong: both reported, for lint.
+        let all = Lab::parse_all(
+            "name = \"x\"\n[readiness]\ntimeout_secs = 0\nmin_root_bytes = 0\n",
+            "/l",
+        )
+        .unwrap_err();
+        assert_eq!(all.len(), 2, "{all:?}");
     }
 
     /// Each bad input and a fragment its message must contain.

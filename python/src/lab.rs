@@ -52,6 +52,20 @@ impl Lab {
         self.inner.max_score()
     }
 
+    /// `[readiness] timeout_secs`: how long to wait for the VM from its
+    /// start to ready (default 150): the deadline for `wait_ready`.
+    #[getter]
+    fn readiness_timeout_secs(&self) -> u64 {
+        self.inner.readiness.timeout_secs
+    }
+
+    /// `[readiness] min_root_bytes`: the root filesystem the lab needs, or
+    /// `None` for any size.
+    #[getter]
+    fn min_root_bytes(&self) -> Option<u64> {
+        self.inner.readiness.min_root_bytes
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Lab(name={:?}, dir={:?}, checks={})",

@@ -63,6 +63,7 @@ pub fn render_secret(
         name,
         namespace,
         labels: labels.unwrap_or_default(),
+        annotations: Default::default(),
     };
     meta.validate()
         .map_err(|e| render_error(py, e.to_string(), e.hint().map(str::to_owned)))?;

@@ -99,3 +99,17 @@ def test_lab_errors_name_the_problem(tmp_path: Path) -> None:
         lab_agent.Lab.load(tmp_path)
     with pytest.raises(lab_agent.LabError):
         lab_agent.Lab.load(tmp_path / "missing")
+
+
+def test_lab_exposes_its_readiness(tmp_path: Path) -> None:
+    (tmp_path / "lab.toml").write_text('name = "x"\n')
+    lab = lab_agent.Lab.load(tmp_path)
+    assert (lab.readiness_timeout_secs, lab.min_root_bytes) == (150, None)
+    (tmp_path / "lab.toml").write_text(
+        'name = "x"\n[readiness]\ntimeout_secs = 269\nmin_root_bytes = 10737418240\n'
+    )
+    lab = lab_agent.Lab.load(tmp_path)
+    assert (lab.readiness_timeout_secs, lab.min_root_bytes) == (269, 10 << 30)
+    (tmp_path / "lab.toml").write_text('name = "x"\n[readiness]\ntimeout_secs = 0\n')
+    with pytest.raises(lab_agent.LabError, match="readiness.timeout_secs is 0"):
+        lab_agent.Lab.load(tmp_path)

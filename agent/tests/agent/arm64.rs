@@ -124,4 +124,6 @@ on_arm64! {
     setup::serve_run_setup_reports_setting_up_then_ready,
     setup::serve_run_setup_failure_is_reported,
     setup::an_installer_failure_is_a_failed_setup_with_its_reason,
+    setup::a_root_filesystem_too_small_fails_before_the_script,
+    setup::a_root_filesystem_large_enough_runs_the_script,
 }

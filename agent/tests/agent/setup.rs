@@ -242,3 +242,102 @@ pub(crate) fn an_installer_failure_is_a_failed_setup_with_its_reason() {
         "{reason}"
     );
 }
+
+/// `--min-root-bytes` larger than any disk (1 EiB): the setup is `failed`
+/// before the script runs, the record's error gives both sizes, and
+/// `/v1/ready` reports it at once as the reason.
+#[test]
+pub(crate) fn a_root_filesystem_too_small_fails_before_the_script() {
+    let b = Agent::builder("setup-min-root").no_cloud_init();
+    let state = b.dir.join("state");
+    let ran = b.dir.join("ran");
+    write_file(
+        &b.dir.join("setup.sh"),
+        &format!("touch {}\n", ran.display()),
+        0o755,
+    );
+    let out = agent_command()
+        .arg("setup")
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--script")
+        .arg(b.dir.join("setup.sh"))
+        .args(["--min-root-bytes", "1152921504606846976"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(!ran.exists(), "the setup script ran on a too small disk");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("setup.json")).unwrap()).unwrap();
+    assert_eq!(record["state"], "failed", "{record}");
+    let error = record["error"].as_str().unwrap();
+    let want_end =
+        "; this lab needs at least 1.0 EiB (1152921504606846976 bytes): give the VM a larger disk";
+    assert!(
+        error.starts_with("the root filesystem is ") && error.ends_with(want_end),
+        "{error}"
+    );
+    // The root's own size, in both units, is in it (the disk here is
+    // between 1 KiB and 1 EiB).
+    assert!(
+        error.contains("iB (") && error.matches(" bytes)").count() == 2,
+        "{error}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(want_end), "{stdout}");
+
+    let agent = b.start();
+    let r = agent.get("/v1/ready");
+    assert_eq!(r.status, 503);
+    let ready = r.json();
+    assert_eq!(ready["state"], "failed", "{ready}");
+    assert_eq!(
+        ready["reason"].as_str().unwrap(),
+        format!("setup failed: {error}"),
+        "{ready}"
+    );
+}
+
+/// A need any disk meets (1 byte): the script runs as without the flag.
+#[test]
+pub(crate) fn a_root_filesystem_large_enough_runs_the_script() {
+    let r = setup(
+        "setup-min-root-ok",
+        Some("#!/bin/sh\ntouch \"$LAB_DIR/ran\"\necho ran\n"),
+        &["--min-root-bytes", "1"],
+    );
+    assert_eq!(r.status, 0, "{}", r.stdout);
+    assert_eq!(r.record["state"], "succeeded", "{}", r.record);
+    assert!(r.dir.join("ran").exists(), "the script did not run");
+    assert_eq!(r.log, "ran\n");
+}
+
+/// `serve --run-setup` shares the check: a too small root is `failed`
+/// with the sizes, and the script never runs.
+#[test]
+pub(crate) fn serve_run_setup_checks_the_root_filesystem_too() {
+    let dir = TempDir::new("serve-min-root");
+    let ran = dir.join("ran");
+    write_file(
+        &dir.join("setup.sh"),
+        &format!("touch {}\n", ran.display()),
+        0o755,
+    );
+    let agent = Agent::builder("serve-min-root-agent")
+        .no_cloud_init()
+        .arg("--run-setup")
+        .arg(dir.join("setup.sh").display().to_string())
+        .args(["--min-root-bytes", "1152921504606846976"])
+        .start();
+    let r = agent.get("/v1/ready?wait=20");
+    assert_eq!(r.status, 503);
+    let v = r.json();
+    assert_eq!(v["state"], "failed", "{v}");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("setup failed: the root filesystem is ")
+            && reason.contains("needs at least 1.0 EiB"),
+        "{reason}"
+    );
+    assert!(!ran.exists(), "the setup script ran on a too small disk");
+}

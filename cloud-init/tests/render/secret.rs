@@ -8,7 +8,7 @@ use base64::engine::general_purpose::STANDARD;
 use lab_agent_cloudinit::{
     Format, PayloadSpec, SECRET_LIMIT, SecretMeta, render_secret, render_user_data,
 };
-use lab_agent_proto::lab::LabFile;
+use lab_agent_proto::lab::{LabFile, READY_TIMEOUT_ANNOTATION};
 
 fn meta(name: &str) -> SecretMeta {
     SecretMeta::new(name)
@@ -33,6 +33,35 @@ fn json_secret_decodes_to_the_user_data() {
     assert_eq!(decoded, user_data.as_bytes());
 }
 
+/// Annotations (the lab's readiness deadline) are in both formats, and a
+/// key Kubernetes would reject is refused.
+#[test]
+fn annotations_in_both_formats() {
+    let user_data = render_user_data(&spec_for(&fixture("fixture-lab"))).unwrap();
+    let mut m = meta("x");
+    m.annotations
+        .insert(READY_TIMEOUT_ANNOTATION.into(), "269".into());
+    let json = render_secret(&user_data, &m, Format::Json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        v["metadata"]["annotations"]["lab-agent/ready-timeout-secs"],
+        "269"
+    );
+    assert!(v["metadata"].get("labels").is_none(), "{v}");
+    let yaml = render_secret(&user_data, &m, Format::Yaml).unwrap();
+    assert!(
+        yaml.contains(
+            "\n  annotations:\n    \"lab-agent/ready-timeout-secs\": \"269\"\ntype: Opaque\n"
+        ),
+        "{yaml}"
+    );
+    m.annotations.insert("bad key".into(), "v".into());
+    let err = render_secret(&user_data, &m, Format::Yaml)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("annotation key `bad key`"), "{err}");
+}
+
 #[test]
 fn yaml_secret_carries_the_same_base64() {
     let user_data = render_user_data(&spec_for(&fixture("fixture-lab"))).unwrap();
@@ -44,6 +73,7 @@ fn yaml_secret_carries_the_same_base64() {
     let b64 = line.trim_start_matches("  userdata: ").trim_matches('"');
     assert_eq!(STANDARD.decode(b64).unwrap(), user_data.as_bytes());
     assert!(!yaml.contains("labels"), "no labels, no key: {yaml}");
+    assert!(!yaml.contains("annotations"), "{yaml}");
 }
 
 /// Each bad metadata and a fragment its message must contain.

@@ -33,6 +33,7 @@ pub fn spec_for(dir: &Path) -> PayloadSpec {
         contents: std::fs::read(path).unwrap(),
         timeout_secs: lab.setup_timeout_secs(),
     });
+    spec.readiness = lab.readiness;
     spec
 }
 

@@ -149,3 +149,35 @@ fn all_passing_exits_0() {
         describe(&out)
     );
 }
+
+/// `grade LAB --wait` without a number waits the lab's `[readiness]
+/// timeout_secs`; a VM still setting up then is not graded (exit 3), and
+/// the error says where it was stuck.
+#[test]
+fn wait_alone_waits_the_labs_readiness_timeout() {
+    let agent = Agent::start(AgentOptions::default().setup("sleep 300\n"));
+    let lab = lab_folder(
+        "labctl-grade-lab-wait",
+        "name = \"slow\"\n[readiness]\ntimeout_secs = 2\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
+    );
+    let mut args = vec!["grade".to_owned(), lab.path.display().to_string()];
+    // `--wait` last but one: a flag after it, not a number.
+    args.push("--wait".to_owned());
+    args.extend(conn(&agent));
+    let out = labctl(args);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let err = stderr(&out);
+    let waited: f64 = {
+        let rest = err
+            .split("was not ready after ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{err}"));
+        rest[..rest.find('s').unwrap()].parse().unwrap()
+    };
+    assert!((2.0..300.0).contains(&waited), "waited {waited} s: {err}");
+    assert!(
+        err.contains("stuck in state `setting_up` for the last "),
+        "{err}"
+    );
+    assert!(!err.contains("passed"), "nothing graded: {err}");
+}

@@ -98,3 +98,33 @@ fn syntax_and_size_problems_are_listed_together() {
     assert!(err.contains("has 4 problems"), "{err}");
     assert!(!err.contains("staged"), "nothing started: {err}");
 }
+
+/// `[readiness]` out of range: both keys named, with their ranges.
+#[test]
+fn readiness_problems_are_named_with_their_ranges() {
+    let lab = lab_folder(
+        "labctl-lint-readiness",
+        "name = \"x\"\n[readiness]\ntimeout_secs = 7200\nmin_root_bytes = 0\n",
+    );
+    let out = lint(&lab);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    for want in [
+        "readiness.timeout_secs is 7200: use a number of seconds from 1 to 3600",
+        "readiness.min_root_bytes is 0",
+        "has 2 problems",
+    ] {
+        assert!(err.contains(want), "{want:?} missing: {err}");
+    }
+    let lab = lab_folder(
+        "labctl-lint-readiness-typo",
+        "name = \"x\"\n[readiness]\ntimeout = 100\n",
+    );
+    let out = lint(&lab);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("unknown field `timeout`"),
+        "{}",
+        describe(&out)
+    );
+}

@@ -174,3 +174,90 @@ fn token_files_must_match_urls() {
         describe(&out)
     );
 }
+
+/// The seconds in "URL was not ready after 3.1s": how long labctl waited.
+fn waited_secs(err: &str) -> f64 {
+    let rest = err
+        .split("was not ready after ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no wait time in {err}"));
+    rest[..rest.find('s').unwrap()].parse().unwrap()
+}
+
+/// A VM whose setup never ends, and a lab that allows it 2 s.
+fn stuck_agent_and_lab(tag: &str) -> (Agent, TempDir) {
+    let agent = Agent::start(AgentOptions::default().setup("sleep 300\n"));
+    let lab = lab_folder(tag, "name = \"slow\"\n[readiness]\ntimeout_secs = 2\n");
+    (agent, lab)
+}
+
+/// `--lab`: the lab's `[readiness] timeout_secs` is the deadline, and on it
+/// the error names the phase the VM was stuck in and for how long. (Only
+/// lower bounds on the time: a deadline never ends early, a busy machine
+/// may end it late.)
+#[test]
+fn the_labs_readiness_timeout_is_the_default_deadline() {
+    let (agent, lab) = stuck_agent_and_lab("labctl-wait-lab");
+    let mut args = vec!["wait".to_owned()];
+    args.extend(conn(&agent));
+    args.extend(["--lab".to_owned(), lab.path.display().to_string()]);
+    let out = labctl(args);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let err = stderr(&out);
+    let waited = waited_secs(&err);
+    assert!(
+        (2.0..300.0).contains(&waited),
+        "waited {waited} s, not the lab's 2 s: {err}"
+    );
+    assert!(
+        err.contains("stuck in state `setting_up` for the last "),
+        "{err}"
+    );
+    assert!(err.contains("hint: setup is still running"), "{err}");
+}
+
+/// `--timeout` given wins over the lab's.
+#[test]
+fn an_explicit_timeout_wins_over_the_labs() {
+    let (agent, lab) = stuck_agent_and_lab("labctl-wait-lab-timeout");
+    let mut args = vec!["wait".to_owned()];
+    args.extend(conn(&agent));
+    args.extend([
+        "--lab".to_owned(),
+        lab.path.display().to_string(),
+        "--timeout".to_owned(),
+        "4".to_owned(),
+    ]);
+    let out = labctl(args);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(waited_secs(&err) >= 4.0, "{err}");
+}
+
+/// A `--lab` that is no lab is a usage error before any wait, naming what
+/// to fix.
+#[test]
+fn a_bad_lab_is_a_usage_error() {
+    let lab = lab_folder(
+        "labctl-wait-badlab",
+        "name = \"x\"\n[readiness]\ntimeout_secs = 0\n",
+    );
+    let dir = TempDir::new("labctl-wait-badlab-token");
+    let tf = dir.join("token");
+    write_token(&tf, &new_token());
+    let out = labctl([
+        "wait",
+        "--url",
+        "http://127.0.0.1:9",
+        "--token-file",
+        tf.to_str().unwrap(),
+        "--lab",
+        lab.path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("readiness.timeout_secs is 0: use a number of seconds from 1 to 3600"),
+        "{err}"
+    );
+}

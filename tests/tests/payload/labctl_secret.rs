@@ -148,6 +148,11 @@ fn json_output_is_one_object_with_the_token_and_the_secret() {
     assert_eq!(v["budget"]["limit_bytes"], 1024 * 1024);
     let secret: serde_json::Value = serde_json::from_str(v["secret"].as_str().unwrap()).unwrap();
     assert_eq!(secret["kind"], "Secret");
+    // The lab's `[readiness] timeout_secs`, for the backend that applies it.
+    assert_eq!(
+        secret["metadata"]["annotations"]["lab-agent/ready-timeout-secs"],
+        "269"
+    );
     let d = deliver(v["secret"].as_str().unwrap());
     assert_eq!(
         d.read("/etc/lab-agent/token").0,

@@ -158,6 +158,8 @@ fn commands_are_what_the_guest_runs() {
                 "/etc/lab-agent/setup.sh",
                 "--timeout",
                 "120",
+                "--min-root-bytes",
+                "4294967296",
                 "--lab-dir",
                 "/opt/lab"
             ]

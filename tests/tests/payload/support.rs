@@ -3,7 +3,7 @@
 use lab_agent_cloudinit::{
     Arch, Format, PayloadSpec, SecretMeta, SetupScript, UserData, render_secret, render_user_data,
 };
-use lab_agent_proto::lab::Lab;
+use lab_agent_proto::lab::{Lab, READY_TIMEOUT_ANNOTATION};
 use labctl::agent_bin::{self, Linkage};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -69,6 +69,7 @@ pub fn spec_for(dir: &Path) -> PayloadSpec {
         contents: std::fs::read(p).unwrap(),
         timeout_secs: lab.setup_timeout_secs(),
     });
+    spec.readiness = lab.readiness;
     spec
 }
 
@@ -77,6 +78,9 @@ pub fn secret(user_data: &UserData, format: Format) -> String {
     meta.namespace = Some("lab-vms".into());
     meta.labels
         .insert("tt-lab.example/environment".into(), "dev".into());
+    // As `lab_payload::render` annotates every lab's Secret.
+    meta.annotations
+        .insert(READY_TIMEOUT_ANNOTATION.into(), "150".into());
     render_secret(user_data, &meta, format).unwrap()
 }
 

@@ -118,6 +118,7 @@ impl VmTarget {
                 name: "labctl-try".into(),
                 namespace: None,
                 labels: Default::default(),
+                annotations: Default::default(),
             },
             format: Format::Yaml,
             serial_autologin: true,

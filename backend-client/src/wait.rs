@@ -160,9 +160,10 @@ pub async fn wait_all(
     deadline: Instant,
     mut on_progress: impl FnMut(usize, &Progress),
 ) -> Vec<WaitOutcome> {
+    // Boxed: a ready answer is large, and a progress event is sent often.
     enum Event {
         Progress(usize, Progress),
-        Done(usize, Result<ReadyResponse, Error>),
+        Done(usize, Box<Result<ReadyResponse, Error>>),
     }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = tokio::task::JoinSet::new();
@@ -176,7 +177,7 @@ pub async fn wait_all(
                     let _ = progress_tx.send(Event::Progress(i, p.clone()));
                 })
                 .await;
-            let _ = tx.send(Event::Done(i, result));
+            let _ = tx.send(Event::Done(i, Box::new(result)));
         });
     }
     drop(tx);
@@ -187,7 +188,7 @@ pub async fn wait_all(
     while let Some(event) = rx.recv().await {
         match event {
             Event::Progress(i, p) => on_progress(i, &p),
-            Event::Done(i, r) => results[i] = Some(r),
+            Event::Done(i, r) => results[i] = Some(*r),
         }
     }
     // Dropping the set would abort tasks; they have all finished by now.

@@ -61,7 +61,14 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     let user_data = with_part(&payload.user_data, "text/cloud-config", DEGRADING_PART);
     let mut figures = Figures::default();
 
-    let vm = Vm::boot(&image, BootOptions::new(&name, user_data)).expect("qemu starts");
+    // One NoCloud instance-id for both disks below: a VM restarted onto a
+    // fresh disk keeps its meta-data, as KubeVirt's does.
+    let instance_id = format!("{name}-{}", std::process::id());
+    let boot_opts = BootOptions {
+        instance_id: Some(instance_id.clone()),
+        ..BootOptions::new(&name, user_data.clone())
+    };
+    let vm = Vm::boot(&image, boot_opts.clone()).expect("qemu starts");
     let conn = Conn {
         url: vm.agent_url(),
         token_file: payload.token_file.clone(),
@@ -160,6 +167,17 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     assert_eq!(ready.status, 200, "{}", ready.raw);
     let ready: Value = serde_json::from_str(ready.body()).unwrap();
     assert_eq!(ready["state"], "ready", "{ready}");
+    // The VM's life: a new instance on its first boot, this boot's
+    // timeline in cloud-init's order with the setup inside its final stage,
+    // the root disk as `df` sees it.
+    let first_life = ready["instance"].clone();
+    assert_eq!(first_life["boots"], 1, "{ready}");
+    let first_id = first_life["id"]
+        .as_str()
+        .expect("an instance id")
+        .to_owned();
+    assert_first_boot_timeline(&ready);
+    assert_root_is_what_df_says(&conn, &ready);
     let shown = |key: &str| -> Vec<String> {
         ready["cloud_init"][key]
             .as_array()
@@ -484,6 +502,34 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
         "setup ran again"
     );
     assert_ne!(boot_id(&conn), boot_before, "boot_id after the reboot");
+    // The same life of the VM (the student's work is there), one more boot;
+    // this boot's timeline has cloud-init's stages and no setup (it ran in
+    // the first boot), and ready when the final stage ended.
+    let ready2: Value = serde_json::from_str(
+        http::get(vm.addr(), "/v1/ready", Some(&payload.token))
+            .expect("/v1/ready")
+            .body(),
+    )
+    .unwrap();
+    assert_eq!(ready2["instance"]["id"], first_id.as_str(), "{ready2}");
+    assert_eq!(ready2["instance"]["boots"], 2, "{ready2}");
+    assert_eq!(
+        ready2["instance"]["first_boot_at"],
+        first_life["first_boot_at"]
+    );
+    let t2 = &ready2["timeline"];
+    assert!(
+        t2.get("setup").is_none(),
+        "setup in the reboot's timeline: {t2}"
+    );
+    let stages2 = stage_spans(t2);
+    assert_eq!(
+        stages2.iter().map(|s| s.0.as_str()).collect::<Vec<_>>(),
+        STAGES,
+        "{t2}"
+    );
+    assert_eq!(t2["ready_secs"].as_f64(), stages2[3].2, "{t2}");
+    eprintln!("lifecycle, {guest}: timeline after the reboot: {t2}");
     // The unit does not wait for sysinit.target, so the agent was up before
     // cloud-init's network stage (which parses the whole payload, tens of
     // seconds here) had finished: not held back by its own size.
@@ -538,7 +584,111 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
 
     let off = vm.powerdown(Duration::from_secs(30)).expect("power-off");
     assert!(matches!(off, PowerOff::Clean(_)), "{off:?}");
+    drop(vm);
+
+    // ── 6. The VM is restarted onto a fresh disk ──────────────────────────
+    // What a containerDisk restart is (node drain, eviction): the same
+    // image and meta-data, a new overlay. cloud-init and the setup run
+    // again and the agent says `ready` — but it is another life of the VM,
+    // the student's work is gone, and grading pinned to the life the
+    // backend saw says so instead of failing the student.
+    let vm = Vm::boot(&image, boot_opts).expect("qemu starts on a fresh disk");
+    let conn = Conn {
+        url: vm.agent_url(),
+        token_file: payload.token_file.clone(),
+    };
+    let waited = conn.labctl("wait", &["--timeout", &WAIT_TIMEOUT_SECS.to_string()]);
+    assert_eq!(waited.status.code(), Some(0), "{}", describe(&waited));
+    let ready3: Value = serde_json::from_str(
+        http::get(vm.addr(), "/v1/ready", Some(&payload.token))
+            .expect("/v1/ready")
+            .body(),
+    )
+    .unwrap();
+    let new_id = ready3["instance"]["id"].as_str().expect("an instance id");
+    assert_ne!(new_id, first_id, "a fresh disk kept the instance: {ready3}");
+    assert_eq!(ready3["instance"]["boots"], 1, "{ready3}");
+    let pinned = conn.labctl("grade", &[lab_arg, "--json", "--instance", &first_id]);
+    assert_eq!(pinned.status.code(), Some(6), "{}", describe(&pinned));
+    let said = String::from_utf8_lossy(&pinned.stderr);
+    assert!(said.contains("reset"), "{said}");
+    // Nothing ran: the student's step is as a fresh VM has it.
+    let graded = conn.labctl("grade", &[lab_arg, "--json", "--instance", new_id]);
+    assert_eq!(graded.status.code(), Some(1), "{}", describe(&graded));
+    let report: Value = serde_json::from_slice(&graded.stdout).unwrap();
+    assert_eq!(
+        check_outcomes(&report),
+        HELLO_LAB_BEFORE_THE_STEP,
+        "{report}"
+    );
+    assert_eq!(report["instance"]["id"], new_id, "{report}");
+    let off = vm.powerdown(Duration::from_secs(30)).expect("power-off");
+    assert!(matches!(off, PowerOff::Clean(_)), "{off:?}");
     figures.print(&format!("lifecycle, {guest}"));
+}
+
+const STAGES: [&str; 4] = ["init-local", "init", "modules-config", "modules-final"];
+
+/// `(stage, start, finished)` of each stage in the timeline, in `STAGES` order.
+fn stage_spans(timeline: &Value) -> Vec<(String, Option<f64>, Option<f64>)> {
+    STAGES
+        .iter()
+        .filter_map(|name| {
+            let span = timeline["cloud_init"].get(*name)?;
+            Some((
+                name.to_string(),
+                span["start_secs"].as_f64(),
+                span["finished_secs"].as_f64(),
+            ))
+        })
+        .collect()
+}
+
+/// A first boot's timeline: the kernel, then the agent (before the final
+/// stage: it answers `setting_up`), cloud-init's four stages one after the
+/// other, the setup inside the final stage (runcmd runs it), ready at the
+/// final stage's end.
+fn assert_first_boot_timeline(ready: &Value) {
+    let t = &ready["timeline"];
+    eprintln!("lifecycle: first boot's timeline: {t}");
+    let stages = stage_spans(t);
+    assert_eq!(
+        stages.iter().map(|s| s.0.as_str()).collect::<Vec<_>>(),
+        STAGES,
+        "{t}"
+    );
+    let mut last_end = 0.0;
+    for (name, start, end) in &stages {
+        let (start, end) = (start.expect(name), end.expect(name));
+        assert!(
+            last_end <= start && start <= end,
+            "{name} out of order: {t}"
+        );
+        last_end = end;
+    }
+    let final_stage = (stages[3].1.unwrap(), stages[3].2.unwrap());
+    let setup = (
+        t["setup"]["start_secs"].as_f64().expect("setup start"),
+        t["setup"]["finished_secs"].as_f64().expect("setup end"),
+    );
+    assert!(
+        final_stage.0 <= setup.0 && setup.0 <= setup.1 && setup.1 <= final_stage.1,
+        "setup {setup:?} is not inside the final stage {final_stage:?}: {t}"
+    );
+    // runcmd starts the agent with --no-block, then runs the setup: the
+    // agent may come up a moment after the setup began, never after it.
+    let agent = t["agent_started_secs"].as_f64().expect("agent start");
+    assert!(0.0 < agent && agent < setup.1, "agent at {agent}: {t}");
+    assert_eq!(t["ready_secs"].as_f64(), Some(final_stage.1), "{t}");
+}
+
+/// `root` in `/v1/ready` is `/` as `df` in the guest sees it.
+fn assert_root_is_what_df_says(conn: &Conn, ready: &Value) {
+    let df = conn.run("df -B1 --output=size / | tail -n 1");
+    let size: u64 = df.trim().parse().unwrap_or_else(|e| panic!("{e}: {df:?}"));
+    assert_eq!(ready["root"]["size_bytes"].as_u64(), Some(size), "{ready}");
+    let written = ready["root"]["written_bytes"].as_u64();
+    assert!(written.is_some_and(|w| w > 0), "root disk writes: {ready}");
 }
 
 /// No check's output carries hello-lab's interactive-only banner.

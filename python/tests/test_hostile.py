@@ -226,9 +226,15 @@ def test_messages_are_escaped_and_the_raw_text_kept(hostile) -> None:
 def test_ctrl_c_interrupts_a_blocking_call(hostile) -> None:
     # A call that would sleep a 10 s Retry-After: Ctrl-C at once.
     url = hostile.start("busy:10")
+    # The child sets its own SIGINT handler: a test suite started as a
+    # background job (`.ci/run &`) inherits SIGINT ignored, Python keeps an
+    # ignored SIGINT ignored at start, and the signal sent below would be
+    # lost (reproduced: fails in 30 s with SIGINT ignored, passes 50/50
+    # without).
     code = textwrap.dedent(
         """
-        import sys, time, lab_agent
+        import signal, sys, time, lab_agent
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         c = lab_agent.Client(sys.argv[1], token="t" * 40)
         print("calling", flush=True)
         try:

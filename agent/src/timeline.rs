@@ -43,11 +43,18 @@ pub fn secs(ms: u64) -> f64 {
     ms as f64 / 1000.0
 }
 
+/// Below this a `status.json` stamp is seconds since boot, above it
+/// seconds since the epoch (2001-09-09: no guest boots before it, and no
+/// guest runs for 31 years).
+const WALL_CLOCK_FROM_SECS: f64 = 1e9;
+
 /// cloud-init's stages of this boot from its `status.json`
-/// (`v1.<stage>.start|finished`, wall-clock seconds, `null` until then).
-/// A stamp from before this boot is not this boot's and is left out.
-/// cloud-init 22.4 and 25.x name the network stage `init`; a name of the
-/// 25.x unit (`init-network`) is read as the same stage.
+/// (`v1.<stage>.start|finished`, `null` until then). cloud-init 22.4 stamps
+/// them with the wall clock (`time.time()`), 25.x with the time since boot
+/// (`util.uptime()`): both are read, the first moved onto the boot clock.
+/// A wall-clock stamp from before this boot is not this boot's and is left
+/// out. Both name the network stage `init`; a name of 25.x's unit
+/// (`init-network`) is read as the same stage.
 pub fn cloud_init_stages(status: &serde_json::Value, boot_epoch_ms: u64) -> BTreeMap<String, Span> {
     let mut out = BTreeMap::new();
     let Some(v1) = status.get("v1").and_then(|v| v.as_object()) else {
@@ -59,9 +66,13 @@ pub fn cloud_init_stages(status: &serde_json::Value, boot_epoch_ms: u64) -> BTre
             continue;
         }
         let at = |field: &str| {
-            let wall = stage.get(field)?.as_f64()?;
-            let ms = (wall * 1000.0).round() as u64;
-            ms.checked_sub(boot_epoch_ms).map(secs)
+            let stamp = stage.get(field)?.as_f64().filter(|s| *s >= 0.0)?;
+            let ms = (stamp * 1000.0).round() as u64;
+            if stamp < WALL_CLOCK_FROM_SECS {
+                Some(secs(ms))
+            } else {
+                ms.checked_sub(boot_epoch_ms).map(secs)
+            }
         };
         let span = Span {
             start_secs: at("start"),
@@ -122,6 +133,16 @@ mod tests {
         );
         // An earlier boot's stamps are not this boot's.
         assert!(cloud_init_stages(&status, boot + 10_000_000).is_empty());
+        // cloud-init 25.x: seconds since boot, as they are.
+        let uptime: serde_json::Value = serde_json::from_str(
+            r#"{"v1":{"init-local":{"start":54.855,"finished":62.255},
+                      "modules-final":{"start":157.015,"finished":null}}}"#,
+        )
+        .unwrap();
+        let got = cloud_init_stages(&uptime, boot);
+        assert_eq!(got["init-local"].start_secs, Some(54.855));
+        assert_eq!(got["init-local"].finished_secs, Some(62.255));
+        assert_eq!(got["modules-final"].start_secs, Some(157.015));
         assert!(cloud_init_stages(&serde_json::Value::Null, boot).is_empty());
     }
 }

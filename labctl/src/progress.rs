@@ -103,7 +103,7 @@ impl WaitDisplay {
             _ => p.reason.clone(),
         };
         let answer = p.answer.as_deref();
-        let stage = answer.and_then(current_stage);
+        let stage = answer.and_then(|r| r.timeline.as_ref()?.running_stage());
         let changed = row.state != p.state || row.reason != reason || row.stage != stage;
         row.reason_is_status = p.state.is_none() && reason != p.reason;
         row.state = p.state;
@@ -232,13 +232,6 @@ impl Row {
     fn state_str(&self) -> &'static str {
         self.state.map_or("unreachable", |s| s.as_str())
     }
-}
-
-/// The cloud-init stage running in `r`: the last one that started, while
-/// it has not finished (none between two stages, or once all are done).
-fn current_stage(r: &ReadyResponse) -> Option<&'static str> {
-    let (name, span) = r.timeline.as_ref()?.stages().last()?;
-    span.finished_secs.is_none().then_some(name)
 }
 
 /// Setup's last non-blank log line while it runs, on one line and

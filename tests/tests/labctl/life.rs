@@ -351,3 +351,25 @@ fn timeline_names_what_it_cannot_read() {
         describe(&out)
     );
 }
+
+/// On the deadline, the error names the phase the VM was stuck in: its
+/// state and the cloud-init stage running.
+#[test]
+fn the_deadline_names_the_cloud_init_stage() {
+    let ci = CloudInit::new("labctl-life-deadline");
+    ci.status(&[("init-local", 1.0, Some(1.5)), ("init", 2.0, None)]);
+    let agent = Agent::start(AgentOptions::default().cloud_init_dir(ci.dir.path.clone()));
+    let mut args = vec!["wait".to_owned(), "--timeout".to_owned(), "2".to_owned()];
+    args.extend(conn(&agent));
+    let out = labctl(&args);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let err = stderr(&out);
+    // The state is `waiting_for_cloud_init`, or on a loaded machine still
+    // `setting_up` (setup `true` not yet recorded): the stage either way.
+    assert!(err.contains("stuck in state `"), "{err}");
+    assert!(
+        err.contains("` (cloud-init stage `init`) for the last "),
+        "{err}"
+    );
+    assert_eq!(stdout(&out), "", "no life of a VM that is not ready");
+}

@@ -489,6 +489,10 @@ fn wait_timeout_message(
         }
         LastSeen::State(r) => {
             msg.push_str(&format!(": stuck in state `{}`", r.state));
+            // The phase within it: a slow boot is a cloud-init stage.
+            if let Some(stage) = r.timeline.as_ref().and_then(|t| t.running_stage()) {
+                msg.push_str(&format!(" (cloud-init stage `{stage}`)"));
+            }
             if let Some(d) = in_state {
                 msg.push_str(&format!(" for the last {}", secs(d)));
             }
@@ -617,6 +621,24 @@ mod tests {
             "http://vm:8899 was not ready after 2.5s: stuck in state `setting_up` for the last 1.5s (setup is running)"
         );
         assert!(slow.hint().unwrap().contains("setup is still running"));
+
+        let mut booting = failed();
+        booting.state = ReadyState::Booting;
+        booting.reason = None;
+        booting.timeline = Some(
+            serde_json::from_str(r#"{"cloud_init":{"init-local":{"start_secs":1.0,"finished_secs":2.0},"init":{"start_secs":2.1}}}"#)
+                .unwrap(),
+        );
+        let stuck = Error::WaitTimeout {
+            url: "http://vm:8899".into(),
+            waited: Duration::from_secs(150),
+            last: LastSeen::State(Box::new(booting)),
+            in_state: Some(Duration::from_secs(148)),
+        };
+        assert_eq!(
+            stuck.to_string(),
+            "http://vm:8899 was not ready after 150s: stuck in state `booting` (cloud-init stage `init`) for the last 148s"
+        );
     }
 
     #[test]

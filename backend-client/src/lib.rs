@@ -41,6 +41,8 @@
 //!   `reported_lab_dir`, `grade`, [`GradeReport`], each check's
 //!   [`CheckStatus`]; [`grade_all`] for many VMs with a concurrency bound.
 //! - [`error`]: the [`Error`] enum.
+//! - [`timeline`]: where many VMs' preparation time went ([`distribution`]:
+//!   count, median, p90, max of each phase of their timelines).
 //! - `interim`: the connection under hyper, cut at the interim (1xx)
 //!   response past the limit.
 //! - `reuse`: what each connection carried, so a call whose kept-alive
@@ -58,10 +60,12 @@ pub mod error;
 pub mod grade;
 mod interim;
 mod reuse;
+pub mod timeline;
 pub mod wait;
 
 pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};
 pub use error::Error;
 pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;
+pub use timeline::{Distribution, Phase, PhaseStats, distribution};
 pub use wait::{Progress, WaitOutcome, wait_all};

@@ -14,6 +14,7 @@ use crate::client::Client;
 use crate::error::{Error, LastSeen};
 use hyper::StatusCode;
 use lab_agent_proto::{ReadyResponse, ReadyState};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// First pause after a failed attempt; doubles up to [`MAX_BACKOFF`].
@@ -21,7 +22,7 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Where a wait stands, reported after every attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
     /// Time since the wait began.
     pub elapsed: Duration,
@@ -32,6 +33,10 @@ pub struct Progress {
     pub reason: String,
     /// Attempts made so far (requests sent, answered or not).
     pub attempts: u32,
+    /// The agent's whole answer, or `None` while it does not answer: what
+    /// a display shows beyond the state (the cloud-init stage running,
+    /// setup's last log line). Shared, as every report is cloned.
+    pub answer: Option<Arc<ReadyResponse>>,
 }
 
 impl Client {
@@ -84,15 +89,24 @@ impl Client {
                 self.ready_wait(wait),
             )
             .await;
-            let progress = |state, reason: String| Progress {
+            let progress = |state, reason: String, answer| Progress {
                 elapsed: start.elapsed(),
                 state,
                 reason,
                 attempts,
+                answer,
             };
             match attempt {
                 Ok(Ok(r)) => {
-                    on_progress(&progress(Some(r.state), reason_of(&r)));
+                    let answer = Arc::new(r);
+                    on_progress(&progress(
+                        Some(answer.state),
+                        reason_of(&answer),
+                        Some(answer.clone()),
+                    ));
+                    // Copied only when the caller kept the report (`wait_all`
+                    // sends it on to its display).
+                    let r = Arc::try_unwrap(answer).unwrap_or_else(|a| (*a).clone());
                     match r.state {
                         ReadyState::Ready => return Ok(r),
                         ReadyState::Failed => {
@@ -120,7 +134,7 @@ impl Client {
                 }
                 Ok(Err(e)) if not_up_yet(&e) => {
                     let brief = e.brief();
-                    on_progress(&progress(None, brief.clone()));
+                    on_progress(&progress(None, brief.clone(), None));
                     tracing::debug!(url = self.url(), error = %e, "agent not up yet");
                     // A state seen earlier is kept: the agent may restart.
                     if !matches!(last, LastSeen::State(_)) {

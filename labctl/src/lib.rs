@@ -9,6 +9,9 @@
 //! - [`wait`], [`exec`], [`grade`], [`r#try`]: talk to agents.
 //! - [`lint`]: checks a lab without running it (`try` runs it first).
 //! - [`secret`]: renders a lab's payload and writes the Secret.
+//! - [`timeline`]: the distribution of many VMs' preparation time, per
+//!   phase, from logged `/v1/ready` answers (the statistics are the client
+//!   library's); [`life`] prints one VM's (`wait`).
 //! - No verb imports another verb; what two verbs share lives in a module
 //!   named after what it does: [`grading`] (grade one VM, print its report:
 //!   `grade`, `try`), [`inspect`] (what `lint` finds: `lint`, `try`),
@@ -32,6 +35,7 @@ pub mod exit;
 pub mod grade;
 pub mod grading;
 pub mod inspect;
+pub mod life;
 pub mod lint;
 pub mod payload;
 pub mod progress;
@@ -39,6 +43,7 @@ pub mod qemu;
 pub mod report;
 pub mod secret;
 pub mod tempdir;
+pub mod timeline;
 pub mod r#try;
 pub mod wait;
 
@@ -65,6 +70,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Wait until one or more lab VMs are ready (setup done, cloud-init finished)
+    ///
+    /// Progress goes to stderr: on a terminal a live line per VM (its state,
+    /// setup's last log line or the cloud-init stage running, the time
+    /// against the deadline), otherwise a line each time its phase changes.
+    /// Once ready, each VM's life is printed on stdout: its instance (id,
+    /// boots), where the boot's time went (kernel to agent start, each
+    /// cloud-init stage, setup, ready; seconds since boot) and its root disk.
     Wait(wait::WaitArgs),
     /// Run a command in a lab VM, like `ssh VM COMMAND`
     Exec(exec::ExecArgs),
@@ -76,6 +88,15 @@ pub enum Command {
     Try(r#try::TryArgs),
     /// Render the cloud-init user-data and the Kubernetes Secret for a lab
     Secret(secret::SecretArgs),
+    /// Where many VMs' preparation time went: count, median, p90 and max per phase
+    ///
+    /// Reads `/v1/ready` answers as a backend logs them (or `labctl wait
+    /// --json` outputs), one JSON document per line or a JSON array, and
+    /// prints per phase (kernel to agent start, each cloud-init stage,
+    /// setup, kernel to ready) how many VMs had it and its median, p90
+    /// and max in seconds. Answers without a timeline (an agent that
+    /// predates it) are counted and skipped, with a note.
+    Timeline(timeline::TimelineArgs),
     /// The keeper of a local `labctl try`'s sandbox (started by `try`)
     #[command(name = "__sandbox", hide = true)]
     Sandbox(r#try::sandbox::KeeperArgs),
@@ -103,6 +124,7 @@ pub fn run(command: &Command) -> Result<Exit, Failure> {
         Command::Lint(args) => lint::run(args),
         Command::Try(args) => r#try::run(args),
         Command::Secret(args) => secret::run(args),
+        Command::Timeline(args) => timeline::run(args),
         Command::Sandbox(args) => r#try::sandbox::keeper_main(args),
     }
 }

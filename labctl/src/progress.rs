@@ -1,12 +1,16 @@
 //! The progress display of a wait: on a terminal, one live line per VM
-//! (spinner, elapsed time, state, reason), redrawn in place; otherwise a
-//! plain line each time a VM's state or reason changes. Always on stderr.
+//! (spinner, elapsed time against the deadline, state, and what the VM is
+//! doing: setup's last log line, else the cloud-init stage running, else
+//! the agent's reason), redrawn in place and cleared at the end; otherwise
+//! a plain line each time a VM's phase changes (its state, reason or
+//! cloud-init stage: never a line per line of the setup log). Always on
+//! stderr.
 //! [`wait_with_display`] waits with it (`wait`, `grade --wait`, `try`);
 //! [`print_setup_log`] shows a failed setup's log.
 
 use super::common::human_duration;
 use lab_agent_client::{Client, Error, Progress, WaitOutcome};
-use lab_agent_proto::ReadyState;
+use lab_agent_proto::{ReadyResponse, ReadyState, SetupState};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -24,6 +28,8 @@ pub struct WaitDisplay {
     frame: usize,
     /// Show URLs (several VMs) or not (one VM, named once by the caller).
     show_urls: bool,
+    /// The whole wait's length, shown against the elapsed time.
+    limit: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -34,6 +40,10 @@ struct Row {
     reason: String,
     /// The reason came from the caller's `not_up` text: show it alone.
     reason_is_status: bool,
+    /// The cloud-init stage running, from the answer's timeline.
+    stage: Option<&'static str>,
+    /// Setup's last log line while it runs, escaped (the guest's text).
+    log_line: Option<String>,
     /// Set once this VM's wait has ended, with the text to show.
     done: Option<String>,
 }
@@ -56,13 +66,22 @@ impl WaitDisplay {
                     state: None,
                     reason: "connecting".to_owned(),
                     reason_is_status: false,
+                    stage: None,
+                    log_line: None,
                     done: None,
                 })
                 .collect(),
             drawn: 0,
             frame: 0,
             show_urls,
+            limit: None,
         }
+    }
+
+    /// Shows the elapsed time against `limit`, the wait's whole length.
+    pub fn with_limit(mut self, limit: Duration) -> Self {
+        self.limit = Some(limit);
+        self
     }
 
     pub fn is_live(&self) -> bool {
@@ -83,10 +102,14 @@ impl WaitDisplay {
             (None, Some(text)) => text,
             _ => p.reason.clone(),
         };
-        let changed = row.state != p.state || row.reason != reason;
+        let answer = p.answer.as_deref();
+        let stage = answer.and_then(|r| r.timeline.as_ref()?.running_stage());
+        let changed = row.state != p.state || row.reason != reason || row.stage != stage;
         row.reason_is_status = p.state.is_none() && reason != p.reason;
         row.state = p.state;
         row.reason = reason;
+        row.stage = stage;
+        row.log_line = answer.and_then(last_log_line);
         if self.live {
             self.redraw();
         } else if changed {
@@ -136,12 +159,15 @@ impl WaitDisplay {
         match &row.done {
             Some(text) => line.push_str(&format!("  {text}")),
             None => {
-                let spin = SPINNER[self.frame % SPINNER.len()];
-                line.push_str(&format!(
-                    "{spin} {:>6}  {}",
-                    human_duration(self.start.elapsed()),
-                    row.status()
-                ));
+                line.push(SPINNER[self.frame % SPINNER.len()]);
+                line.push(' ');
+                line.push_str(&format!("{:>6}", human_duration(self.start.elapsed())));
+                if let Some(limit) = self.limit {
+                    line.push_str(" / ");
+                    line.push_str(&human_duration(limit));
+                }
+                line.push_str("  ");
+                line.push_str(&row.live_status());
             }
         }
         if self.show_urls {
@@ -169,18 +195,57 @@ impl WaitDisplay {
 }
 
 impl Row {
-    /// `state: reason`, or the caller's own text while the agent is silent.
+    /// `state: reason` and the cloud-init stage running, or the caller's
+    /// own text while the agent is silent.
     fn status(&self) -> String {
         if self.reason_is_status {
             return one_line(&self.reason);
         }
-        let state = self.state.map_or("unreachable", |s| s.as_str());
+        let state = self.state_str();
+        let mut text = state.to_owned();
         if !self.reason.is_empty() && self.reason != state {
-            format!("{state}: {}", one_line(&self.reason))
-        } else {
-            state.to_owned()
+            text.push_str(": ");
+            text.push_str(&one_line(&self.reason));
         }
+        if let Some(stage) = self.stage {
+            text.push_str(" · cloud-init ");
+            text.push_str(stage);
+        }
+        text
     }
+
+    /// What the live line says: the state and what the VM is doing now —
+    /// setup's last log line while it runs, else the cloud-init stage
+    /// running — or, when neither is known, [`Row::status`].
+    fn live_status(&self) -> String {
+        let doing = match (&self.log_line, self.stage) {
+            (Some(line), _) => format!("setup: {line}"),
+            (None, Some(stage)) => format!("cloud-init {stage}"),
+            (None, None) => return self.status(),
+        };
+        if self.reason_is_status {
+            return self.status();
+        }
+        format!("{} · {doing}", self.state_str())
+    }
+
+    fn state_str(&self) -> &'static str {
+        self.state.map_or("unreachable", |s| s.as_str())
+    }
+}
+
+/// Setup's last non-blank log line while it runs, on one line and
+/// escaped: the guest's bytes (a `\r` progress bar, an escape sequence)
+/// are shown, not obeyed. Cut to the terminal's width with the line.
+fn last_log_line(r: &ReadyResponse) -> Option<String> {
+    if r.state != ReadyState::SettingUp || r.setup.state != SetupState::Running {
+        return None;
+    }
+    let tail = r.setup.log_tail.as_deref()?;
+    // A progress bar redraws with `\r`: its last frame is what shows.
+    let line = tail.lines().rev().find(|l| !l.trim().is_empty())?;
+    let line = line.rsplit('\r').find(|l| !l.trim().is_empty())?;
+    Some(one_line(line.trim()))
 }
 
 impl Drop for WaitDisplay {
@@ -232,8 +297,8 @@ pub async fn wait_with_display_hooked(
     hook: &mut dyn FnMut(usize, &lab_agent_client::Progress) -> Option<String>,
 ) -> Vec<WaitOutcome> {
     let urls = clients.iter().map(|c| c.url().to_owned()).collect();
-    let mut display = WaitDisplay::new(urls);
     let start = Instant::now();
+    let mut display = WaitDisplay::new(urls).with_limit(deadline.saturating_duration_since(start));
     let display_cell = std::cell::RefCell::new(&mut display);
     // When each VM was first seen ready: one summary time for all would say
     // "ready after 6.0s" of a VM that was ready at once.
@@ -325,6 +390,7 @@ mod tests {
             state: None,
             reason: "connection closed".into(),
             attempts: 3,
+            answer: None,
         };
         d.update_with(0, &silent, Some("booting: cloud-init: init stage".into()));
         assert_eq!(
@@ -341,6 +407,88 @@ mod tests {
         assert_eq!(
             d.plain_line(0, Duration::from_secs(41)),
             "[ 41.0s] setting_up: setup is running"
+        );
+    }
+
+    fn answer(json: &str) -> Option<std::sync::Arc<ReadyResponse>> {
+        Some(std::sync::Arc::new(serde_json::from_str(json).unwrap()))
+    }
+
+    /// The phase is the state and the cloud-init stage running: a new
+    /// stage is a plain line, a new setup log line is not; the live line
+    /// shows the log line (escaped), else the stage.
+    #[test]
+    fn the_stage_and_setups_last_line() {
+        let mut d = WaitDisplay::with_mode(vec!["http://a".into()], false)
+            .with_limit(Duration::from_secs(150));
+        let booting = answer(
+            r#"{"state":"booting","reason":"waiting for cloud-init to start the lab setup",
+                "cloud_init":{"done":false},"setup":{"state":"pending"},
+                "timeline":{"cloud_init":{"init-local":{"start_secs":1.9,"finished_secs":2.4},
+                                          "init":{"start_secs":2.5}}}}"#,
+        );
+        let p = Progress {
+            elapsed: Duration::from_secs(3),
+            state: Some(ReadyState::Booting),
+            reason: "waiting for cloud-init to start the lab setup".into(),
+            attempts: 1,
+            answer: booting,
+        };
+        d.update(0, &p);
+        assert_eq!(d.rows[0].stage, Some("init"));
+        assert_eq!(
+            d.plain_line(0, p.elapsed),
+            "[  3.0s] booting: waiting for cloud-init to start the lab setup · cloud-init init"
+        );
+        assert_eq!(d.rows[0].live_status(), "booting · cloud-init init");
+
+        let setting_up = |log: &str| {
+            answer(&format!(
+                r#"{{"state":"setting_up","reason":"the setup script is running",
+                    "cloud_init":{{"done":false}},
+                    "setup":{{"state":"running","log_tail":{log}}},
+                    "timeline":{{"cloud_init":{{"init-local":{{"start_secs":1.9,"finished_secs":2.4}},
+                        "modules-final":{{"start_secs":9.0}}}}}}}}"#,
+                log = serde_json::to_string(log).unwrap()
+            ))
+        };
+        let p = Progress {
+            state: Some(ReadyState::SettingUp),
+            reason: "the setup script is running".into(),
+            answer: setting_up("apt-get update\nGet:1 \x1b]0;owned\x07 10%\r50%\n\n"),
+            ..p
+        };
+        d.update(0, &p);
+        assert_eq!(d.rows[0].stage, Some("modules-final"));
+        assert_eq!(
+            d.rows[0].live_status(),
+            "setting_up · setup: 50%",
+            "a progress bar's last frame"
+        );
+        let again = Progress {
+            answer: setting_up("Get:1 \x1b]0;owned\x07 http://deb"),
+            ..p.clone()
+        };
+        d.update(0, &again);
+        assert_eq!(
+            d.rows[0].live_status(),
+            "setting_up · setup: Get:1 \\x1b]0;owned\\x07 http://deb"
+        );
+        let line = d.live_line(&d.rows[0], 30);
+        assert!(line.ends_with('…') && line.chars().count() == 30, "{line}");
+        assert!(line.contains("/ 2m30s"), "{line}");
+        // Without a timeline or a log tail: the reason, as before.
+        let bare = Progress {
+            answer: answer(
+                r#"{"state":"setting_up","reason":"the setup script is running",
+                    "cloud_init":{"done":false},"setup":{"state":"running"}}"#,
+            ),
+            ..p
+        };
+        d.update(0, &bare);
+        assert_eq!(
+            d.rows[0].live_status(),
+            "setting_up: the setup script is running"
         );
     }
 

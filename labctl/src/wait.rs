@@ -1,7 +1,9 @@
-//! `labctl wait`: wait until one or more agents are ready.
+//! `labctl wait`: wait until one or more agents are ready, then print
+//! each VM's life ([`life`]) on stdout, or every answer with `--json`.
 
 use super::common;
 use super::exit::{Exit, Failure};
+use super::life;
 use super::progress::{print_setup_log, wait_with_display};
 use lab_agent_client::{Client, Error, WaitOutcome};
 use lab_agent_proto::lab::Lab;
@@ -26,7 +28,8 @@ pub struct WaitArgs {
     /// the VM's start to ready) is the default `--timeout`
     #[arg(long = "lab", value_name = "LAB_DIR")]
     pub lab: Option<PathBuf>,
-    /// Print each VM's outcome as JSON on stdout
+    /// Print each VM's outcome as JSON on stdout: its last `/v1/ready`
+    /// answer whole (instance, timeline and root disk included)
     #[arg(long)]
     pub json: bool,
 }
@@ -98,15 +101,38 @@ pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
         &config.clients,
         Instant::now() + config.timeout,
     ));
-    if config.json {
-        // A reader that stops early (`| head`) is not an error.
-        let _ = writeln!(
+    // A reader that stops early (`| head`) is not an error.
+    let _ = if config.json {
+        writeln!(
             std::io::stdout(),
             "{}",
             json_text(&outcomes_json(&outcomes))
-        );
-    }
+        )
+    } else {
+        write!(std::io::stdout(), "{}", lives(&outcomes))
+    };
     report(outcomes, config.json)
+}
+
+/// Each ready VM's life (instance, timeline, root disk) for people, on
+/// stdout: the data a wait has to report. With several VMs, each under its
+/// URL.
+fn lives(outcomes: &[WaitOutcome]) -> String {
+    let several = outcomes.len() > 1;
+    let mut out = String::new();
+    for o in outcomes {
+        let Ok(r) = &o.result else { continue };
+        let text = life::describe(r);
+        if text.is_empty() {
+            continue;
+        }
+        if several {
+            out.push_str(&o.url);
+            out.push_str(":\n");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// Prints why each VM that is not ready is not, and picks the exit status:

@@ -85,6 +85,13 @@ impl Timeline {
             .into_iter()
             .filter_map(|name| Some((name, self.cloud_init.get(name)?)))
     }
+
+    /// The cloud-init stage running: the last one that started, while it
+    /// has not finished (none between two stages, or once all are done).
+    pub fn running_stage(&self) -> Option<&'static str> {
+        let (name, span) = self.stages().last()?;
+        span.finished_secs.is_none().then_some(name)
+    }
 }
 
 /// The root filesystem: what a lab needs from its disk (the seeds'
@@ -129,6 +136,11 @@ mod tests {
         let t: Timeline = serde_json::from_str(text).unwrap();
         let order: Vec<_> = t.stages().map(|(n, _)| n).collect();
         assert_eq!(order, ["init-local", "init", "modules-final"]);
+        assert_eq!(t.running_stage(), None, "modules-final has finished");
+        let mut between = t.clone();
+        between.cloud_init.remove("modules-final");
+        assert_eq!(between.running_stage(), Some("init"));
+        assert_eq!(Timeline::default().running_stage(), None);
         assert_eq!(t.cloud_init["init"].finished_secs, None);
         assert!((t.setup.unwrap().duration_secs().unwrap() - 61.1).abs() < 1e-9);
         let again: Timeline = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();

@@ -224,6 +224,9 @@ pub struct AgentOptions {
     pub extra_args: Vec<String>,
     /// The token; default a fresh one.
     pub token: Option<String>,
+    /// `--cloud-init-dir`: a test's stand-in for `/run/cloud-init`
+    /// (`status.json`, `result.json`); default `--no-cloud-init`.
+    pub cloud_init_dir: Option<PathBuf>,
 }
 
 impl AgentOptions {
@@ -239,6 +242,11 @@ impl AgentOptions {
 
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    pub fn cloud_init_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cloud_init_dir = Some(dir.into());
         self
     }
 }
@@ -271,8 +279,11 @@ impl Agent {
             &addr_file,
             &token_file,
             &dir.join("state"),
-        ))
-        .arg("--no-cloud-init");
+        ));
+        match &opts.cloud_init_dir {
+            Some(dir) => cmd.arg("--cloud-init-dir").arg(dir),
+            None => cmd.arg("--no-cloud-init"),
+        };
         let script = opts.setup.as_deref().unwrap_or("true\n");
         let path = dir.write("setup.sh", script, 0o755);
         cmd.arg("--run-setup").arg(path);

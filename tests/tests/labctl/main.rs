@@ -90,6 +90,7 @@ mod grade;
 mod grading;
 mod hostile;
 mod lab_toml;
+mod life;
 mod lint;
 mod output;
 mod timeouts;

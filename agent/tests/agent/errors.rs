@@ -197,7 +197,10 @@ fn values_the_kernel_refuses_are_400_not_500() {
     let msg = agent
         .exec(json!({"command": "true", "cwd": loop_dir}))
         .error(400, "bad_request");
-    assert!(msg.contains("symbolic links"), "{msg}");
+    // The kernel's ELOOP in the libc's words: glibc's "Too many levels of
+    // symbolic links" (this suite's agent), musl's "Symbolic link loop"
+    // (the shipped one).
+    assert!(msg.to_lowercase().contains("symbolic link"), "{msg}");
     // Just under the limit is fine.
     let fits = "y".repeat(131_071 - "FITS=".len());
     let r = agent.run(json!({"command": "printf %s \"$FITS\" | wc -c", "env": {"FITS": fits, "HOME": "/nonexistent"}}));

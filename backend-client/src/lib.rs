@@ -58,10 +58,12 @@ pub mod error;
 pub mod grade;
 mod interim;
 mod reuse;
+pub mod stream;
 pub mod wait;
 
 pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};
 pub use error::Error;
 pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;
+pub use stream::{ExecStream, SetupLog};
 pub use wait::{Progress, WaitOutcome, wait_all};

@@ -15,6 +15,7 @@ use crate::client::{
 use crate::error::{Error, Request};
 use http_body_util::BodyExt;
 use hyper::body::{Bytes, Incoming};
+use hyper::header::CONTENT_TYPE;
 use hyper::{Method, StatusCode};
 use lab_agent_proto::{
     ExecRequest, LOG_OFFSET_HEADER, LOG_RESTARTED_HEADER, MAX_LOG_CHUNK_BYTES, MAX_READY_WAIT_SECS,
@@ -26,7 +27,10 @@ use tokio::time::Instant;
 /// A streamed exec's answer, read one event at a time with
 /// [`ExecStream::next_event`].
 pub struct ExecStream {
-    body: Incoming,
+    /// `None` once a plain answer was read whole (`queued`).
+    body: Option<Incoming>,
+    /// A plain answer's result, given as the one event.
+    queued: Option<StreamEvent>,
     request: Request,
     req: ExecRequest,
     deadline: Instant,
@@ -78,8 +82,31 @@ impl Client {
                 .await
                 .map_err(|_| timeout())??;
             if resp.status() == StatusCode::OK {
+                // Something between (or a stand-in) that answers the plain
+                // way: the same answer, read whole under the plain limits.
+                let ndjson = resp
+                    .headers()
+                    .get(CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.starts_with(lab_agent_proto::exec::STREAM_CONTENT_TYPE));
+                let (body, queued) = if ndjson {
+                    (Some(resp.into_body()), None)
+                } else {
+                    let limit = exec_response_limit(req.max_output_bytes);
+                    let raw = tokio::time::timeout_at(deadline, collect(resp, &request, limit))
+                        .await
+                        .map_err(|_| timeout())??;
+                    let r = serde_json::from_slice(&raw.body).map_err(|source| Error::Decode {
+                        request: request.clone(),
+                        status: raw.status,
+                        source,
+                    })?;
+                    let r = check_exec_result(request.clone(), &req, r)?;
+                    (None, Some(StreamEvent::Result(r)))
+                };
                 return Ok(ExecStream {
-                    body: resp.into_body(),
+                    body,
+                    queued,
                     request: request.clone(),
                     deadline,
                     budget,
@@ -208,6 +235,10 @@ impl ExecStream {
     /// deadline [`Error::Timeout`]; more than the request allows
     /// [`Error::TooLarge`] or [`Error::Protocol`].
     pub async fn next_event(&mut self) -> Result<Option<StreamEvent>, Error> {
+        if let Some(ev) = self.queued.take() {
+            (self.got_result, self.ended) = (true, true);
+            return Ok(Some(ev));
+        }
         loop {
             if let Some(i) = self.pending.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = self.pending.drain(..=i).collect();
@@ -229,7 +260,11 @@ impl ExecStream {
                     ),
                 ));
             }
-            let frame = tokio::time::timeout_at(self.deadline, self.body.frame())
+            let Some(body) = self.body.as_mut() else {
+                self.ended = true;
+                continue;
+            };
+            let frame = tokio::time::timeout_at(self.deadline, body.frame())
                 .await
                 .map_err(|_| Error::Timeout {
                     request: self.request.clone(),

@@ -26,6 +26,9 @@ pub struct Body {
     /// its connection: the output budget's reservation, the connection's
     /// busy mark.
     guards: Vec<Guard>,
+    /// Frames sent after `parts`, as they come (a streamed exec,
+    /// `exec_stream`): the body ends when the sender is dropped.
+    stream: Option<tokio::sync::mpsc::Receiver<Bytes>>,
 }
 
 /// Anything whose drop marks the end of sending this body.
@@ -52,6 +55,15 @@ impl Body {
         let mut body = Body::default();
         body.push_bytes(b);
         body
+    }
+
+    /// A body of the frames `rx` gives, of a length not known in advance
+    /// (sent chunked, each frame as it comes).
+    pub fn stream(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Body {
+        Body {
+            stream: Some(rx),
+            ..Body::default()
+        }
     }
 
     /// Keeps `guard` alive until the body is dropped.
@@ -120,17 +132,26 @@ impl hyper::body::Body for Body {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.get_mut().next_frame().map(|b| Ok(Frame::data(b))))
+        let me = self.get_mut();
+        if me.parts.is_empty()
+            && let Some(rx) = &mut me.stream
+        {
+            return rx.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))));
+        }
+        Poll::Ready(me.next_frame().map(|b| Ok(Frame::data(b))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.parts.is_empty()
+        self.parts.is_empty() && self.stream.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.remaining)
+        match self.stream {
+            Some(_) => SizeHint::default(),
+            None => SizeHint::with_exact(self.remaining),
+        }
     }
 }
 
@@ -159,7 +180,7 @@ fn escaped_len(src: &[u8]) -> u64 {
         .sum()
 }
 
-fn escape_into(src: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn escape_into(src: &[u8], out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut start = 0;
     for (i, &b) in src.iter().enumerate() {

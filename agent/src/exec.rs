@@ -7,14 +7,16 @@ use crate::budget::{PER_ANSWER, Reservation};
 use crate::capture::{Capped, pump};
 use crate::http::{Response, json_body};
 use crate::identity::Identity;
-use crate::process::{self, Cwd, Limits, Script, ShellCommand, Stdio};
+use crate::process::{self, Cwd, Exit, Job, Limits, Script, ShellCommand, Stdio};
 use http_body_util::{BodyExt, Limited};
 use hyper::StatusCode;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::CONTENT_LENGTH;
 use lab_agent_proto::exec::{LIMIT_MEMORY, LIMIT_PIDS};
 use lab_agent_proto::{ExecRequest, ExecResult, MAX_BODY_BYTES};
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
@@ -52,7 +54,7 @@ pub async fn handle(
     // The slot comes before the body is read: a client that opens many
     // requests and trickles (or holds) their bodies pins at most
     // `--max-execs` bodies, each also counted in the output budget.
-    let _slot = app
+    let slot = app
         .exec_slots
         .clone()
         .try_acquire_owned()
@@ -79,9 +81,27 @@ pub async fn handle(
         ..ExecLog::default()
     });
     let identity = Identity::cached(&request.user)?;
+    if request.stream {
+        return crate::exec_stream::handle(app, request, &identity, slot);
+    }
     // Both streams at their cap, and what sending the answer buffers.
     let mut output = reserve(app, 2 * request.max_output_bytes + PER_ANSWER)?;
-    let (result, held) = run(app, &request, &identity).await?;
+    let mut job = start(app, &request, &identity)?;
+    let cap = request.max_output_bytes as usize;
+    let (mut out, mut err) = (Capped::new(cap), Capped::new(cap));
+    let (stdout, stderr) = (job.stdout.take(), job.stderr.take());
+    let exit = {
+        let pumps = async {
+            tokio::join!(capture(stdout, &mut out), capture(stderr, &mut err));
+        };
+        tokio::pin!(pumps);
+        drive(&mut job, &request, pumps).await
+    };
+    let mut result = finish(ids(app), job, exit?);
+    let held = (out.held() + err.held()) as u64;
+    (result.stdout_truncated, result.stderr_truncated) = (out.truncated(), err.truncated());
+    (result.stdout, result.stderr) = (out.into_string(), err.into_string());
+    drop(slot);
     output.shrink_to(held + PER_ANSWER);
     if let Some(l) = log.as_mut() {
         l.exit_code = result.exit_code;
@@ -125,7 +145,7 @@ async fn read_body(req: hyper::Request<Incoming>, limit: usize) -> Result<Bytes,
     }
 }
 
-fn reserve(app: &App, bytes: u64) -> Result<Reservation, ApiError> {
+pub(crate) fn reserve(app: &App, bytes: u64) -> Result<Reservation, ApiError> {
     app.output
         .try_reserve(bytes)
         .ok_or_else(|| ApiError::OutputBudget {
@@ -137,7 +157,7 @@ fn reserve(app: &App, bytes: u64) -> Result<Reservation, ApiError> {
 /// escaped while it is sent rather than copied into a serialized body
 /// first: with 8 commands at the default 1 MiB cap that copy was another
 /// ~1 MiB at the peak (BENCHMARKS.md, memory).
-fn respond(r: ExecResult) -> Response {
+pub(crate) fn respond(r: ExecResult) -> Response {
     // Exhaustive, so a new field cannot be forgotten here.
     let ExecResult {
         exit_code,
@@ -213,17 +233,19 @@ pub fn parse(body: &[u8]) -> Result<ExecRequest, ApiError> {
     Ok(req)
 }
 
-/// Runs the command; also returns the bytes of output it holds.
-async fn run(
-    app: &App,
-    req: &ExecRequest,
-    identity: &Identity,
-) -> Result<(ExecResult, u64), ApiError> {
+async fn capture(pipe: Option<tokio::net::unix::pipe::Receiver>, sink: &mut Capped) {
+    if let Some(p) = pipe {
+        let _ = pump(p, sink).await;
+    }
+}
+
+/// Starts the command (a 400 when it cannot start: unknown user, bad cwd).
+pub(crate) fn start(app: &App, req: &ExecRequest, identity: &Identity) -> Result<Job, ApiError> {
     let cwd = match &req.cwd {
         Some(dir) => Cwd::Dir(Path::new(dir)),
         None => Cwd::Home,
     };
-    let mut job = process::spawn(
+    Ok(process::spawn(
         ShellCommand {
             identity,
             script: Script::Command(&req.command),
@@ -244,56 +266,45 @@ async fn run(
             }),
         },
         &app.jobs,
-    )?;
+    )?)
+}
 
-    let cap = req.max_output_bytes as usize;
-    let mut out = Capped::new(cap);
-    let mut err = Capped::new(cap);
-    let stdout = job.stdout.take();
-    let stderr = job.stderr.take();
+/// Runs a started command to its end (or its timeout and kill) while
+/// `output` reads its pipes and its stdin is written; then gives `output`
+/// [`OUTPUT_LINGER`] to finish. One body for the plain answer and the
+/// streamed one (`exec_stream`), behind a `dyn` so it is compiled once.
+pub(crate) async fn drive(
+    job: &mut Job,
+    req: &ExecRequest,
+    mut output: Pin<&mut (dyn Future<Output = ()> + Send + '_)>,
+) -> Result<Exit, ApiError> {
     let stdin = job.stdin.take();
-    let exit = {
-        let out_f = async {
-            if let Some(s) = stdout {
-                let _ = pump(s, &mut out).await;
-            }
-        };
-        let err_f = async {
-            if let Some(s) = stderr {
-                let _ = pump(s, &mut err).await;
-            }
-        };
-        // A command that never reads its stdin must not block anything:
-        // this future is simply dropped when the command is done.
-        let in_f = async {
-            if let (Some(mut pipe), Some(data)) = (stdin, req.stdin.as_deref()) {
-                let _ = pipe.write_all(data.as_bytes()).await;
-            }
-        };
-        let waited = job.wait(Duration::from_secs(req.timeout_secs), KILL_GRACE);
-        tokio::pin!(out_f, err_f, in_f, waited);
-        let (mut out_done, mut err_done, mut in_done) = (false, false, false);
-        let exit = loop {
-            tokio::select! {
-                e = &mut waited => break e,
-                _ = &mut out_f, if !out_done => out_done = true,
-                _ = &mut err_f, if !err_done => err_done = true,
-                _ = &mut in_f, if !in_done => in_done = true,
-            }
-        };
-        let linger = tokio::time::sleep(OUTPUT_LINGER);
-        tokio::pin!(linger);
-        while !(out_done && err_done) {
-            tokio::select! {
-                _ = &mut out_f, if !out_done => out_done = true,
-                _ = &mut err_f, if !err_done => err_done = true,
-                _ = &mut linger => break,
-            }
+    // A command that never reads its stdin must not block anything:
+    // this future is simply dropped when the command is done.
+    let in_f = async {
+        if let (Some(mut pipe), Some(data)) = (stdin, req.stdin.as_deref()) {
+            let _ = pipe.write_all(data.as_bytes()).await;
         }
-        exit
     };
-    let exit =
-        exit.map_err(|e| ApiError::Internal(format!("failed to wait for the command: {e}")))?;
+    let waited = job.wait(Duration::from_secs(req.timeout_secs), KILL_GRACE);
+    tokio::pin!(in_f, waited);
+    let (mut out_done, mut in_done) = (false, false);
+    let exit = loop {
+        tokio::select! {
+            e = &mut waited => break e,
+            _ = &mut output, if !out_done => out_done = true,
+            _ = &mut in_f, if !in_done => in_done = true,
+        }
+    };
+    if !out_done {
+        let _ = tokio::time::timeout(OUTPUT_LINGER, output).await;
+    }
+    exit.map_err(|e| ApiError::Internal(format!("failed to wait for the command: {e}")))
+}
+
+/// The result of an ended command, without its output (the caller's), and
+/// the end of its job: what it left is killed (unless asked to leave it).
+pub(crate) fn finish(ids: Ids, job: Job, exit: Exit) -> ExecResult {
     // Read before the job ends; with the values, so a report can say
     // which limit (a timed-out bomb hit pids.max too).
     let (mut limits_hit, mut max_pids, mut max_memory_bytes) = (Vec::new(), None, None);
@@ -309,28 +320,32 @@ async fn run(
     }
     // Ended: what it held is given back while the answer is sent.
     drop(job);
-    let held = (out.held() + err.held()) as u64;
-    let result = ExecResult {
+    ExecResult {
         exit_code: exit.code(),
         signal: exit.signal(),
         timed_out: exit.timed_out,
         duration_ms: exit.duration.as_millis() as u64,
-        stdout_truncated: out.truncated(),
-        stderr_truncated: err.truncated(),
-        stdout: out.into_string(),
-        stderr: err.into_string(),
+        stdout_truncated: false,
+        stderr_truncated: false,
+        stdout: String::new(),
+        stderr: String::new(),
         limits_hit,
         max_pids,
         max_memory_bytes,
-        instance_id: app
-            .readiness
-            .config()
-            .instance
-            .as_ref()
-            .map(|i| i.id.clone()),
-        boot_id: app.readiness.config().boot_id.clone(),
-    };
-    Ok((result, held))
+        instance_id: ids.0,
+        boot_id: ids.1,
+    }
+}
+
+/// The instance and boot ids every exec answer carries.
+pub(crate) type Ids = (Option<String>, Option<String>);
+
+pub(crate) fn ids(app: &App) -> Ids {
+    let cfg = app.readiness.config();
+    (
+        cfg.instance.as_ref().map(|i| i.id.clone()),
+        cfg.boot_id.clone(),
+    )
 }
 
 #[cfg(test)]

@@ -242,7 +242,7 @@ fn recoverable_errors(status: Result<serde_json::Value, String>) -> Vec<String> 
     out
 }
 
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     // 0 is no process: kill(0, …) would ask about our own process group.
     let Ok(pid) = i32::try_from(pid) else {
         return false;

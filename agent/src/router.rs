@@ -5,7 +5,7 @@ use crate::app::App;
 use crate::exec::{self, ExecLog};
 use crate::http::Response;
 use crate::logging::cut;
-use crate::{info, ready};
+use crate::{info, ready, setup_log};
 use hyper::body::Incoming;
 use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request};
@@ -112,7 +112,8 @@ async fn route(
         (&Method::GET, paths::READY) => ready::handle(app, req.uri().query()).await,
         (&Method::GET, paths::INFO) => Ok(info::handle(app)),
         (&Method::POST, paths::EXEC) => exec::handle(app, req, exec_log).await,
-        (_, paths::READY | paths::INFO) => Err(not_allowed("GET")),
+        (&Method::GET, paths::SETUP_LOG) => setup_log::handle(app, req.uri().query()).await,
+        (_, paths::READY | paths::INFO | paths::SETUP_LOG) => Err(not_allowed("GET")),
         (_, paths::EXEC) => Err(not_allowed("POST")),
         _ => Err(ApiError::NotFound(path.escape_debug().to_string())),
     }

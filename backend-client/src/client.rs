@@ -58,7 +58,7 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_LONG_POLL: Duration = Duration::from_secs(5);
 /// How many 429 `busy` answers `exec` sits out before giving up (within
 /// its deadline, whichever ends first).
-const MAX_BUSY_RETRIES: u32 = 20;
+pub(crate) const MAX_BUSY_RETRIES: u32 = 20;
 // The interim (1xx) cap is the connection's, where it is enforced.
 pub use crate::interim::MAX_INTERIM_RESPONSES;
 /// The largest body read for [`Client::request_unchecked`]: any status,
@@ -90,9 +90,9 @@ pub fn exec_stream_limit(max_output_bytes: u64) -> u64 {
 
 /// Body limits of one call: for the status(es) it accepts, and for others.
 #[derive(Debug, Clone, Copy)]
-struct Limits {
-    ok: usize,
-    other: usize,
+pub(crate) struct Limits {
+    pub(crate) ok: usize,
+    pub(crate) other: usize,
 }
 
 impl Limits {
@@ -329,6 +329,11 @@ impl Client {
         ClientBuilder::default()
     }
 
+    /// The allowance of one call past what it waits for on purpose.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
     /// The agent's base URL, as used in messages.
     pub fn url(&self) -> &str {
         &self.inner.base
@@ -543,7 +548,7 @@ impl Client {
     /// connection, interim responses, a slow body): then [`Error::Timeout`]
     /// saying `budget`, the call's whole allowance.
     #[allow(clippy::too_many_arguments)]
-    async fn request_limited(
+    pub(crate) async fn request_limited(
         &self,
         method: Method,
         path: &str,
@@ -564,7 +569,7 @@ impl Client {
         }
     }
 
-    fn request(&self, method: Method, path: &str) -> Request {
+    pub(crate) fn request(&self, method: Method, path: &str) -> Request {
         Request {
             method,
             url: format!("{}{path}", self.inner.base),
@@ -598,6 +603,19 @@ impl Client {
         limits: Limits,
         ok: &[StatusCode],
     ) -> Result<RawResponse, Error> {
+        let resp = self.open(method, path, body, request).await?;
+        let limit = limits.for_status(resp.status(), ok);
+        collect(resp, request, limit).await
+    }
+
+    /// Sends one request and returns the answer's head, its body unread.
+    pub(crate) async fn open(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        request: &Request,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
         // The pool retries what it knows never reached the agent. A
         // kept-alive connection that died under the request before a byte
         // of the answer means the agent went away between two calls (a
@@ -647,40 +665,7 @@ impl Client {
                 _ => return Err(transport(request, e)),
             }
         };
-        let (parts, mut incoming) = resp.into_parts();
-        let limit = limits.for_status(parts.status, ok);
-        let too_large = |declared| Error::TooLarge {
-            request: request.clone(),
-            limit,
-            declared,
-        };
-        // An announced length past the limit is refused before a byte of
-        // the body is read (or waited for).
-        let declared = parts
-            .headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
-        if let Some(n) = declared.filter(|&n| n > limit as u64) {
-            return Err(too_large(Some(n)));
-        }
-        let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
-        while let Some(frame) = incoming.frame().await {
-            let frame = frame.map_err(|e| transport(request, e))?;
-            if let Ok(data) = frame.into_data() {
-                if body.len() + data.len() > limit {
-                    // Dropping the body closes the connection: it is not
-                    // pooled with the rest of the answer still coming.
-                    return Err(too_large(None));
-                }
-                body.extend_from_slice(&data);
-            }
-        }
-        Ok(RawResponse {
-            status: parts.status,
-            headers: parts.headers,
-            body: Bytes::from(body),
-        })
+        Ok(resp)
     }
 
     /// A failed connect as [`Error::Connect`] with the `io::Error` the
@@ -710,9 +695,50 @@ impl Client {
     }
 }
 
+/// Reads a whole body of at most `limit` bytes.
+pub(crate) async fn collect(
+    resp: hyper::Response<hyper::body::Incoming>,
+    request: &Request,
+    limit: usize,
+) -> Result<RawResponse, Error> {
+    let (parts, mut incoming) = resp.into_parts();
+    let too_large = |declared| Error::TooLarge {
+        request: request.clone(),
+        limit,
+        declared,
+    };
+    // An announced length past the limit is refused before a byte of
+    // the body is read (or waited for).
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(n) = declared.filter(|&n| n > limit as u64) {
+        return Err(too_large(Some(n)));
+    }
+    let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    while let Some(frame) = incoming.frame().await {
+        let frame = frame.map_err(|e| transport(request, e))?;
+        if let Ok(data) = frame.into_data() {
+            if body.len() + data.len() > limit {
+                // Dropping the body closes the connection: it is not
+                // pooled with the rest of the answer still coming.
+                return Err(too_large(None));
+            }
+            body.extend_from_slice(&data);
+        }
+    }
+    Ok(RawResponse {
+        status: parts.status,
+        headers: parts.headers,
+        body: Bytes::from(body),
+    })
+}
+
 /// The checks an exec answer must pass: what a lab-agent can report for
 /// this request. Guest text in the problem is escaped.
-fn check_exec_result(
+pub(crate) fn check_exec_result(
     request: Request,
     req: &ExecRequest,
     r: ExecResult,
@@ -797,7 +823,7 @@ impl tower_service::Service<Uri> for Counted {
     }
 }
 
-fn transport(request: &Request, source: impl Into<crate::error::BoxError>) -> Error {
+pub(crate) fn transport(request: &Request, source: impl Into<crate::error::BoxError>) -> Error {
     Error::Transport {
         request: request.clone(),
         source: source.into(),
@@ -812,7 +838,7 @@ fn decode<T: DeserializeOwned>(request: Request, resp: &RawResponse) -> Result<T
     })
 }
 
-fn retry_after(headers: &HeaderMap) -> Option<u64> {
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<u64> {
     headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()
 }
 

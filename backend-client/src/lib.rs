@@ -60,6 +60,7 @@ pub mod error;
 pub mod grade;
 mod interim;
 mod reuse;
+pub mod stream;
 pub mod timeline;
 pub mod wait;
 
@@ -67,5 +68,6 @@ pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};
 pub use error::Error;
 pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;
+pub use stream::{ExecStream, SetupLog};
 pub use timeline::{Distribution, Phase, PhaseStats, distribution};
 pub use wait::{Progress, WaitOutcome, wait_all};

@@ -4,7 +4,7 @@
 use super::common::{self, AgentArgs};
 use super::exit::{Exit, Failure};
 use lab_agent_client::Client;
-use lab_agent_proto::ExecRequest;
+use lab_agent_proto::{ExecRequest, ExecResult, StreamEvent};
 use std::io::{Read, Write};
 
 #[derive(Debug, clap::Args)]
@@ -48,6 +48,10 @@ pub struct ExecArgs {
     /// memory controller
     #[arg(long, value_name = "MIB")]
     pub max_memory: Option<u64>,
+    /// Print the result as one JSON object once the command has ended
+    /// (instead of its output as it comes)
+    #[arg(long)]
+    pub json: bool,
     /// The command; its words are joined with spaces and run by
     /// `bash --login -c`, as `ssh` does
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -116,13 +120,73 @@ impl Config {
 pub fn run(args: &ExecArgs) -> Result<Exit, Failure> {
     let config = Config::from_args(args)?;
     let rt = common::runtime()?;
-    let result = rt
-        .block_on(config.client.exec(&config.request))
+    let result = if args.json {
+        let result = rt
+            .block_on(config.client.exec(&config.request))
+            .map_err(Failure::client)?;
+        let text = serde_json::to_string(&result).expect("an ExecResult always serializes");
+        // Guest text inside JSON strings is escaped by JSON itself, but
+        // C1 and format characters are not: escape what JSON leaves.
+        println!("{}", lab_agent_proto::text::json_escape_controls(&text));
+        result
+    } else {
+        rt.block_on(stream(&config))?
+    };
+    if !args.json {
+        notes(&config, &result);
+    }
+    // The client refuses an exit code outside 0..=255 or a signal outside
+    // 1..=64 (a protocol error, exit 3), so this neither wraps nor clamps
+    // a lie into a success.
+    let status = u8::try_from(result.shell_status()).expect("the client checks the ranges");
+    Ok(Exit::Command(status))
+}
+
+/// The output as it comes, each event written and flushed to the matching
+/// stream at once. To a terminal guest text is escaped (a command's
+/// `\x1b]…` must not drive the reader's terminal; line breaks are kept);
+/// to a pipe or file it is written as the command wrote it, as `ssh host
+/// CMD` does, so a program reading it gets the bytes.
+async fn stream(config: &Config) -> Result<ExecResult, Failure> {
+    use std::io::IsTerminal;
+    let mut s = config
+        .client
+        .exec_stream(&config.request)
+        .await
         .map_err(Failure::client)?;
-    // Output first, as the command produced it; then our own notes.
-    let _ = std::io::stdout().write_all(result.stdout.as_bytes());
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().write_all(result.stderr.as_bytes());
+    let (out_tty, err_tty) = (
+        std::io::stdout().is_terminal(),
+        std::io::stderr().is_terminal(),
+    );
+    loop {
+        match s.next_event().await.map_err(Failure::client)? {
+            Some(StreamEvent::Stdout(text)) => put(&mut std::io::stdout(), &text, out_tty),
+            Some(StreamEvent::Stderr(text)) => put(&mut std::io::stderr(), &text, err_tty),
+            Some(StreamEvent::Result(r)) => {
+                // Drain to the end: a stream cut after its result is still
+                // a broken answer.
+                while s.next_event().await.map_err(Failure::client)?.is_some() {}
+                put(&mut std::io::stdout(), &r.stdout, out_tty);
+                put(&mut std::io::stderr(), &r.stderr, err_tty);
+                return Ok(r);
+            }
+            None => unreachable!("next_event ends only after a result"),
+        }
+    }
+}
+
+fn put(w: &mut dyn Write, text: &str, tty: bool) {
+    let text = if tty {
+        lab_agent_proto::text::escape_lines(text)
+    } else {
+        text.into()
+    };
+    let _ = w.write_all(text.as_bytes());
+    let _ = w.flush();
+}
+
+/// Our own notes, after the command's output.
+fn notes(config: &Config, result: &ExecResult) {
     for (truncated, stream) in [
         (result.stdout_truncated, "stdout"),
         (result.stderr_truncated, "stderr"),
@@ -143,9 +207,4 @@ pub fn run(args: &ExecArgs) -> Result<Exit, Failure> {
     if let Some(limits) = result.limits_text() {
         eprintln!("warning: the command {limits}");
     }
-    // The client refuses an exit code outside 0..=255 or a signal outside
-    // 1..=64 (a protocol error, exit 3), so this neither wraps nor clamps
-    // a lie into a success.
-    let status = u8::try_from(result.shell_status()).expect("the client checks the ranges");
-    Ok(Exit::Command(status))
 }

@@ -84,6 +84,11 @@ pub struct ExecRequest {
     /// guest delegates the memory controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_bytes: Option<u64>,
+    /// Answer with the output as it comes: `application/x-ndjson`, one
+    /// [`StreamEvent`] per line, the result last. Sent only when true, so a
+    /// request stays readable by agents that predate it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub stream: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -202,6 +207,7 @@ impl ExecRequest {
             leave_running: false,
             max_pids: None,
             max_memory_bytes: None,
+            stream: false,
         }
     }
 
@@ -308,6 +314,33 @@ impl ExecRequest {
         self.max_memory_bytes = bytes;
         self
     }
+
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+}
+
+/// The `Content-Type` of a streamed exec answer.
+pub const STREAM_CONTENT_TYPE: &str = "application/x-ndjson";
+
+/// One line of a streamed exec answer (`"stream": true`): output as the
+/// command writes it, then its result, always last. The output events of a
+/// stream are each at most `max_output_bytes` in total (the cap counts the
+/// command's bytes, before escaping); the result's `stdout`/`stderr` hold
+/// what was not streamed (empty from this agent), and its truncation flags
+/// say what was cut. A stream that ends without a result was broken: a
+/// client reports a transport error, never a success.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamEvent {
+    /// `{"stdout":"…"}`: UTF-8 (lossy); a character is never split
+    /// between two events.
+    Stdout(String),
+    /// `{"stderr":"…"}`.
+    Stderr(String),
+    /// `{"result":{…}}`: the same fields as the plain answer.
+    Result(ExecResult),
 }
 
 /// What a person reads about the limits a command hit, with their values
@@ -544,6 +577,24 @@ mod tests {
             r.limits_text().unwrap(),
             "hit its process limit (pids.max 4096) and its memory limit (memory.max 1024 MiB)"
         );
+    }
+
+    #[test]
+    fn stream_is_off_the_wire_by_default_and_events_read_as_documented() {
+        let text = serde_json::to_string(&ExecRequest::new("x")).unwrap();
+        assert!(!text.contains("stream"), "{text}");
+        let text = serde_json::to_string(&ExecRequest::new("x").stream(true)).unwrap();
+        assert!(text.contains(r#""stream":true"#), "{text}");
+        let ev: StreamEvent = serde_json::from_str(r#"{"stdout":"a\n"}"#).unwrap();
+        assert_eq!(ev, StreamEvent::Stdout("a\n".into()));
+        let ev: StreamEvent = serde_json::from_str(r#"{"stderr":""}"#).unwrap();
+        assert_eq!(ev, StreamEvent::Stderr(String::new()));
+        let ev: StreamEvent = serde_json::from_str(
+            r#"{"result":{"exit_code":0,"signal":null,"timed_out":true,"duration_ms":1,"stdout":"","stderr":"","stdout_truncated":true,"stderr_truncated":false}}"#,
+        )
+        .unwrap();
+        assert!(matches!(ev, StreamEvent::Result(r) if r.timed_out && r.stdout_truncated));
+        assert!(serde_json::from_str::<StreamEvent>(r#"{"stdin":"x"}"#).is_err());
     }
 
     #[test]

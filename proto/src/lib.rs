@@ -39,7 +39,7 @@ pub mod ready;
 pub mod text;
 
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
-pub use exec::{ExecRequest, ExecResult, InvalidRequest, Profile};
+pub use exec::{ExecRequest, ExecResult, InvalidRequest, Profile, StreamEvent};
 pub use info::InfoResponse;
 pub use lifecycle::{Instance, RootDisk, Span, Timeline};
 pub use ready::{CloudInitStatus, ReadyResponse, ReadyState, SetupState, SetupStatus};
@@ -64,4 +64,22 @@ pub mod paths {
     pub const READY: &str = "/v1/ready";
     pub const EXEC: &str = "/v1/exec";
     pub const INFO: &str = "/v1/info";
+    /// `GET /v1/setup/log?offset=N[&wait=SECS]`: the setup log from a byte
+    /// offset, `text/plain`, with [`super::LOG_OFFSET_HEADER`] and
+    /// [`super::SETUP_STATE_HEADER`].
+    pub const SETUP_LOG: &str = "/v1/setup/log";
 }
+
+/// `/v1/setup/log`'s header: the offset after the bytes answered (where
+/// the next call starts).
+pub const LOG_OFFSET_HEADER: &str = "x-log-offset";
+/// `/v1/setup/log`'s header: the setup's state (`pending`, `running`,
+/// `succeeded`, `failed`), as `setup.state` in `/v1/ready`.
+pub const SETUP_STATE_HEADER: &str = "x-setup-state";
+/// `/v1/setup/log`'s header, present (`1`) when the log is now shorter
+/// than the offset asked for (it was replaced or truncated): the answer
+/// then starts again from offset 0.
+pub const LOG_RESTARTED_HEADER: &str = "x-log-restarted";
+/// Most bytes one `/v1/setup/log` answer carries; ask again from
+/// `X-Log-Offset` for more.
+pub const MAX_LOG_CHUNK_BYTES: u64 = 1024 * 1024;

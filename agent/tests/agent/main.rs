@@ -21,6 +21,7 @@ mod profiles;
 mod ready;
 mod setup;
 mod statefiles;
+mod stream;
 mod strict;
 mod timing;
 mod unread;

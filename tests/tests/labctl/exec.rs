@@ -127,3 +127,49 @@ fn limits_are_checked_and_sent() {
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout(&out), "77\n", "RLIMIT_NPROC from --max-pids");
 }
+
+/// Output as it comes: read through a pipe line by line, each line's
+/// arrival timed; the first well before the command ends.
+#[test]
+fn output_is_printed_as_it_comes_and_json_is_one_object() {
+    let agent = Agent::start(AgentOptions::default());
+    let mut cmd = Command::new(labctl_bin());
+    cmd.arg("exec")
+        .args(conn(&agent))
+        .args([
+            "--",
+            "for i in 1 2 3; do echo line $i; sleep 1; done; echo err >&2; exit 5",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = std::time::Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        lines.push((line.unwrap(), started.elapsed()));
+    }
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(5), "{lines:?} {err}");
+    let texts: Vec<&str> = lines.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(texts, ["line 1", "line 2", "line 3"]);
+    assert_eq!(err, "err\n");
+    // The command sleeps 3 s; its first line is read before its second
+    // sleep starts, the last after the second one ended.
+    let (first, last) = (lines[0].1, lines[2].1);
+    assert!(
+        first < std::time::Duration::from_secs(2)
+            && last - first >= std::time::Duration::from_millis(1900),
+        "{lines:?}"
+    );
+
+    // --json: the plain answer, one object.
+    let out = exec(&agent, &["--json", "--", "echo hi; exit 2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        (v["stdout"].as_str(), v["exit_code"].as_i64()),
+        (Some("hi\n"), Some(2))
+    );
+}

@@ -230,6 +230,24 @@ impl Client {
         self.run_checks(None, lab, guest_lab_dir, on_check).await
     }
 
+    /// [`Client::grade`] with the guest's `LAB_DIR` as given, or (`None`) as
+    /// the agent reports it ([`Client::reported_lab_dir`]), asked only once
+    /// the VM is found ready: what [`grade_all`] does for each VM, and the
+    /// Python package's `grade`.
+    pub async fn grade_checked(
+        &self,
+        lab: &Lab,
+        guest_lab_dir: Option<&str>,
+    ) -> Result<GradeReport, Error> {
+        // Readiness first: a VM that is not ready costs one call.
+        let instance = self.require_ready().await?;
+        let dir = match guest_lab_dir {
+            Some(dir) => dir.to_owned(),
+            None => self.reported_lab_dir().await?,
+        };
+        self.grade_instance(instance, lab, &dir, |_| {}).await
+    }
+
     /// The grading rule: `Ok` with the instance that answered (if it named
     /// one) when the VM is ready, else [`Error::NotReady`].
     pub async fn require_ready(&self) -> Result<Option<Instance>, Error> {
@@ -443,14 +461,7 @@ pub async fn grade_all(clients: &[Client], lab: &Lab, concurrency: usize) -> Vec
                 .await
                 .expect("the semaphore is never closed");
             let started = std::time::Instant::now();
-            // Readiness first: a VM that is not ready costs one call.
-            let result = match client.require_ready().await {
-                Ok(instance) => match client.reported_lab_dir().await {
-                    Ok(dir) => client.grade_instance(instance, &lab, &dir, |_| {}).await,
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            };
+            let result = client.grade_checked(&lab, None).await;
             (i, result, started.elapsed())
         });
     }
@@ -584,6 +595,108 @@ max_output_bytes = 100
         let a = check_request(&lab.checks[0], "/opt/lab");
         assert!(a.leave_running);
         assert_eq!((a.max_pids, a.max_memory_bytes), (Some(50), Some(32 << 20)));
+    }
+
+    /// A stand-in agent whose instance is `a` until it has answered
+    /// `execs_as_a` execs, then `b` (the VM reset between two checks).
+    /// One request per connection. Counts the execs it answered.
+    async fn resetting_agent(execs_as_a: u64) -> (String, std::sync::Arc<AtomicU64>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let execs = std::sync::Arc::new(AtomicU64::new(0));
+        let counted = execs.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let execs = counted.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let head_end = loop {
+                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break p + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    while buf.len() < head_end + len {
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body = if head.starts_with("post") {
+                        let n = execs.fetch_add(1, Ordering::SeqCst);
+                        let id = if n < execs_as_a { A } else { B };
+                        format!(
+                            r#"{{"exit_code":0,"signal":null,"timed_out":false,"duration_ms":1,"stdout":"","stderr":"","stdout_truncated":false,"stderr_truncated":false,"instance_id":"{id}","boot_id":"x"}}"#
+                        )
+                    } else {
+                        format!(
+                            r#"{{"state":"ready","cloud_init":{{"done":true,"errors":[]}},"setup":{{"state":"succeeded","exit_code":0}},"instance":{{"id":"{A}","boots":1,"boot_id":"x","first_boot_at":"2026-12-03T10:00:00Z"}}}}"#
+                        )
+                    };
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\
+                         content-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = s.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        (url, execs)
+    }
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn three_checks() -> Lab {
+        Lab::parse(
+            "name = \"l\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n\
+             [[checks]]\nname = \"b\"\nrun = \"true\"\n\
+             [[checks]]\nname = \"c\"\nrun = \"true\"\n",
+            "/labs/l",
+        )
+        .unwrap()
+    }
+
+    /// The instance that answered ready is the one graded: a check
+    /// answered by another (a reset between two checks) ends the grade
+    /// with `InstanceChanged`, and no later check is sent.
+    #[tokio::test]
+    async fn a_reset_mid_grade_is_instance_changed() {
+        let (url, execs) = resetting_agent(1).await;
+        let c = Client::new(&url, "token").unwrap();
+        let e = c.grade(&three_checks(), "/opt/lab").await.unwrap_err();
+        assert!(e.is_instance_changed(), "{e:?}");
+        match &e {
+            Error::InstanceChanged {
+                expected, found, ..
+            } => assert_eq!((expected.as_str(), found.as_str()), (A, B)),
+            _ => unreachable!(),
+        }
+        assert_eq!(execs.load(Ordering::SeqCst), 2, "no check after the reset");
+        // The client itself stays unpinned.
+        assert_eq!(c.instance(), None);
+        // No reset: graded, and the report names the instance.
+        let (url, _) = resetting_agent(u64::MAX).await;
+        let report = Client::new(&url, "token")
+            .unwrap()
+            .grade(&three_checks(), "/opt/lab")
+            .await
+            .unwrap();
+        assert!(report.all_passed());
+        assert_eq!(report.instance.unwrap().id, A);
     }
 
     #[test]

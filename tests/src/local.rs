@@ -224,6 +224,10 @@ pub struct AgentOptions {
     pub extra_args: Vec<String>,
     /// The token; default a fresh one.
     pub token: Option<String>,
+    /// `--state-dir`; default `state` in the agent's own dir (a fresh one
+    /// each start). One kept across starts is the same root disk: the
+    /// agent keeps its instance in it (`instance.json`).
+    pub state_dir: Option<PathBuf>,
 }
 
 impl AgentOptions {
@@ -239,6 +243,11 @@ impl AgentOptions {
 
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
         self
     }
 }
@@ -270,7 +279,7 @@ impl Agent {
                 .unwrap_or(addr_file::LOOPBACK_ANY_PORT),
             &addr_file,
             &token_file,
-            &dir.join("state"),
+            &opts.state_dir.clone().unwrap_or_else(|| dir.join("state")),
         ))
         .arg("--no-cloud-init");
         let script = opts.setup.as_deref().unwrap_or("true\n");

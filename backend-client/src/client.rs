@@ -125,6 +125,9 @@ type Pool = hyper_util::client::legacy::Client<Counted, Full<Bytes>>;
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// The instance id every answer must carry ([`ClientBuilder::instance`],
+    /// [`Client::pinned`]); `None` takes any.
+    pin: Option<Arc<str>>,
 }
 
 struct Inner {
@@ -150,6 +153,7 @@ impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
             .field("url", &self.inner.base)
+            .field("instance", &self.pin)
             .field("token", &"<redacted>")
             .finish()
     }
@@ -175,6 +179,7 @@ pub struct ClientBuilder {
     request_timeout: Duration,
     long_poll: Duration,
     dialer: Option<Arc<dyn Dialer>>,
+    instance: Option<String>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -184,6 +189,7 @@ impl fmt::Debug for ClientBuilder {
             .field("request_timeout", &self.request_timeout)
             .field("long_poll", &self.long_poll)
             .field("dialer", &self.dialer.is_some())
+            .field("instance", &self.instance)
             .finish()
     }
 }
@@ -195,6 +201,7 @@ impl Default for ClientBuilder {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             long_poll: DEFAULT_LONG_POLL,
             dialer: None,
+            instance: None,
         }
     }
 }
@@ -231,8 +238,25 @@ impl ClientBuilder {
         self
     }
 
+    /// Pins the client to one life of the VM: the `instance.id` the backend
+    /// saw when it handed the VM to the student. Every `/v1/ready`,
+    /// `/v1/info` and exec answer from another instance is then
+    /// [`Error::InstanceChanged`] (the VM was reset: the student's work
+    /// inside it is gone), and one that names no instance (an older agent)
+    /// is [`Error::InstanceUnknown`]: which life answered cannot be told.
+    /// [`Client::grade`] asks `/v1/ready` before it runs anything, so a
+    /// pinned grade of another instance runs nothing; a lone
+    /// [`Client::exec`] is only checked on its answer, after the command ran.
+    /// An id that is not 32 lowercase hex digits fails [`Self::build`]
+    /// with [`Error::InvalidInstanceId`].
+    pub fn instance(mut self, id: impl Into<String>) -> Self {
+        self.instance = Some(id.into());
+        self
+    }
+
     /// A client for the agent at `url` (`http://host:port`), sending `token`.
     pub fn build(self, url: &str, token: &str) -> Result<Client, Error> {
+        let pin = self.instance.as_deref().map(checked_pin).transpose()?;
         let invalid = |problem: &str| Error::InvalidUrl {
             url: url.to_owned(),
             problem: problem.to_owned(),
@@ -306,7 +330,17 @@ impl ClientBuilder {
                 fresh,
                 opened,
             }),
+            pin,
         })
+    }
+}
+
+/// `id` as a pin, when it has an instance id's shape.
+fn checked_pin(id: &str) -> Result<Arc<str>, Error> {
+    if lab_agent_proto::lifecycle::is_instance_id(id) {
+        Ok(Arc::from(id))
+    } else {
+        Err(Error::InvalidInstanceId { id: id.to_owned() })
     }
 }
 
@@ -337,6 +371,46 @@ impl Client {
     /// The agent's base URL, as used in messages.
     pub fn url(&self) -> &str {
         &self.inner.base
+    }
+
+    /// This client pinned to instance `id` (see [`ClientBuilder::instance`]),
+    /// sharing its connection pool; [`Error::InvalidInstanceId`] for an id
+    /// that is not one.
+    pub fn pinned(&self, id: &str) -> Result<Client, Error> {
+        Ok(Client {
+            inner: self.inner.clone(),
+            pin: Some(checked_pin(id)?),
+        })
+    }
+
+    /// The instance id this client is pinned to, if any.
+    pub fn instance(&self) -> Option<&str> {
+        self.pin.as_deref()
+    }
+
+    /// Holds an answer's instance to the pin: `found` is the id the answer
+    /// carries (`None`: it carries none), `first_boot_at` when it says.
+    pub(crate) fn check_instance(
+        &self,
+        found: Option<&str>,
+        first_boot_at: Option<&str>,
+    ) -> Result<(), Error> {
+        let Some(expected) = self.pin.as_deref() else {
+            return Ok(());
+        };
+        match found {
+            Some(id) if id == expected => Ok(()),
+            Some(id) => Err(Error::InstanceChanged {
+                url: self.inner.base.clone(),
+                expected: expected.to_owned(),
+                found: id.to_owned(),
+                first_boot_at: first_boot_at.map(str::to_owned),
+            }),
+            None => Err(Error::InstanceUnknown {
+                url: self.inner.base.clone(),
+                expected: expected.to_owned(),
+            }),
+        }
     }
 
     /// How many TCP connections this client (and its clones) has opened.
@@ -380,7 +454,15 @@ impl Client {
         match resp.status {
             StatusCode::OK | StatusCode::SERVICE_UNAVAILABLE => {
                 match serde_json::from_slice::<ReadyResponse>(&resp.body) {
-                    Ok(r) => Ok(r),
+                    Ok(r) => {
+                        check_instance_shape(&request, r.instance.as_ref())?;
+                        let i = r.instance.as_ref();
+                        self.check_instance(
+                            i.map(|i| i.id.as_str()),
+                            i.map(|i| i.first_boot_at.as_str()),
+                        )?;
+                        Ok(r)
+                    }
                     // A 503 without a readiness body comes from something in
                     // between (a proxy, a Service without endpoints): a
                     // status error, which waiters treat as "not up yet". One
@@ -456,7 +538,9 @@ impl Client {
             match resp.status {
                 StatusCode::OK => {
                     let result: ExecResult = decode(request.clone(), &resp)?;
-                    return check_exec_result(request, req, result);
+                    let result = check_exec_result(request, req, result)?;
+                    self.check_instance(result.instance_id.as_deref(), None)?;
+                    return Ok(result);
                 }
                 StatusCode::TOO_MANY_REQUESTS => {
                     let after = retry_after(&resp.headers).unwrap_or(1).clamp(1, 10);
@@ -507,6 +591,12 @@ impl Client {
             StatusCode::OK => decode(request.clone(), &resp)?,
             _ => return Err(status_error(request, &resp)),
         };
+        check_instance_shape(&request, info.instance.as_ref())?;
+        let i = info.instance.as_ref();
+        self.check_instance(
+            i.map(|i| i.id.as_str()),
+            i.map(|i| i.first_boot_at.as_str()),
+        )?;
         // A grader sends `lab_dir` back as every check's `LAB_DIR`: a
         // relative one would resolve against each check's cwd.
         if let Some(dir) = info.lab_dir.as_deref().filter(|d| !d.starts_with('/')) {
@@ -755,10 +845,39 @@ pub(crate) fn check_exec_result(
             "{len} bytes of {name}, more than `max_output_bytes` {} allows",
             req.max_output_bytes
         )
+    } else if let Some(id) = r
+        .instance_id
+        .as_deref()
+        .filter(|id| !lab_agent_proto::lifecycle::is_instance_id(id))
+    {
+        format!(
+            "`instance_id` `{}` is not {} lowercase hex digits",
+            lab_agent_proto::text::escape(id),
+            lab_agent_proto::lifecycle::INSTANCE_ID_LEN
+        )
     } else {
         return Ok(r);
     };
     Err(Error::Protocol { request, problem })
+}
+
+/// An `instance` whose id is not 32 lowercase hex digits is not an
+/// agent's: a client pins to these ids and prints them.
+fn check_instance_shape(
+    request: &Request,
+    instance: Option<&lab_agent_proto::lifecycle::Instance>,
+) -> Result<(), Error> {
+    match instance {
+        Some(i) if !lab_agent_proto::lifecycle::is_instance_id(&i.id) => Err(Error::Protocol {
+            request: request.clone(),
+            problem: format!(
+                "`instance.id` `{}` is not {} lowercase hex digits",
+                lab_agent_proto::text::escape(&i.id),
+                lab_agent_proto::lifecycle::INSTANCE_ID_LEN
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Whether a body is a JSON object with a `state`: an agent's readiness
@@ -1280,6 +1399,41 @@ mod tests {
         }
         assert!(Client::new("http://vm", "  \n").is_err());
         assert!(Client::new("http://vm", "a\nb").is_err());
+    }
+
+    #[test]
+    fn only_an_instance_id_pins() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let c = Client::builder()
+            .instance(id)
+            .build("http://10.0.0.5:8899", "t")
+            .unwrap();
+        assert_eq!(c.instance(), Some(id));
+        let c = Client::new("http://10.0.0.5:8899", "t").unwrap();
+        assert_eq!(c.instance(), None);
+        assert_eq!(c.pinned(id).unwrap().instance(), Some(id));
+        for bad in ["", "0123456789ABCDEF0123456789abcdef", "../x", &id[1..]] {
+            let e = Client::builder()
+                .instance(bad)
+                .build("http://10.0.0.5:8899", "t")
+                .unwrap_err();
+            assert!(matches!(e, Error::InvalidInstanceId { .. }), "{bad}: {e}");
+            assert!(c.pinned(bad).is_err(), "{bad}");
+        }
+        let changed = c.pinned(id).unwrap().check_instance(
+            Some("ffffffffffffffffffffffffffffffff"),
+            Some("2026-12-03T10:00:00Z"),
+        );
+        assert!(changed.unwrap_err().is_instance_changed());
+        let pinned = c.pinned(id).unwrap();
+        assert!(pinned.check_instance(Some(id), None).is_ok());
+        assert!(
+            pinned
+                .check_instance(None, None)
+                .unwrap_err()
+                .is_instance_unknown()
+        );
+        assert!(c.check_instance(None, None).is_ok());
     }
 
     #[test]

@@ -24,6 +24,17 @@ pub enum Error {
     #[error("invalid agent URL `{url}`: {problem}")]
     InvalidUrl { url: String, problem: String },
 
+    /// The instance id given to pin a client to
+    /// ([`crate::ClientBuilder::instance`]) is not one: 32 lowercase hex
+    /// digits, as `instance.id` in `/v1/ready` and `/v1/info`.
+    #[error(
+        "invalid instance id `{}` to pin to: an instance id is {} lowercase hex digits \
+         (`instance.id` in the agent's `/v1/ready` or `/v1/info` answer)",
+        escape(id),
+        lab_agent_proto::lifecycle::INSTANCE_ID_LEN
+    )]
+    InvalidInstanceId { id: String },
+
     /// The TCP connection could not be made (refused, no route, reset, DNS).
     #[error("failed to connect when {request}")]
     Connect {
@@ -166,6 +177,42 @@ pub enum Error {
         /// stuck in, and for how long. `None` when it never answered.
         in_state: Option<Duration>,
     },
+    /// The client is pinned to an instance ([`crate::ClientBuilder::instance`])
+    /// and another one answered: the VM was reset onto a fresh disk (a
+    /// containerDisk restarted), and the student's work inside it is gone.
+    /// Grading it would mark every step the student did as failed. `found`
+    /// is the guest's word, shown escaped; `first_boot_at` is known from a
+    /// `/v1/ready` or `/v1/info` answer, not from an exec's.
+    #[error("{}", instance_changed_message(url, expected, found, first_boot_at.as_deref()))]
+    InstanceChanged {
+        url: String,
+        /// The instance id the client is pinned to.
+        expected: String,
+        /// The instance id the agent answered with.
+        found: String,
+        /// When `found` first booted (RFC 3339, the guest's clock), if said.
+        first_boot_at: Option<String>,
+    },
+
+    /// The client is pinned to an instance but the answer names none: an
+    /// agent older than instance identity, or one that could not keep its
+    /// state dir. Which life of the VM answered cannot be told, so a pinned
+    /// client does not take the answer as the instance pinned ("unknown" is
+    /// never "unchanged").
+    #[error(
+        "the agent at {url} did not say which instance of the VM it is, so it cannot be \
+         verified as the instance {expected} pinned"
+    )]
+    InstanceUnknown { url: String, expected: String },
+
+    /// `grade` (or `grade_all`) found the VM not ready and ran nothing: a
+    /// check run while setup is still going would read as the student's
+    /// failure. `ready` is the agent's answer (state, reason, setup).
+    #[error("{}", not_ready_message(url, ready))]
+    NotReady {
+        url: String,
+        ready: Box<ReadyResponse>,
+    },
 }
 
 /// What a waiter last knew when its deadline passed.
@@ -206,9 +253,33 @@ impl Error {
         self.status() == Some(StatusCode::UNAUTHORIZED)
     }
 
-    /// The agent reports the lab's setup failed (see [`Error::ready_response`]).
+    /// The agent reports the lab's setup failed (see [`Error::ready_response`]):
+    /// a wait ended on it, or `grade` refused the VM for it.
     pub fn is_setup_failed(&self) -> bool {
-        matches!(self, Error::SetupFailed { .. })
+        match self {
+            Error::SetupFailed { .. } => true,
+            Error::NotReady { ready, .. } => ready.state == ReadyState::Failed,
+            _ => false,
+        }
+    }
+
+    /// `grade` refused a VM that is not ready (its state and reason in
+    /// [`Error::ready_response`]); nothing was run. A `failed` one is also
+    /// [`Error::is_setup_failed`].
+    pub fn is_not_ready(&self) -> bool {
+        matches!(self, Error::NotReady { .. })
+    }
+
+    /// A pinned client met another instance of the VM: it was reset, and
+    /// the student's work inside it is gone ([`Error::InstanceChanged`]).
+    pub fn is_instance_changed(&self) -> bool {
+        matches!(self, Error::InstanceChanged { .. })
+    }
+
+    /// A pinned client got an answer that names no instance, so it could
+    /// not tell which life of the VM answered ([`Error::InstanceUnknown`]).
+    pub fn is_instance_unknown(&self) -> bool {
+        matches!(self, Error::InstanceUnknown { .. })
     }
 
     /// A deadline or timeout passed: connecting, waiting for a response, or
@@ -322,11 +393,11 @@ impl Error {
     }
 
     /// The agent's last readiness report: the failed one of a
-    /// [`Error::SetupFailed`], or the last one seen before a
-    /// [`Error::WaitTimeout`].
+    /// [`Error::SetupFailed`], the one a [`Error::NotReady`] refused, or
+    /// the last one seen before a [`Error::WaitTimeout`].
     pub fn ready_response(&self) -> Option<&ReadyResponse> {
         match self {
-            Error::SetupFailed { ready, .. } => Some(ready),
+            Error::SetupFailed { ready, .. } | Error::NotReady { ready, .. } => Some(ready),
             Error::WaitTimeout {
                 last: LastSeen::State(ready),
                 ..
@@ -341,6 +412,9 @@ impl Error {
             Error::InvalidUrl { .. } => {
                 "give the agent's base URL, e.g. `http://10.0.0.5:8899`".to_owned()
             }
+            Error::InvalidInstanceId { .. } => "give the id the backend recorded from the \
+                 VM's first ready answer (`labctl wait --json` prints it as `instance.id`)"
+                .to_owned(),
             Error::Connect { source, .. } => match source.kind() {
                 std::io::ErrorKind::ConnectionRefused => {
                     "nothing listens there yet: is `lab-agent` running on that address and port? \
@@ -402,6 +476,22 @@ impl Error {
             Error::SetupFailed { .. } => "the setup log above shows why; fix the lab's setup \
                  script and try it locally with `labctl try LAB_DIR`"
                 .to_owned(),
+            Error::InstanceChanged { .. } => "do not grade this VM as the student's work: \
+                 tell the student their VM was reset and give them a fresh start (or grade \
+                 the new instance unpinned, knowing it holds none of their work)"
+                .to_owned(),
+            Error::InstanceUnknown { .. } => "update the VM's lab-agent to one that reports its \
+                 `instance` (and check its state dir is writable), or do not pin the client"
+                .to_owned(),
+            Error::NotReady { ready, .. } if ready.state == ReadyState::Failed => {
+                "its setup failed: the setup log shows why; fix the lab and try it with \
+                 `labctl try LAB_DIR`"
+                    .to_owned()
+            }
+            Error::NotReady { .. } => {
+                "grade once it is ready: wait for it first (`wait_ready`, `labctl grade --wait`)"
+                    .to_owned()
+            }
             Error::WaitTimeout { last, .. } => match last {
                 LastSeen::State(r) if r.state == ReadyState::SettingUp => {
                     "setup is still running: give it more time (the lab's `[readiness] \
@@ -471,6 +561,35 @@ fn setup_failed_message(url: &str, ready: &ReadyResponse) -> String {
         if !msg.contains(&format!("exit code {code}")) && !msg.contains(&format!("status {code}")) {
             msg.push_str(&format!(" (setup exit code {code})"));
         }
+    }
+    msg
+}
+
+fn instance_changed_message(
+    url: &str,
+    expected: &str,
+    found: &str,
+    first_boot_at: Option<&str>,
+) -> String {
+    let mut msg = format!("the VM at {url} was reset (instance {}", escape(found));
+    if let Some(at) = first_boot_at {
+        msg.push_str(", first booted at ");
+        msg.push_str(&escape(at));
+    }
+    msg.push_str(", is not the instance ");
+    msg.push_str(expected);
+    msg.push_str(" graded before): the student's work inside it is gone");
+    msg
+}
+
+fn not_ready_message(url: &str, ready: &ReadyResponse) -> String {
+    let mut msg = format!(
+        "the VM at {url} is not ready, so it was not graded: its state is `{}`",
+        ready.state
+    );
+    if let Some(reason) = ready.reason.as_deref().filter(|r| !r.is_empty()) {
+        msg.push_str(": ");
+        msg.push_str(&escape(reason));
     }
     msg
 }
@@ -639,6 +758,50 @@ mod tests {
             stuck.to_string(),
             "http://vm:8899 was not ready after 150s: stuck in state `booting` (cloud-init stage `init`) for the last 148s"
         );
+    }
+
+    #[test]
+    fn instance_and_readiness_errors_say_what_happened() {
+        let changed = Error::InstanceChanged {
+            url: "http://vm:8899".into(),
+            expected: "0123456789abcdef0123456789abcdef".into(),
+            found: "ffffffffffffffffffffffffffffffff\x1b".into(),
+            first_boot_at: Some("2026-12-03T10:00:00Z".into()),
+        };
+        assert!(changed.is_instance_changed() && !changed.is_unreachable());
+        assert_eq!(
+            changed.to_string(),
+            "the VM at http://vm:8899 was reset (instance ffffffffffffffffffffffffffffffff\\x1b, \
+             first booted at 2026-12-03T10:00:00Z, is not the instance \
+             0123456789abcdef0123456789abcdef graded before): the student's work inside it is gone"
+        );
+        let unknown = Error::InstanceUnknown {
+            url: "http://vm:8899".into(),
+            expected: "0123456789abcdef0123456789abcdef".into(),
+        };
+        assert!(unknown.is_instance_unknown() && !unknown.is_instance_changed());
+        let mut r = failed();
+        r.state = ReadyState::SettingUp;
+        r.reason = Some("setup is running".into());
+        let not_ready = Error::NotReady {
+            url: "http://vm:8899".into(),
+            ready: Box::new(r),
+        };
+        assert!(not_ready.is_not_ready() && !not_ready.is_setup_failed());
+        assert_eq!(
+            not_ready.to_string(),
+            "the VM at http://vm:8899 is not ready, so it was not graded: its state is \
+             `setting_up`: setup is running"
+        );
+        assert_eq!(
+            not_ready.ready_response().unwrap().state,
+            ReadyState::SettingUp
+        );
+        let failed = Error::NotReady {
+            url: "http://vm:8899".into(),
+            ready: Box::new(failed()),
+        };
+        assert!(failed.is_not_ready() && failed.is_setup_failed());
     }
 
     #[test]

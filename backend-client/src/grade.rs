@@ -1,8 +1,19 @@
 //! Grading: a lab's checks, run in order over `/v1/exec`, into a
 //! [`GradeReport`] whose JSON `docs/lab-toml.md` documents (`[[checks]]`):
-//! `{"lab","passed","failed","errors","total","score","max_score","checks":[{"name",
+//! `{"lab","passed","failed","errors","total","score","max_score","instance","checks":[{"name",
 //! "status","passed","points","exit_code","signal","timed_out","stdout","stderr",
-//! "stdout_truncated","stderr_truncated","duration_ms","fail_message","error"}]}`.
+//! "stdout_truncated","stderr_truncated","duration_ms","fail_message","error"}]}`
+//! (`instance` only when the agent named one).
+//!
+//! **The grading rule is the library's**: [`Client::grade`] and
+//! [`grade_all`] ask `/v1/ready` first and run nothing on a VM that is not
+//! ready ([`Error::NotReady`], with the agent's state and reason): a check
+//! run while setup is still going reads as the student's failure. The
+//! instance that answered is the one graded: every check's answer must come
+//! from it, else [`Error::InstanceChanged`] (the VM was reset mid-grade).
+//! Only a local tool that already waited in its own way (`labctl try`,
+//! which grades after a failed setup with `--keep-going`) skips the rule,
+//! explicitly: [`Client::grade_unchecked`].
 //!
 //! A check *passed* (exit 0), *failed* (ran: non-zero exit, signal or
 //! timeout) or is an *error* (could not run: the agent refused it, or the
@@ -17,6 +28,7 @@ use crate::client::Client;
 use crate::error::Error;
 use lab_agent_proto::exec::DEFAULT_USER;
 use lab_agent_proto::lab::{Check, LAB_DIR_ENV, Lab};
+use lab_agent_proto::lifecycle::Instance;
 use lab_agent_proto::{ExecRequest, ReadyResponse, ReadyState};
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +49,12 @@ pub struct GradeReport {
     pub score: u64,
     /// The points of every check graded, errors included.
     pub max_score: u64,
+    /// The life of the VM graded: the `instance` of the `/v1/ready` answer
+    /// that let grading start (every check answered from it). Absent from
+    /// an agent that predates instance identity, and from
+    /// [`Client::grade_unchecked`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<Instance>,
     /// One entry per check, in the lab's order.
     pub checks: Vec<CheckResult>,
 }
@@ -52,7 +70,7 @@ impl GradeReport {
         self.errors > 0
     }
 
-    fn new(lab: String, checks: Vec<CheckResult>) -> GradeReport {
+    fn new(lab: String, instance: Option<Instance>, checks: Vec<CheckResult>) -> GradeReport {
         let count = |s: CheckStatus| checks.iter().filter(|c| c.status == s).count();
         GradeReport {
             lab,
@@ -66,6 +84,7 @@ impl GradeReport {
                 .map(|c| u64::from(c.points))
                 .sum(),
             max_score: checks.iter().map(|c| u64::from(c.points)).sum(),
+            instance,
             checks,
         }
     }
@@ -158,9 +177,18 @@ impl CheckResult {
 }
 
 impl Client {
-    /// Runs `lab`'s checks in order, each as its `user` with its
-    /// `timeout_secs` and `LAB_DIR=guest_lab_dir` in its environment
-    /// (`/opt/lab` in a VM, the staged copy in `labctl try`).
+    /// Grades `lab` on a VM that is ready: asks `/v1/ready` once (within
+    /// the client's request timeout), and on a VM that is not ready runs
+    /// nothing and fails with [`Error::NotReady`] (its state and reason;
+    /// a `failed` one is also [`Error::is_setup_failed`]). Then runs the
+    /// checks in order, each as its `user` with its `timeout_secs` and
+    /// `LAB_DIR=guest_lab_dir` in its environment (`/opt/lab` in a VM, the
+    /// staged copy in `labctl try`).
+    ///
+    /// The report carries the `instance` that answered ready; a check
+    /// answered by another one is [`Error::InstanceChanged`] (the VM was
+    /// reset mid-grade). A pinned client ([`crate::ClientBuilder::instance`])
+    /// gets that error from the readiness answer, before anything runs.
     ///
     /// A check that cannot run is an `error` in the report and grading goes
     /// on; only a 401 ends it, since no later check could run either.
@@ -171,6 +199,96 @@ impl Client {
     /// [`Client::grade`], calling `on_check` as each check finishes.
     pub async fn grade_with(
         &self,
+        lab: &Lab,
+        guest_lab_dir: &str,
+        on_check: impl FnMut(&CheckResult),
+    ) -> Result<GradeReport, Error> {
+        let instance = self.require_ready().await?;
+        self.grade_instance(instance, lab, guest_lab_dir, on_check)
+            .await
+    }
+
+    /// Grades without asking whether the VM is ready: for a local tool that
+    /// waited in its own way and grades whatever the state (`labctl try
+    /// --keep-going` after a failed setup). A backend grading a student's
+    /// VM uses [`Client::grade`]. The report carries no `instance`.
+    pub async fn grade_unchecked(
+        &self,
+        lab: &Lab,
+        guest_lab_dir: &str,
+    ) -> Result<GradeReport, Error> {
+        self.grade_unchecked_with(lab, guest_lab_dir, |_| {}).await
+    }
+
+    /// [`Client::grade_unchecked`], calling `on_check` as each check finishes.
+    pub async fn grade_unchecked_with(
+        &self,
+        lab: &Lab,
+        guest_lab_dir: &str,
+        on_check: impl FnMut(&CheckResult),
+    ) -> Result<GradeReport, Error> {
+        self.run_checks(None, lab, guest_lab_dir, on_check).await
+    }
+
+    /// [`Client::grade`] with the guest's `LAB_DIR` as given, or (`None`) as
+    /// the agent reports it ([`Client::reported_lab_dir`]), asked only once
+    /// the VM is found ready: what [`grade_all`] does for each VM, and the
+    /// Python package's `grade`.
+    pub async fn grade_checked(
+        &self,
+        lab: &Lab,
+        guest_lab_dir: Option<&str>,
+    ) -> Result<GradeReport, Error> {
+        // Readiness first: a VM that is not ready costs one call.
+        let instance = self.require_ready().await?;
+        let dir = match guest_lab_dir {
+            Some(dir) => dir.to_owned(),
+            None => self.reported_lab_dir().await?,
+        };
+        self.grade_instance(instance, lab, &dir, |_| {}).await
+    }
+
+    /// The grading rule: `Ok` with the instance that answered (if it named
+    /// one) when the VM is ready, else [`Error::NotReady`].
+    pub async fn require_ready(&self) -> Result<Option<Instance>, Error> {
+        let ready = self.ready().await?;
+        if ready.state != ReadyState::Ready {
+            return Err(Error::NotReady {
+                url: self.url().to_owned(),
+                ready: Box::new(ready),
+            });
+        }
+        Ok(ready.instance)
+    }
+
+    /// Runs the checks on `instance` (as [`Client::require_ready`] found
+    /// it): every answer must come from it.
+    async fn grade_instance(
+        &self,
+        instance: Option<Instance>,
+        lab: &Lab,
+        guest_lab_dir: &str,
+        on_check: impl FnMut(&CheckResult),
+    ) -> Result<GradeReport, Error> {
+        // Pinned to what answered ready for the length of the grade: a
+        // reset between two checks must not mix two lives of the VM in one
+        // report. (A pinned client is pinned to it already.)
+        let pinned;
+        let client = match (&instance, self.instance()) {
+            (Some(i), None) => {
+                pinned = self.pinned(&i.id)?;
+                &pinned
+            }
+            _ => self,
+        };
+        client
+            .run_checks(instance, lab, guest_lab_dir, on_check)
+            .await
+    }
+
+    async fn run_checks(
+        &self,
+        instance: Option<Instance>,
         lab: &Lab,
         guest_lab_dir: &str,
         mut on_check: impl FnMut(&CheckResult),
@@ -198,7 +316,7 @@ impl Client {
             on_check(&result);
             checks.push(result);
         }
-        Ok(GradeReport::new(lab.name.clone(), checks))
+        Ok(GradeReport::new(lab.name.clone(), instance, checks))
     }
 
     /// One check's result, and whether the agent's answer means no later
@@ -212,7 +330,11 @@ impl Client {
         let started = std::time::Instant::now();
         let r = match self.exec(&req).await {
             Ok(r) => r,
-            Err(e) if e.is_unauthorized() => return Err(e),
+            // No later check could run (401), or the report would mix two
+            // lives of the VM: the whole grade ends.
+            Err(e) if e.is_unauthorized() || e.is_instance_changed() || e.is_instance_unknown() => {
+                return Err(e);
+            }
             Err(e) => {
                 let stop = e.is_hostile() || e.is_busy();
                 return Ok((
@@ -272,8 +394,9 @@ pub enum Gradable {
 impl Client {
     /// The one rule of grading: a VM that is not ready is not graded, since
     /// a check run while setup is still going would read as the student's
-    /// failure. `labctl grade` and the Python package's `grade` both ask
-    /// this first; waiting for readiness is the caller's choice.
+    /// failure. [`Client::grade`] keeps it itself ([`Client::require_ready`]);
+    /// this asks without grading (`labctl grade` does, to choose its exit
+    /// status and message before anything else).
     pub async fn gradable(&self) -> Result<Gradable, Error> {
         let ready = self.ready().await?;
         Ok(if ready.state == ReadyState::Ready {
@@ -290,7 +413,11 @@ impl Client {
     pub async fn reported_lab_dir(&self) -> Result<String, Error> {
         let reported = match self.info().await {
             Ok(info) => info.lab_dir,
-            Err(e) if e.is_hostile() => return Err(e),
+            // A pinned client that met another (or an unknown) instance
+            // must not go on to grade it.
+            Err(e) if e.is_hostile() || e.is_instance_changed() || e.is_instance_unknown() => {
+                return Err(e);
+            }
             Err(e) => {
                 tracing::debug!(url = self.url(), error = %e, "no /v1/info; assuming the default lab dir");
                 None
@@ -316,7 +443,10 @@ pub struct GradeOutcome {
 /// Each VM costs only its own calls, each bounded by its deadline: a
 /// hostile or dead VM ends in its own `Err` (or in `error` checks) and
 /// holds one of the `concurrency` slots no longer than its checks'
-/// deadlines. Readiness is the caller's: wait first ([`crate::wait_all`]).
+/// deadlines. The grading rule holds for each VM as in [`Client::grade`]:
+/// one that is not ready is [`Error::NotReady`] with nothing run (wait
+/// first: [`crate::wait_all`]); a pinned client's other instance is
+/// [`Error::InstanceChanged`].
 /// Memory in flight is bounded by `concurrency` answers, each held to what
 /// its check's `max_output_bytes` allows.
 pub async fn grade_all(clients: &[Client], lab: &Lab, concurrency: usize) -> Vec<GradeOutcome> {
@@ -331,10 +461,7 @@ pub async fn grade_all(clients: &[Client], lab: &Lab, concurrency: usize) -> Vec
                 .await
                 .expect("the semaphore is never closed");
             let started = std::time::Instant::now();
-            let result = match client.reported_lab_dir().await {
-                Ok(dir) => client.grade(&lab, &dir).await,
-                Err(e) => Err(e),
-            };
+            let result = client.grade_checked(&lab, None).await;
             (i, result, started.elapsed())
         });
     }
@@ -470,6 +597,108 @@ max_output_bytes = 100
         assert_eq!((a.max_pids, a.max_memory_bytes), (Some(50), Some(32 << 20)));
     }
 
+    /// A stand-in agent whose instance is `a` until it has answered
+    /// `execs_as_a` execs, then `b` (the VM reset between two checks).
+    /// One request per connection. Counts the execs it answered.
+    async fn resetting_agent(execs_as_a: u64) -> (String, std::sync::Arc<AtomicU64>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let execs = std::sync::Arc::new(AtomicU64::new(0));
+        let counted = execs.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let execs = counted.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let head_end = loop {
+                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break p + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    while buf.len() < head_end + len {
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body = if head.starts_with("post") {
+                        let n = execs.fetch_add(1, Ordering::SeqCst);
+                        let id = if n < execs_as_a { A } else { B };
+                        format!(
+                            r#"{{"exit_code":0,"signal":null,"timed_out":false,"duration_ms":1,"stdout":"","stderr":"","stdout_truncated":false,"stderr_truncated":false,"instance_id":"{id}","boot_id":"x"}}"#
+                        )
+                    } else {
+                        format!(
+                            r#"{{"state":"ready","cloud_init":{{"done":true,"errors":[]}},"setup":{{"state":"succeeded","exit_code":0}},"instance":{{"id":"{A}","boots":1,"boot_id":"x","first_boot_at":"2026-12-03T10:00:00Z"}}}}"#
+                        )
+                    };
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\
+                         content-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = s.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        (url, execs)
+    }
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn three_checks() -> Lab {
+        Lab::parse(
+            "name = \"l\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n\
+             [[checks]]\nname = \"b\"\nrun = \"true\"\n\
+             [[checks]]\nname = \"c\"\nrun = \"true\"\n",
+            "/labs/l",
+        )
+        .unwrap()
+    }
+
+    /// The instance that answered ready is the one graded: a check
+    /// answered by another (a reset between two checks) ends the grade
+    /// with `InstanceChanged`, and no later check is sent.
+    #[tokio::test]
+    async fn a_reset_mid_grade_is_instance_changed() {
+        let (url, execs) = resetting_agent(1).await;
+        let c = Client::new(&url, "token").unwrap();
+        let e = c.grade(&three_checks(), "/opt/lab").await.unwrap_err();
+        assert!(e.is_instance_changed(), "{e:?}");
+        match &e {
+            Error::InstanceChanged {
+                expected, found, ..
+            } => assert_eq!((expected.as_str(), found.as_str()), (A, B)),
+            _ => unreachable!(),
+        }
+        assert_eq!(execs.load(Ordering::SeqCst), 2, "no check after the reset");
+        // The client itself stays unpinned.
+        assert_eq!(c.instance(), None);
+        // No reset: graded, and the report names the instance.
+        let (url, _) = resetting_agent(u64::MAX).await;
+        let report = Client::new(&url, "token")
+            .unwrap()
+            .grade(&three_checks(), "/opt/lab")
+            .await
+            .unwrap();
+        assert!(report.all_passed());
+        assert_eq!(report.instance.unwrap().id, A);
+    }
+
     #[test]
     fn a_limit_hit_is_in_the_json_only_when_there_is_one() {
         let mut b = result("b", CheckStatus::Failed, 1);
@@ -518,7 +747,7 @@ max_output_bytes = 100
         let mut c = result("c", CheckStatus::Error, 1);
         c.error = Some("the agent refused the check (400 Bad Request): unknown user".into());
         c.hint = Some("not in the JSON".into());
-        let report = GradeReport::new("hello-lab".into(), vec![a, b, c]);
+        let report = GradeReport::new("hello-lab".into(), None, vec![a, b, c]);
         let v = serde_json::to_value(&report).unwrap();
         assert_eq!(
             v,

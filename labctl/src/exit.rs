@@ -23,6 +23,10 @@ pub enum Exit {
     /// agent, no answer): the lab or the platform is at fault, not the
     /// student. Wins over 1.
     CheckError,
+    /// 6: the VM is not the instance asked for (`grade --instance`): it was
+    /// reset onto a fresh disk and the student's work inside it is gone;
+    /// nothing was run.
+    InstanceChanged,
     /// `labctl exec`: the command's own status (128 + n if signal n killed it).
     Command(u8),
     /// 130: interrupted by Ctrl-C (143 for SIGTERM), after cleaning up.
@@ -38,6 +42,7 @@ impl Exit {
             Exit::Unreachable => 3,
             Exit::SetupFailed => 4,
             Exit::CheckError => 5,
+            Exit::InstanceChanged => 6,
             Exit::Command(c) | Exit::Interrupted(c) => c,
         }
     }
@@ -46,8 +51,9 @@ impl Exit {
     pub fn for_client_error(e: &lab_agent_client::Error) -> Exit {
         use lab_agent_client::Error;
         match e {
-            Error::SetupFailed { .. } => Exit::SetupFailed,
-            Error::InvalidUrl { .. } => Exit::Usage,
+            Error::InstanceChanged { .. } => Exit::InstanceChanged,
+            e if e.is_setup_failed() => Exit::SetupFailed,
+            Error::InvalidUrl { .. } | Error::InvalidInstanceId { .. } => Exit::Usage,
             e if e.is_unauthorized() => Exit::Usage,
             // The agent refused a command we sent (unknown user, bad cwd):
             // the caller's to fix. A 400 to a request that has nothing of
@@ -215,6 +221,7 @@ mod tests {
             (Exit::Unreachable, 3),
             (Exit::SetupFailed, 4),
             (Exit::CheckError, 5),
+            (Exit::InstanceChanged, 6),
             (Exit::Command(137), 137),
             (Exit::Interrupted(130), 130),
         ];

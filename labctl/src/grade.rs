@@ -2,7 +2,9 @@
 //!
 //! A VM that is not ready is not graded (exit 3, or 4 when its setup
 //! failed): a check run while setup is still going would read as the
-//! student's failure. `--wait SECS` gives it time first.
+//! student's failure. `--wait SECS` gives it time first. `--instance ID`
+//! grades only that life of the VM: another instance (it was reset, the
+//! student's work is gone) is exit 6 with nothing run.
 
 use super::common::{self, AgentArgs};
 use super::exit::{Exit, Failure};
@@ -37,7 +39,13 @@ pub struct GradeArgs {
     /// `timeout_secs` (at most 86400, a day)
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_ANSWER_SECS)]
     pub timeout: u64,
-    /// Print the report as JSON on stdout
+    /// Grade only this life of the VM: the `instance.id` recorded when it
+    /// was handed to the student (`labctl wait --json` prints it). Another
+    /// instance (the VM was reset: the student's work inside it is gone) is
+    /// exit 6 with nothing run; an agent that names no instance, exit 3
+    #[arg(long, value_name = "ID")]
+    pub instance: Option<String>,
+    /// Print the report as JSON on stdout (with the `instance` graded)
     #[arg(long)]
     pub json: bool,
 }
@@ -75,8 +83,11 @@ impl Config {
             )));
         }
         let token = common::read_token(&args.agent.token_file)?;
-        let client = Client::builder()
-            .request_timeout(answer_timeout)
+        let mut builder = Client::builder().request_timeout(answer_timeout);
+        if let Some(id) = &args.instance {
+            builder = builder.instance(id);
+        }
+        let client = builder
             .build(&args.agent.url, &token)
             .map_err(Failure::client)?;
         Ok(Config {

@@ -28,24 +28,37 @@ pub fn exit_for(report: &GradeReport) -> Exit {
     }
 }
 
-/// Grades, printing each check to stdout as it finishes (or, with `json`,
-/// the whole report at the end). `grade` and `try` share this.
+/// Grades a VM that is ready (the library's rule: one that is not is
+/// refused with nothing run), printing each check to stdout as it finishes
+/// (or, with `json`, the whole report at the end).
 pub async fn grade_and_print(
     client: &Client,
     lab: &Lab,
     guest_lab_dir: &str,
     json: bool,
 ) -> Result<GradeReport, Failure> {
-    grade_and_print_with(client, lab, guest_lab_dir, json, None::<()>).await
+    grade_and_print_with(client, lab, guest_lab_dir, json, Rule::Ready, None::<()>).await
 }
 
-/// [`grade_and_print`], with `extra`'s members (a struct's fields) after
-/// the report's in the JSON object: `try` adds its `changes`.
+/// Whether grading asks the agent first that the VM is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// The library's rule ([`Client::grade`]): `labctl grade`.
+    Ready,
+    /// Skipped, explicitly ([`Client::grade_unchecked`]): `labctl try`,
+    /// which waited in its own flow and grades after a failed setup with
+    /// `--keep-going`.
+    Unchecked,
+}
+
+/// [`grade_and_print`] under `rule`, with `extra`'s members (a struct's
+/// fields) after the report's in the JSON object: `try` adds its `changes`.
 pub async fn grade_and_print_with<X: Serialize>(
     client: &Client,
     lab: &Lab,
     guest_lab_dir: &str,
     json: bool,
+    rule: Rule,
     extra: Option<X>,
 ) -> Result<GradeReport, Failure> {
     let style = Style {
@@ -60,16 +73,22 @@ pub async fn grade_and_print_with<X: Serialize>(
         client.url(),
         lab_agent_proto::text::escape(guest_lab_dir)
     );
-    let report = client
-        .grade_with(lab, guest_lab_dir, |c| {
-            if !json {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(report::check(c, style).as_bytes());
-                let _ = out.flush();
-            }
-        })
-        .await
-        .map_err(Failure::client)?;
+    let on_check = |c: &_| {
+        if !json {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(report::check(c, style).as_bytes());
+            let _ = out.flush();
+        }
+    };
+    let report = match rule {
+        Rule::Ready => client.grade_with(lab, guest_lab_dir, on_check).await,
+        Rule::Unchecked => {
+            client
+                .grade_unchecked_with(lab, guest_lab_dir, on_check)
+                .await
+        }
+    }
+    .map_err(Failure::client)?;
     let mut out = std::io::stdout().lock();
     if json {
         let _ = writeln!(out, "{}", report_json(&report, extra));
@@ -145,6 +164,22 @@ mod tests {
         "max_score",
         "checks",
     ];
+
+    #[test]
+    fn grade_json_carries_the_instance_before_the_checks() {
+        let mut r = report();
+        r.instance = Some(lab_agent_proto::lifecycle::Instance {
+            id: "0123456789abcdef0123456789abcdef".into(),
+            boots: 2,
+            boot_id: "b".into(),
+            first_boot_at: "2026-12-03T10:00:00Z".into(),
+        });
+        let text = report_json(&r, None::<()>);
+        assert_in_order(&text, 2, &["max_score", "instance", "checks"]);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["instance"]["id"], "0123456789abcdef0123456789abcdef");
+        assert_eq!(v["instance"]["boots"], 2);
+    }
     const CHECK: &[&str] = &[
         "name",
         "status",

@@ -59,8 +59,9 @@ pub use lab_agent_cloudinit::{agent_bin, token};
     about = "Build, test and grade lab-agent labs",
     after_help = "Exit status: 0 success, 1 a check failed, 2 usage or lab.toml error, \
                   3 agent unreachable, timed out or not ready, 4 setup failed, 5 a check could \
-                  not run (the lab's fault, not the student's); `exec` exits with the \
-                  command's own status."
+                  not run (the lab's fault, not the student's), 6 the VM is not the instance \
+                  asked for (`grade --instance`: it was reset, nothing was run); `exec` exits \
+                  with the command's own status."
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -175,6 +175,7 @@ mod tests {
             total: checks.len(),
             score: count(CheckStatus::Passed) as u64,
             max_score: checks.len() as u64,
+            instance: None,
             checks,
         }
     }

@@ -25,6 +25,14 @@ process. This file only gives the answers Python types.
   ``may_have_started`` says whether the command may have run: it is never
   sent again behind your back. Messages show the guest's text escaped; the
   attributes (``agent_message``, ``ready``, ``log_tail``) hold it as sent;
+- a client may be pinned to one life of the VM (``instance=ID``, the
+  ``Ready.instance.id`` recorded when the VM was handed out): an answer of
+  another instance raises :class:`InstanceChanged` (the VM was reset, the
+  student's work inside it is gone), one naming none (an older agent)
+  :class:`InstanceUnknown`;
+- ``grade`` and :func:`grade_all` keep the grading rule themselves: a VM
+  that is not ready raises :class:`NotReady` (:class:`SetupFailed` when its
+  setup failed) with nothing run;
 - the blocking :class:`Client` raises ``KeyboardInterrupt`` on Ctrl-C
   within 50 ms; a cancelled :class:`AsyncClient` call closes its
   connection; at interpreter exit, calls still running are ended before
@@ -42,6 +50,8 @@ from ._native import (
     AgentError,
     AgentWentAway,
     Busy,
+    InstanceChanged,
+    InstanceUnknown,
     Lab,
     LabError,
     MalformedAnswer,
@@ -74,6 +84,9 @@ __all__ = [
     "CloudInit",
     "DEFAULT_REQUEST_TIMEOUT",
     "ExecResult",
+    "Instance",
+    "InstanceChanged",
+    "InstanceUnknown",
     "Lab",
     "LabError",
     "MalformedAnswer",
@@ -84,8 +97,11 @@ __all__ = [
     "RenderError",
     "Rendered",
     "Report",
+    "RootDisk",
     "SetupFailed",
     "SetupStatus",
+    "Span",
+    "Timeline",
     "Timeout",
     "TooLarge",
     "Unauthorized",
@@ -121,6 +137,97 @@ class SetupStatus:
 
 
 @dataclass(frozen=True)
+class Instance:
+    """Which life of the VM answered: ``id`` is made once per root disk
+    (a reboot keeps it and counts in ``boots``; a VM reset onto a fresh
+    disk gets a new one, and the student's work inside is gone)."""
+
+    id: str
+    boots: int
+    boot_id: str
+    first_boot_at: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Instance":
+        return cls(
+            id=d["id"], boots=d["boots"], boot_id=d["boot_id"], first_boot_at=d["first_boot_at"]
+        )
+
+
+@dataclass(frozen=True)
+class Span:
+    """When a phase started and finished, in seconds since the kernel
+    booted; each None until it happened."""
+
+    start_secs: Optional[float] = None
+    finished_secs: Optional[float] = None
+
+    @property
+    def duration_secs(self) -> Optional[float]:
+        if self.start_secs is None or self.finished_secs is None:
+            return None
+        return self.finished_secs - self.start_secs
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Span":
+        return cls(start_secs=d.get("start_secs"), finished_secs=d.get("finished_secs"))
+
+
+#: cloud-init's stages in the order they run, as its ``status.json`` names them.
+CLOUD_INIT_STAGES = ("init-local", "init", "modules-config", "modules-final")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Where the time of this boot went, in seconds since the kernel booted
+    (``boot_at`` is when that was, UTC); what has not happened is None.
+    ``cloud_init`` maps each stage that started (``CLOUD_INIT_STAGES``
+    order) to its :class:`Span`."""
+
+    boot_at: Optional[str] = None
+    agent_started_secs: Optional[float] = None
+    cloud_init: Dict[str, Span] = field(default_factory=dict)
+    setup: Optional[Span] = None
+    ready_secs: Optional[float] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Timeline":
+        stages = d.get("cloud_init") or {}
+        ordered = [n for n in CLOUD_INIT_STAGES if n in stages]
+        ordered += sorted(n for n in stages if n not in CLOUD_INIT_STAGES)
+        setup = d.get("setup")
+        return cls(
+            boot_at=d.get("boot_at"),
+            agent_started_secs=d.get("agent_started_secs"),
+            cloud_init={n: Span.from_dict(stages[n]) for n in ordered},
+            setup=None if setup is None else Span.from_dict(setup),
+            ready_secs=d.get("ready_secs"),
+        )
+
+
+@dataclass(frozen=True)
+class RootDisk:
+    """The root filesystem: size and free space (``df``'s), and bytes
+    written to its block device since boot (None off a block device)."""
+
+    size_bytes: int
+    free_bytes: int
+    written_bytes: Optional[int] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RootDisk":
+        return cls(
+            size_bytes=d["size_bytes"],
+            free_bytes=d["free_bytes"],
+            written_bytes=d.get("written_bytes"),
+        )
+
+
+def _maybe(cls: Any, d: Optional[Mapping[str, Any]]) -> Any:
+    return None if d is None else cls.from_dict(d)
+
+
+@dataclass(frozen=True)
 class Ready:
     """The agent's ``/v1/ready`` answer.
 
@@ -132,6 +239,12 @@ class Ready:
     reason: Optional[str]
     cloud_init: CloudInit
     setup: SetupStatus
+    #: Which life of the VM answered; None from an agent that predates it.
+    instance: Optional[Instance] = None
+    #: Where the time of this boot went; None from an older agent.
+    timeline: Optional[Timeline] = None
+    #: The root filesystem; None from an older agent.
+    root: Optional[RootDisk] = None
 
     @property
     def is_ready(self) -> bool:
@@ -155,6 +268,9 @@ class Ready:
                 duration_ms=s.get("duration_ms"),
                 log_tail=s.get("log_tail"),
             ),
+            instance=_maybe(Instance, d.get("instance")),
+            timeline=_maybe(Timeline, d.get("timeline")),
+            root=_maybe(RootDisk, d.get("root")),
         )
 
 
@@ -232,6 +348,9 @@ class Report:
     score: int
     max_score: int
     checks: List[CheckResult]
+    #: The life of the VM graded (the instance that answered ready); None
+    #: from an agent that predates instance identity.
+    instance: Optional[Instance]
     _json: str = field(repr=False, compare=False)
 
     @property
@@ -260,6 +379,7 @@ class Report:
             score=d["score"],
             max_score=d["max_score"],
             checks=[CheckResult.from_dict(c) for c in d["checks"]],
+            instance=_maybe(Instance, d.get("instance")),
             _json=text,
         )
 
@@ -338,6 +458,7 @@ class _Base:
         token: Optional[str] = None,
         token_file: Optional[str] = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        instance: Optional[str] = None,
     ) -> None:
         """A client for the agent at ``url`` (``http://HOST:8899``), with its
         token given, or read from ``token_file``: exactly one of the two.
@@ -346,14 +467,30 @@ class _Base:
         what the request asks the agent to spend (an exec's
         ``timeout_secs``, a readiness long-poll): an agent that never
         answers costs a call that much, then :class:`Timeout`. Above 0, at
-        most a day; a bad value is a ``ValueError``."""
+        most a day; a bad value is a ``ValueError``.
+
+        ``instance`` pins the client to one life of the VM: the
+        ``Ready.instance.id`` recorded when the VM was handed to the
+        student. Any answer (ready, exec, grade) of another instance then
+        raises :class:`InstanceChanged` (the VM was reset; ``grade`` runs
+        nothing), one naming no instance :class:`InstanceUnknown`. Not 32
+        lowercase hex digits: ``ValueError``."""
         self._native = _native.Client(
-            url, token=token, token_file=token_file, request_timeout=request_timeout
+            url,
+            token=token,
+            token_file=token_file,
+            request_timeout=request_timeout,
+            instance=instance,
         )
 
     @property
     def url(self) -> str:
         return self._native.url
+
+    @property
+    def instance(self) -> Optional[str]:
+        """The instance id the client is pinned to, or None."""
+        return self._native.instance
 
     def __repr__(self) -> str:
         return "%s(%r)" % (type(self).__name__, self.url)
@@ -428,7 +565,10 @@ class Client(_Base):
         lab_dir: Optional[str] = None,
     ) -> Report:
         """Grades ``lab`` as ``labctl grade`` does: a VM that is not ready
-        is not graded (:class:`NotReady`, or :class:`SetupFailed`);
+        is not graded, nothing is run (:class:`NotReady`, or
+        :class:`SetupFailed`; the rule is the library's); the report's
+        ``instance`` is the VM life graded (another one answering a check,
+        a reset mid-grade, raises :class:`InstanceChanged`);
         ``checks`` picks checks by name (unknown: :class:`LabError`);
         ``lab_dir`` is the guest's ``LAB_DIR`` (default: what the agent
         reports, else ``/opt/lab``)."""
@@ -485,7 +625,9 @@ class AsyncClient(_Base):
 def wait_all(clients: Iterable[_Base], timeout: float) -> List[Union[Ready, AgentError]]:
     """Waits for every client's VM (to the end, even when one fails) up to
     ``timeout`` seconds; returns, in order, each one's :class:`Ready` or
-    the :class:`AgentError` its ``wait_ready`` would have raised."""
+    the :class:`AgentError` its ``wait_ready`` would have raised. Each
+    :class:`Ready` carries its VM's ``instance`` (record its ``id`` to pin
+    to), ``timeline`` and ``root``."""
     return [_outcome(o) for o in _native.wait_all([c._native for c in clients], timeout)]
 
 
@@ -508,7 +650,10 @@ def grade_all(
     each with ``LAB_DIR`` as its agent reports it; returns, in order, each
     one's :class:`Report` or the :class:`AgentError` that stopped it. A
     hostile or dead VM costs only its own calls (each bounded by its
-    deadline). Readiness is the caller's: :func:`wait_all` first."""
+    deadline). A VM that is not ready is not graded: its outcome is
+    :class:`NotReady` (or :class:`SetupFailed`) with nothing run; wait for
+    them first (:func:`wait_all`). A pinned client's VM of another instance
+    is :class:`InstanceChanged`."""
     outcomes = _native.grade_all([c._native for c in clients], lab, concurrency)
     return [_report_outcome(o) for o in outcomes]
 

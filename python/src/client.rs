@@ -6,14 +6,13 @@
 //! pool), and `ready_async()` returns an asyncio awaitable driven by the
 //! same runtime. Answers are JSON text; `lab_agent/__init__.py` types them.
 
-use crate::error::{NotReady, SetupFailed, client_error, plain, with_attrs};
+use crate::error::{client_error, plain};
 use crate::lab::Lab;
 use crate::runtime;
 use crate::tasks::{self, Deliver, awaitable};
 use lab_agent_client::client::DEFAULT_REQUEST_TIMEOUT;
-use lab_agent_client::{Error, Gradable, wait_all as rust_wait_all};
+use lab_agent_client::{Error, wait_all as rust_wait_all};
 use lab_agent_proto::exec::ExecRequest;
-use lab_agent_proto::ready::{ReadyResponse, ReadyState};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::future::Future;
@@ -114,88 +113,17 @@ fn request_timeout(py: Python<'_>, secs: f64) -> PyResult<Duration> {
     }
 }
 
-/// Why `grade` did not produce a report.
-enum GradeFailure {
-    Client(Error),
-    NotReady(Box<ReadyResponse>, String),
-}
-
-impl GradeFailure {
-    fn into_py(self, py: Python<'_>) -> PyErr {
-        match self {
-            GradeFailure::Client(e) => client_error(py, e),
-            GradeFailure::NotReady(ready, url) => {
-                // The guest's words, escaped; `ready` holds them raw.
-                let reason = ready.reason.as_deref().map_or(String::new(), |r| {
-                    format!(": {}", lab_agent_proto::text::escape(r))
-                });
-                let message = format!(
-                    "the VM at {url} is not ready, so it was not graded: its state is `{}`{reason}",
-                    ready.state.as_str()
-                );
-                let (err, hint) = if ready.state == ReadyState::Failed {
-                    (
-                        SetupFailed::new_err(message),
-                        "its setup failed: fix the lab and try it with `labctl try`",
-                    )
-                } else {
-                    (
-                        NotReady::new_err(message),
-                        "grade once it is ready: call wait_ready first",
-                    )
-                };
-                let err = plain(py, err, Some(hint.to_owned()));
-                let attrs = [
-                    (
-                        "ready",
-                        json(&ready).into_pyobject(py).map(|o| o.into_any()),
-                    ),
-                    (
-                        "log_tail",
-                        ready
-                            .setup
-                            .log_tail
-                            .clone()
-                            .into_pyobject(py)
-                            .map(|o| o.into_any()),
-                    ),
-                    (
-                        "exit_code",
-                        ready
-                            .setup
-                            .exit_code
-                            .into_pyobject(py)
-                            .map(|o| o.into_any()),
-                    ),
-                ];
-                with_attrs(py, err, attrs)
-            }
-        }
-    }
-}
-
-/// What `labctl grade` does without `--wait`: refuse a VM that is not
-/// ready, take the guest's `LAB_DIR` from `/v1/info` unless given, grade,
-/// and print the report as `--json` does.
+/// What `labctl grade` does without `--wait`, in the library
+/// (`Client::grade_checked`): refuse a VM that is not ready (`NotReady`,
+/// or `SetupFailed` for a failed one, nothing run), take the guest's
+/// `LAB_DIR` from `/v1/info` unless given, grade, and give the report as
+/// `--json` prints it.
 async fn grade(
     client: lab_agent_client::Client,
     lab: lab_agent_proto::lab::Lab,
     lab_dir: Option<String>,
-) -> Result<String, GradeFailure> {
-    if let Gradable::NotReady(ready) = client.gradable().await.map_err(GradeFailure::Client)? {
-        return Err(GradeFailure::NotReady(ready, client.url().to_owned()));
-    }
-    let lab_dir = match lab_dir {
-        Some(dir) => dir,
-        None => client
-            .reported_lab_dir()
-            .await
-            .map_err(GradeFailure::Client)?,
-    };
-    let report = client
-        .grade(&lab, &lab_dir)
-        .await
-        .map_err(GradeFailure::Client)?;
+) -> Result<String, Error> {
+    let report = client.grade_checked(&lab, lab_dir.as_deref()).await?;
     Ok(serde_json::to_string_pretty(&report).expect("a report serializes"))
 }
 
@@ -218,16 +146,26 @@ impl Client {
     /// `token_file` (trailing whitespace trimmed). Exactly one of the two.
     /// `request_timeout` (seconds; default the Rust client's
     /// `DEFAULT_REQUEST_TIMEOUT`) is how long an answer is awaited beyond
-    /// what the request asks the agent to spend.
+    /// what the request asks the agent to spend. `instance` pins the client
+    /// to that instance id (`ClientBuilder::instance`); one that is not 32
+    /// lowercase hex digits is a `ValueError`.
     #[new]
-    #[pyo3(signature = (url, token=None, token_file=None, request_timeout=None))]
+    #[pyo3(signature = (url, token=None, token_file=None, request_timeout=None, instance=None))]
     fn new(
         py: Python<'_>,
         url: &str,
         token: Option<String>,
         token_file: Option<PathBuf>,
         request_timeout: Option<f64>,
+        instance: Option<String>,
     ) -> PyResult<Client> {
+        if let Some(id) = instance
+            .as_deref()
+            .filter(|id| !lab_agent_proto::lifecycle::is_instance_id(id))
+        {
+            let e = Error::InvalidInstanceId { id: id.to_owned() };
+            return Err(value_error(py, e.to_string()));
+        }
         let request_timeout = match request_timeout {
             Some(secs) => self::request_timeout(py, secs)?,
             None => DEFAULT_REQUEST_TIMEOUT,
@@ -256,8 +194,11 @@ impl Client {
         };
         // hyper-util's pool spawns its connection tasks: enter the runtime.
         let _guard = runtime().enter();
-        lab_agent_client::Client::builder()
-            .request_timeout(request_timeout)
+        let mut builder = lab_agent_client::Client::builder().request_timeout(request_timeout);
+        if let Some(id) = instance {
+            builder = builder.instance(id);
+        }
+        builder
             .build(url, &token)
             .map(|inner| Client { inner })
             .map_err(|e| client_error(py, e))
@@ -266,6 +207,12 @@ impl Client {
     #[getter]
     fn url(&self) -> &str {
         self.inner.url()
+    }
+
+    /// The instance id the client is pinned to, or None.
+    #[getter]
+    fn instance(&self) -> Option<&str> {
+        self.inner.instance()
     }
 
     fn __repr__(&self) -> String {
@@ -321,7 +268,7 @@ impl Client {
     ) -> PyResult<String> {
         let lab = Client::lab_for_grade(py, lab, checks)?;
         let c = self.inner.clone();
-        tasks::block(py, grade(c, lab, lab_dir))?.map_err(|f| f.into_py(py))
+        block(py, grade(c, lab, lab_dir))
     }
 
     #[pyo3(signature = (lab, checks=None, lab_dir=None))]
@@ -334,14 +281,10 @@ impl Client {
     ) -> PyResult<Bound<'py, PyAny>> {
         let lab = Client::lab_for_grade(py, lab, checks)?;
         let c = self.inner.clone();
-        awaitable(py, async move {
-            let r = grade(c, lab, lab_dir).await;
-            let deliver: Deliver = Box::new(move |py| match r {
-                Ok(text) => Ok(text.into_pyobject(py)?.into_any().unbind()),
-                Err(f) => Err(f.into_py(py)),
-            });
-            deliver
-        })
+        awaitable(
+            py,
+            async move { deliver_json(grade(c, lab, lab_dir).await) },
+        )
     }
 }
 

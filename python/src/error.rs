@@ -61,7 +61,23 @@ create_exception!(
     lab_agent,
     NotReady,
     AgentError,
-    "grade() found the VM not ready, so it was not graded."
+    "grade() or grade_all() found the VM not ready, so nothing was run (ready: its \
+     answer, with the state and reason)."
+);
+create_exception!(
+    lab_agent,
+    InstanceChanged,
+    AgentError,
+    "The client is pinned to an instance and another one answered: the VM was reset \
+     (expected, found, first_boot_at); the student's work inside it is gone. Nothing \
+     was graded (an exec's answer is checked after the command ran)."
+);
+create_exception!(
+    lab_agent,
+    InstanceUnknown,
+    AgentError,
+    "The client is pinned to an instance and the agent names none (an older agent): \
+     which life of the VM answered cannot be told (expected)."
 );
 create_exception!(
     lab_agent,
@@ -117,6 +133,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WaitTimeout", py.get_type::<WaitTimeout>())?;
     m.add("SetupFailed", py.get_type::<SetupFailed>())?;
     m.add("NotReady", py.get_type::<NotReady>())?;
+    m.add("InstanceChanged", py.get_type::<InstanceChanged>())?;
+    m.add("InstanceUnknown", py.get_type::<InstanceUnknown>())?;
     m.add("Rejected", py.get_type::<Rejected>())?;
     m.add("Busy", py.get_type::<Busy>())?;
     m.add("TooLarge", py.get_type::<TooLarge>())?;
@@ -145,8 +163,14 @@ pub fn client_error(py: Python<'_>, e: Error) -> PyErr {
         Busy::new_err(message)
     } else if e.is_agent_went_away() {
         AgentWentAway::new_err(message)
+    } else if e.is_instance_changed() {
+        InstanceChanged::new_err(message)
+    } else if e.is_instance_unknown() {
+        InstanceUnknown::new_err(message)
     } else if e.is_setup_failed() {
         SetupFailed::new_err(message)
+    } else if e.is_not_ready() {
+        NotReady::new_err(message)
     } else if matches!(e, Error::WaitTimeout { .. }) && !e.is_unreachable() {
         WaitTimeout::new_err(message)
     } else if e.is_timeout() {
@@ -157,6 +181,37 @@ pub fn client_error(py: Python<'_>, e: Error) -> PyErr {
         Rejected::new_err(message)
     } else {
         AgentError::new_err(message)
+    };
+    let err = match &e {
+        Error::InstanceChanged {
+            expected,
+            found,
+            first_boot_at,
+            ..
+        } => with_attrs(
+            py,
+            err,
+            [
+                (
+                    "expected",
+                    expected.as_str().into_pyobject(py).map(|o| o.into_any()),
+                ),
+                (
+                    "found",
+                    found.as_str().into_pyobject(py).map(|o| o.into_any()),
+                ),
+                ("first_boot_at", first_boot_at.as_deref().into_pyobject(py)),
+            ],
+        ),
+        Error::InstanceUnknown { expected, .. } => with_attrs(
+            py,
+            err,
+            [(
+                "expected",
+                expected.as_str().into_pyobject(py).map(|o| o.into_any()),
+            )],
+        ),
+        _ => err,
     };
     let ready = e.ready_response();
     let setup = ready.map(|r| &r.setup);

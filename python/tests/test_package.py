@@ -22,7 +22,8 @@ def test_imports_the_installed_wheel_with_its_stubs() -> None:
 
 def test_one_exception_hierarchy() -> None:
     for name in ["Unauthorized", "Unreachable", "AgentWentAway", "Timeout", "WaitTimeout",
-                 "SetupFailed", "NotReady", "Rejected", "LabError", "RenderError"]:
+                 "SetupFailed", "NotReady", "InstanceChanged", "InstanceUnknown", "Rejected",
+                 "LabError", "RenderError"]:
         cls = getattr(lab_agent, name)
         assert issubclass(cls, lab_agent.AgentError), name
         assert cls.__module__ == "lab_agent", cls.__module__

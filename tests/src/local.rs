@@ -227,6 +227,10 @@ pub struct AgentOptions {
     /// `--cloud-init-dir`: a test's stand-in for `/run/cloud-init`
     /// (`status.json`, `result.json`); default `--no-cloud-init`.
     pub cloud_init_dir: Option<PathBuf>,
+    /// `--state-dir`; default `state` in the agent's own dir (a fresh one
+    /// each start). One kept across starts is the same root disk: the
+    /// agent keeps its instance in it (`instance.json`).
+    pub state_dir: Option<PathBuf>,
 }
 
 impl AgentOptions {
@@ -247,6 +251,11 @@ impl AgentOptions {
 
     pub fn cloud_init_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cloud_init_dir = Some(dir.into());
+        self
+    }
+
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
         self
     }
 }
@@ -278,7 +287,7 @@ impl Agent {
                 .unwrap_or(addr_file::LOOPBACK_ANY_PORT),
             &addr_file,
             &token_file,
-            &dir.join("state"),
+            &opts.state_dir.clone().unwrap_or_else(|| dir.join("state")),
         ));
         match &opts.cloud_init_dir {
             Some(dir) => cmd.arg("--cloud-init-dir").arg(dir),

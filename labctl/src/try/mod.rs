@@ -26,7 +26,7 @@ pub mod vm;
 
 use super::common;
 use super::exit::{Exit, Failure};
-use super::grading::{exit_for, grade_and_print_with, select_checks};
+use super::grading::{Rule, exit_for, grade_and_print_with, select_checks};
 use super::inspect;
 use super::progress::{print_setup_log, wait_with_display_hooked};
 use lab_agent_client::{Client, Progress};
@@ -295,6 +295,9 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
         &config.lab,
         target.guest_lab_dir(),
         config.json,
+        // Waited above, and `--keep-going` grades a failed setup: this flow
+        // keeps its own rule.
+        Rule::Unchecked,
         extra,
     )
     .await?;

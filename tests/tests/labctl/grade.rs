@@ -79,6 +79,7 @@ fn json_report_has_the_spec_shape() {
             "checks",
             "errors",
             "failed",
+            "instance",
             "lab",
             "max_score",
             "passed",
@@ -86,6 +87,14 @@ fn json_report_has_the_spec_shape() {
             "total"
         ]
     );
+    // The life of the VM graded, as the agent names it.
+    let instance = &v["instance"];
+    assert!(
+        lab_agent_proto::lifecycle::is_instance_id(instance["id"].as_str().unwrap()),
+        "{instance}"
+    );
+    assert_eq!(instance["boots"], 1);
+    assert!(instance["first_boot_at"].is_string() && instance["boot_id"].is_string());
     assert_eq!(
         (v["lab"].as_str(), v["passed"].as_u64(), v["total"].as_u64()),
         (Some("grade-test"), Some(2), Some(3))
@@ -180,4 +189,67 @@ fn wait_alone_waits_the_labs_readiness_timeout() {
         "{err}"
     );
     assert!(!err.contains("passed"), "nothing graded: {err}");
+}
+
+/// `--instance ID` grades only that life of the VM: the id the agent
+/// reports grades (exit 0, the report names it); another one (the VM was
+/// reset) is exit 6, nothing run; an id that is not one is a usage error.
+#[test]
+fn instance_grades_only_that_life_of_the_vm() {
+    let work = TempDir::new("labctl-instance");
+    let ran = work.join("ran");
+    let lab = lab_folder(
+        "labctl-instance",
+        &format!(
+            "name = \"pinned\"\n[[checks]]\nname = \"runs\"\nrun = \"touch {}\"\n",
+            ran.display()
+        ),
+    );
+    let agent = Agent::start(AgentOptions::default());
+    let run = |id: &str, json: bool| {
+        let mut args = vec!["grade".to_owned(), lab.path.display().to_string()];
+        args.extend(conn(&agent));
+        args.extend(["--wait".to_owned(), "30".to_owned()]);
+        args.extend(["--instance".to_owned(), id.to_owned()]);
+        if json {
+            args.push("--json".into());
+        }
+        labctl(args)
+    };
+    // Another instance: the VM this backend handed out is gone.
+    let other = "0123456789abcdef0123456789abcdef";
+    let out = run(other, false);
+    assert_eq!(out.status.code(), Some(6), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("was reset (instance ")
+            && err.contains(&format!("is not the instance {other} graded before"))
+            && err.contains("the student's work inside it is gone"),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty(), "{}", describe(&out));
+    assert!(!ran.exists(), "a check ran on another instance");
+    // The agent's own id grades, and `--json` names it.
+    let client = lab_agent_client::Client::new(&agent.url(), &agent.token).unwrap();
+    let id = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(client.ready())
+        .unwrap()
+        .instance
+        .unwrap()
+        .id;
+    assert_ne!(id, other);
+    let out = run(&id, true);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["instance"]["id"], id.as_str());
+    assert!(ran.exists());
+    // Not an id at all: exit 2 before anything is asked.
+    let out = run("0123456789ABCDEF0123456789abcdef", false);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("invalid instance id"),
+        "{}",
+        describe(&out)
+    );
 }

@@ -163,7 +163,15 @@ fn the_agent_conforms_to_openapi_yaml() {
     );
     let said = tail(&out);
     assert!(out.status.success(), "schemathesis found problems:\n{said}");
-    assert!(said.contains("No issues found"), "{said}");
+    // Its one warning may be that it cannot read a streamed exec's
+    // `application/x-ndjson` lines (it has no deserializer for them): the
+    // stream is held to `StreamEvent` by agent/tests/agent/stream.rs.
+    let only_ndjson_warning = said.contains(" 1 warning ")
+        && said.contains("cannot validate application/x-ndjson responses");
+    assert!(
+        said.contains("No issues found") || only_ndjson_warning,
+        "{said}"
+    );
     // What the agent itself saw: no 5xx, no panic, and real work was done.
     let log = agent.log();
     assert!(!log.contains("panicked"), "{log}");

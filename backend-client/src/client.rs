@@ -543,23 +543,7 @@ impl Client {
                     return Ok(result);
                 }
                 StatusCode::TOO_MANY_REQUESTS => {
-                    let after = retry_after(&resp.headers).unwrap_or(1).clamp(1, 10);
-                    let resume = Instant::now() + Duration::from_secs(after);
-                    // A pause that would end past the deadline is not
-                    // taken: the call would only fail later.
-                    if attempts > MAX_BUSY_RETRIES || resume >= deadline {
-                        let message = match status_error(request.clone(), &resp) {
-                            Error::Status { message, .. } => message,
-                            _ => String::new(),
-                        };
-                        return Err(Error::Busy {
-                            request,
-                            attempts,
-                            waited: start.elapsed(),
-                            message,
-                        });
-                    }
-                    tracing::debug!(url = %request.url, after, "agent busy, retrying");
+                    let resume = busy_resume(request.clone(), &resp, attempts, start, deadline)?;
                     tokio::time::sleep_until(resume).await;
                 }
                 _ => return Err(status_error(request, &resp)),
@@ -959,6 +943,34 @@ fn decode<T: DeserializeOwned>(request: Request, resp: &RawResponse) -> Result<T
 
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<u64> {
     headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// After a 429 to an exec: when to send it again (its `Retry-After`, 1 to
+/// 10 s), or the [`Error::Busy`] that ends the call. A pause that would end
+/// past the deadline is not taken: the call would only fail later.
+pub(crate) fn busy_resume(
+    request: Request,
+    resp: &RawResponse,
+    attempts: u32,
+    start: Instant,
+    deadline: Instant,
+) -> Result<Instant, Error> {
+    let after = retry_after(&resp.headers).unwrap_or(1).clamp(1, 10);
+    let resume = Instant::now() + Duration::from_secs(after);
+    if attempts > MAX_BUSY_RETRIES || resume >= deadline {
+        let message = match status_error(request.clone(), resp) {
+            Error::Status { message, .. } => message,
+            _ => String::new(),
+        };
+        return Err(Error::Busy {
+            request,
+            attempts,
+            waited: start.elapsed(),
+            message,
+        });
+    }
+    tracing::debug!(url = %request.url, after, "agent busy, retrying");
+    Ok(resume)
 }
 
 /// A [`Error::Status`] from a response, with the agent's message if its body

@@ -9,8 +9,8 @@
 
 use crate::Client;
 use crate::client::{
-    Limits, MAX_BUSY_RETRIES, check_exec_result, collect, deadline_after, exec_response_limit,
-    exec_stream_limit, retry_after, status_error, transport,
+    Limits, busy_resume, check_exec_result, collect, deadline_after, exec_response_limit,
+    exec_stream_limit, status_error, transport,
 };
 use crate::error::{Error, Request};
 use http_body_util::BodyExt;
@@ -127,20 +127,7 @@ impl Client {
             if resp.status != StatusCode::TOO_MANY_REQUESTS {
                 return Err(status_error(request, &resp));
             }
-            let after = retry_after(&resp.headers).unwrap_or(1).clamp(1, 10);
-            let resume = Instant::now() + Duration::from_secs(after);
-            if attempts > MAX_BUSY_RETRIES || resume >= deadline {
-                let message = match status_error(request.clone(), &resp) {
-                    Error::Status { message, .. } => message,
-                    _ => String::new(),
-                };
-                return Err(Error::Busy {
-                    request,
-                    attempts,
-                    waited: start.elapsed(),
-                    message,
-                });
-            }
+            let resume = busy_resume(request.clone(), &resp, attempts, start, deadline)?;
             tokio::time::sleep_until(resume).await;
         }
     }

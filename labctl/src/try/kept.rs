@@ -1,8 +1,8 @@
 //! A sandbox kept with `labctl try --keep`: how to get back in
 //! (`--enter DIR`, or `nsenter`) and how to end it (`--stop DIR`).
 
-use super::sandbox::{INIT_PID_FILE, KEEPER_PID_FILE, KEEPER_VERB};
 use crate::exit::{Exit, Failure};
+use lab_runner::sandbox::{INIT_PID_FILE, KEEPER_PID_FILE, KEEPER_VERB};
 use nix::sched::{CloneFlags, setns};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitStatus, waitpid};

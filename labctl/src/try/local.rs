@@ -17,12 +17,12 @@
 //! ```
 
 use super::Config;
-use super::changes::{self, Changes};
-use super::sandbox;
 use crate::agent_bin::{self, Linkage};
 use crate::exit::{Exit, Failure};
 use lab_agent_client::{Client, ClientBuilder};
 use lab_agent_proto::addr_file;
+use lab_runner::changes::{self, Changes};
+use lab_runner::sandbox;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use std::fs;
@@ -354,7 +354,7 @@ struct TempDir {
 
 impl TempDir {
     fn new() -> Result<TempDir, Failure> {
-        let dir = crate::tempdir::create("labctl-try", 0o711)
+        let dir = lab_runner::tempdir::create("labctl-try", 0o711)
             .map_err(|e| Failure::new(Exit::Usage, "failed to create a temp dir").with_source(e))?;
         let path = dir.path().to_owned();
         // Passable by others (checks may run as another user), whatever the umask.

@@ -17,11 +17,8 @@
 //!   booted with the payload `labctl secret` renders, on a NoCloud seed, as
 //!   in production; the agent is reached through a loopback port forward.
 
-pub mod changes;
 mod kept;
 pub mod local;
-pub mod sandbox;
-mod systemd;
 pub mod vm;
 
 use super::common;
@@ -31,6 +28,7 @@ use super::inspect;
 use super::progress::{print_setup_log, wait_with_display_hooked};
 use lab_agent_client::{Client, Progress};
 use lab_agent_proto::lab::Lab;
+use lab_runner::{changes, systemd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -4,9 +4,9 @@
 
 use crate::exit::Failure;
 use crate::payload::ArchArg;
-use crate::qemu::accel;
-use crate::qemu::{AccelMode, Guest};
 use clap::builder::TypedValueParser as _;
+use lab_runner::qemu::accel;
+use lab_runner::qemu::{AccelMode, Guest};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -204,9 +204,9 @@ fn accel_parser() -> impl clap::builder::TypedValueParser<Value = AccelMode> {
 mod tests {
     use super::*;
     use crate::exit::Exit;
-    use crate::qemu::Accel;
     use crate::{Cli, Command};
     use clap::Parser;
+    use lab_runner::qemu::Accel;
     fn parse(args: &[&str]) -> Result<VmArgs, String> {
         let mut argv = vec!["labctl", "try", "LAB"];
         argv.extend_from_slice(args);

@@ -4,9 +4,9 @@
 
 use super::target::VmTarget;
 use crate::exit::{Exit, Failure};
-use crate::qemu::{self, PowerOff, console};
 use crate::r#try::{Config, labctl_name};
 use lab_agent_cloudinit::shell;
+use lab_runner::qemu::{self, PowerOff, console};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -81,7 +81,9 @@ pub const LAYERS_FILE: &str = "layers";
 /// In the try dir: written by the keeper once it no longer dies with
 /// `labctl` (`--keep`).
 pub const KEPT_FILE: &str = "kept";
-/// What the keeper is called on its command line (`labctl __sandbox`).
+/// What the keeper is called on its command line (`labctl __sandbox`): the
+/// binary that starts a sandbox (`/proc/self/exe`) must run [`keeper_main`]
+/// for this verb, with `--dir DIR --agent PATH -- ARGS…`.
 pub const KEEPER_VERB: &str = "__sandbox";
 
 /// Capabilities init drops from the bounding set before the agent's exec:
@@ -123,17 +125,15 @@ const VIRTUAL_FS: [&str; 22] = [
     "ramfs",
 ];
 
-/// The keeper's command line, hidden from `labctl --help`.
-#[derive(Debug, clap::Args)]
+/// The keeper's command line ([`keeper_command`] writes it; the binary's
+/// [`KEEPER_VERB`] parses it back and calls [`keeper_main`]).
+#[derive(Debug)]
 pub struct KeeperArgs {
-    /// The try dir
-    #[arg(long)]
+    /// The try dir.
     pub dir: PathBuf,
-    /// The agent binary (on the host)
-    #[arg(long)]
+    /// The agent binary (on the host).
     pub agent: PathBuf,
-    /// The agent's arguments
-    #[arg(last = true)]
+    /// The agent's arguments.
     pub args: Vec<OsString>,
 }
 

@@ -1,0 +1,36 @@
+//! `lab-runner`: the lab runner behind `labctl try`. It starts a lab's
+//! agent somewhere a lab author can try it, hands out a client for it, and
+//! stops it, leaving the machine as it was. It is never a dependency of
+//! `lab-agent-client` or the Python package: a backend that grades VMs
+//! links none of this (`tests/tests/crate_boundary.rs`).
+//!
+//! # Layout
+//! - [`sandbox`]: the throwaway copy of this machine a local try runs in
+//!   (namespaces, overlays; the keeper process and its init), and
+//!   [`sandbox::NetnsDialer`], the way into its network. A binary that
+//!   starts a sandbox runs [`sandbox::keeper_main`] for
+//!   [`sandbox::KEEPER_VERB`] (`/proc/self/exe` is the keeper).
+//! - [`changes`]: what a lab changed in the sandbox, from the overlays'
+//!   upper dirs.
+//! - [`systemd`]: a lab that needs systemd or the network, which the
+//!   sandbox does not have: hints that point to a VM.
+//! - [`qemu`]: the project's one qemu driver (command lines, accelerator,
+//!   NoCloud seed, QMP, console), for `labctl try --vm` and the VM tests.
+//! - [`tempdir`]: the project's one temp-dir helper.
+//! - [`Error`]: what failed, its cause and hints, and whose it is to fix
+//!   ([`ErrorKind`]).
+//!
+//! # Invariants
+//! - qemu lives only here ([`qemu`]); nothing of the sandbox is mounted in
+//!   the host's namespace, and everything a run starts dies with the
+//!   process that started it unless the caller keeps it (`--keep`).
+//! - Messages go to stderr; stdout is the front end's.
+
+pub mod changes;
+mod error;
+pub mod qemu;
+pub mod sandbox;
+pub mod systemd;
+pub mod tempdir;
+
+pub use error::{Error, ErrorKind};

@@ -10,6 +10,10 @@
 //!   [`sandbox::NetnsDialer`], the way into its network. A binary that
 //!   starts a sandbox runs [`sandbox::keeper_main`] for
 //!   [`sandbox::KEEPER_VERB`] (`/proc/self/exe` is the keeper).
+//! - [`local`]: [`LocalAgent`], a `lab-agent serve` started with a lab
+//!   staged in a temp dir, in a sandbox or on this machine itself (`--host`);
+//!   [`local::find_agent`] finds the agent binary to run.
+//! - [`kept`]: a sandbox kept after its run (`--keep`): enter it, stop it.
 //! - [`changes`]: what a lab changed in the sandbox, from the overlays'
 //!   upper dirs.
 //! - [`systemd`]: a lab that needs systemd or the network, which the
@@ -28,9 +32,12 @@
 
 pub mod changes;
 mod error;
+pub mod kept;
+pub mod local;
 pub mod qemu;
 pub mod sandbox;
 pub mod systemd;
 pub mod tempdir;
 
 pub use error::{Error, ErrorKind};
+pub use local::LocalAgent;

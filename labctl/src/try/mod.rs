@@ -18,7 +18,6 @@
 //!   in production; the agent is reached through a loopback port forward.
 
 mod kept;
-pub mod local;
 pub mod vm;
 
 use super::common;
@@ -28,7 +27,7 @@ use super::inspect;
 use super::progress::{print_setup_log, wait_with_display_hooked};
 use lab_agent_client::{Client, Progress};
 use lab_agent_proto::lab::Lab;
-use lab_runner::{changes, systemd};
+use lab_runner::{changes, local, systemd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -180,7 +179,7 @@ trait Target {
 
 impl Target for local::LocalAgent {
     fn client(&self) -> Result<Client, Failure> {
-        local::LocalAgent::client(self)
+        local::LocalAgent::client(self).map_err(Failure::client)
     }
     fn guest_lab_dir(&self) -> &str {
         local::LocalAgent::guest_lab_dir(self)
@@ -189,7 +188,7 @@ impl Target for local::LocalAgent {
         self.print_log_tail();
     }
     fn changes(&self) -> Option<Result<changes::Changes, Failure>> {
-        local::LocalAgent::changes(self)
+        local::LocalAgent::changes(self).map(|r| r.map_err(Failure::from))
     }
 }
 
@@ -217,7 +216,12 @@ pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
     }
     let rt = common::runtime()?;
     rt.block_on(async {
-        let mut agent = interruptible(local::LocalAgent::start(&config)).await??;
+        let mut agent = interruptible(local::LocalAgent::start(
+            &config.lab,
+            &config.agent,
+            config.sandbox,
+        ))
+        .await??;
         let outcome = interruptible(flow(&config, &agent)).await;
         if config.keep && config.sandbox && matches!(outcome, Ok(Ok(_))) {
             let dir = agent.dir().to_owned();

@@ -65,7 +65,7 @@ pub fn find_static_agent(
 ) -> Result<PathBuf, Failure> {
     let arch = guest_arch(arch, explicit)?;
     let path = agent_bin::find(explicit, Linkage::Static(arch))
-        .map_err(super::local::agent_bin_failure)?;
+        .map_err(|e| Failure::from(lab_runner::Error::from(e)))?;
     if let Some(w) = explicit.map_or_else(|| agent_bin::stale_warning(&path), |_| None) {
         eprintln!("warning: {w}");
     }
@@ -75,7 +75,8 @@ pub fn find_static_agent(
 /// The guest's architecture, as `labctl secret` picks the payload's:
 /// `--arch`, else the `--agent`'s machine, else amd64.
 pub fn guest_arch(arch: Option<ArchArg>, agent: Option<&Path>) -> Result<Arch, Failure> {
-    lab_payload::payload_arch(arch.map(Arch::from), agent).map_err(super::local::agent_bin_failure)
+    lab_payload::payload_arch(arch.map(Arch::from), agent)
+        .map_err(|e| Failure::from(lab_runner::Error::from(e)))
 }
 
 /// The machine a kernel image is for, from its boot header: an x86 bzImage

@@ -18,8 +18,14 @@
 //!   upper dirs.
 //! - [`systemd`]: a lab that needs systemd or the network, which the
 //!   sandbox does not have: hints that point to a VM.
+//! - [`vm`]: [`vm::VmTarget`], a lab's real payload booted by cloud-init in
+//!   a qemu guest from a NoCloud seed, as KubeVirt boots it; stopped
+//!   ([`vm::Stop`]) or left running ([`vm::LeftRunning`]).
 //! - [`qemu`]: the project's one qemu driver (command lines, accelerator,
-//!   NoCloud seed, QMP, console), for `labctl try --vm` and the VM tests.
+//!   NoCloud seed, QMP, console), for [`vm`] and the VM tests.
+//! - [`payload`]: a lab rendered into its payload (the generator's
+//!   `lab_payload`) and written 0600, atomically: `labctl secret`, `lint`
+//!   and [`vm`].
 //! - [`tempdir`]: the project's one temp-dir helper.
 //! - [`Error`]: what failed, its cause and hints, and whose it is to fix
 //!   ([`ErrorKind`]).
@@ -34,10 +40,12 @@ pub mod changes;
 mod error;
 pub mod kept;
 pub mod local;
+pub mod payload;
 pub mod qemu;
 pub mod sandbox;
 pub mod systemd;
 pub mod tempdir;
+pub mod vm;
 
 pub use error::{Error, ErrorKind};
 pub use local::LocalAgent;

@@ -106,7 +106,7 @@ impl Config {
             .timeout
             .map(|secs| common::wait_secs("--timeout", secs, 1))
             .transpose()?;
-        let vm = vm::VmConfig::from_args(&args.vm)?;
+        let vm = vm::config_from_args(&args.vm)?;
         let lab_dir = args.lab.as_deref().expect("clap requires LAB_DIR here");
         if vm.is_some() && args.host {
             return Err(Failure::usage("`--host` and `--vm` exclude each other"));

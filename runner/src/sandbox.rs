@@ -125,6 +125,12 @@ const VIRTUAL_FS: [&str; 22] = [
     "ramfs",
 ];
 
+/// Whether this process runs as root, as building a sandbox needs
+/// (namespaces, mounts) and running a lab's setup and checks in it does.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
 /// The keeper's command line ([`keeper_command`] writes it; the binary's
 /// [`KEEPER_VERB`] parses it back and calls [`keeper_main`]).
 #[derive(Debug)]

@@ -116,7 +116,7 @@ impl Config {
                 "`--changes` reads the sandbox of a local try: drop `--host`/`--vm`",
             ));
         }
-        if vm.is_none() && !nix::unistd::geteuid().is_root() {
+        if vm.is_none() && !lab_runner::sandbox::is_root() {
             return Err(Failure::usage(
                 "`labctl try` builds its sandbox of this machine with namespaces and mounts, \
                  and runs the lab's setup and checks in it as root and as the lab's users, \

@@ -11,7 +11,7 @@
 //! - [`secret`]: renders a lab's payload and writes the Secret.
 //! - No verb imports another verb; what two verbs share lives in a module
 //!   named after what it does: [`grading`] (grade one VM, print its report:
-//!   `grade`, `try`), [`inspect`] (what `lint` finds: `lint`, `try`),
+//!   `grade`, `try`), [`findings`] (what `lint` finds, printed: `lint`, `try`),
 //!   [`payload`] (render and write a payload: `secret`, `try --vm`, `lint`),
 //!   [`progress`] (waiting with a live display: `wait`, `grade`, `try`).
 //! - [`agent_bin`] (finding the agent) and [`token`] (per-VM tokens) are
@@ -29,9 +29,9 @@ pub mod color;
 pub mod common;
 pub mod exec;
 pub mod exit;
+pub mod findings;
 pub mod grade;
 pub mod grading;
-pub mod inspect;
 pub mod lint;
 pub mod payload;
 pub mod progress;

@@ -23,6 +23,9 @@
 //!   ([`vm::Stop`]) or left running ([`vm::LeftRunning`]).
 //! - [`qemu`]: the project's one qemu driver (command lines, accelerator,
 //!   NoCloud seed, QMP, console), for [`vm`] and the VM tests.
+//! - [`inspect`]: everything about a lab that can be known without
+//!   running it (the model, `bash -n`, the payload's size): checked before
+//!   a lab runs, and what `labctl lint` prints.
 //! - [`payload`]: a lab rendered into its payload (the generator's
 //!   `lab_payload`) and written 0600, atomically: `labctl secret`, `lint`
 //!   and [`vm`].
@@ -38,6 +41,7 @@
 
 pub mod changes;
 mod error;
+pub mod inspect;
 pub mod kept;
 pub mod local;
 pub mod payload;

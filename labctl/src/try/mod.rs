@@ -3,7 +3,7 @@
 //! checks, print the report, tear everything down — also on Ctrl-C and on
 //! errors.
 //!
-//! Before anything starts, the lab is linted ([`crate::inspect`], as `labctl
+//! Before anything starts, the lab is linted ([`crate::findings`], as `labctl
 //! lint` does) and, for a local try, the user must be root: setup and checks
 //! run as root (and as other users) on this machine.
 //!
@@ -22,8 +22,8 @@ pub mod vm;
 
 use super::common;
 use super::exit::{Exit, Failure};
+use super::findings as inspect;
 use super::grading::{exit_for, grade_and_print_with, select_checks};
-use super::inspect;
 use super::progress::{print_setup_log, wait_with_display_hooked};
 use lab_agent_client::{Client, Progress};
 use lab_agent_proto::lab::Lab;

@@ -6,8 +6,8 @@
 //!
 //! # Layout
 //! - [`sandbox`]: the throwaway copy of this machine a local try runs in
-//!   (namespaces, overlays; the keeper process and its init), and
-//!   [`sandbox::NetnsDialer`], the way into its network. A binary that
+//!   (namespaces, overlays; the keeper process and its init), and its
+//!   `NetnsDialer`, the way into its network. A binary that
 //!   starts a sandbox runs [`sandbox::keeper_main`] for
 //!   [`sandbox::KEEPER_VERB`] (`/proc/self/exe` is the keeper).
 //! - [`local`]: [`LocalAgent`], a `lab-agent serve` started with a lab

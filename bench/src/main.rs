@@ -888,7 +888,7 @@ impl WorkDir {
         // A fresh, unpredictable name made exclusively: the bench runs as
         // root in a world-writable /tmp. Removed by this type's Drop and by
         // the signal/time-limit path, so tempfile's own removal is off.
-        let dir = labctl::tempdir::create("lab-agent-bench", 0o755)?.keep();
+        let dir = lab_runner::tempdir::create("lab-agent-bench", 0o755)?.keep();
         // The bench user's helpers (qemu-ga) need to reach their subdir.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
         children::set_work_dir(dir.clone());

@@ -92,6 +92,23 @@ pub fn human_duration(d: std::time::Duration) -> String {
     }
 }
 
+/// A runner's error as `labctl` prints it: its message, cause and hints,
+/// and the exit status its kind means.
+impl From<lab_runner::Error> for Failure {
+    fn from(e: lab_runner::Error) -> Failure {
+        let exit = match e.kind() {
+            lab_runner::ErrorKind::Usage => Exit::Usage,
+            lab_runner::ErrorKind::Unreachable => Exit::Unreachable,
+        };
+        let (message, source, hints) = e.into_parts();
+        let failure = Failure::new(exit, message).hints(hints);
+        match source {
+            Some(source) => failure.with_source(source),
+            None => failure,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,16 +14,16 @@
 //!   library's); [`life`] prints one VM's (`wait`).
 //! - No verb imports another verb; what two verbs share lives in a module
 //!   named after what it does: [`grading`] (grade one VM, print its report:
-//!   `grade`, `try`), [`inspect`] (what `lint` finds: `lint`, `try`),
+//!   `grade`, `try`), [`findings`] (what `lint` finds, printed: `lint`, `try`),
 //!   [`payload`] (render and write a payload: `secret`, `try --vm`, `lint`),
 //!   [`progress`] (waiting with a live display: `wait`, `grade`, `try`).
-//! - [`tempdir`] makes temp dirs. [`agent_bin`] (finding the agent) and
-//!   [`token`] (per-VM tokens) are the generator's, re-exported.
+//! - [`agent_bin`] (finding the agent) and [`token`] (per-VM tokens) are
+//!   the generator's, re-exported.
 //! - [`exit`]: exit codes and how errors print; [`common`], [`report`],
 //!   [`color`]: shared by the verbs.
-//! - [`qemu`]: booting a guest with a NoCloud seed, for `try --vm` (and the
-//!   project's VM tests). It lives here, not in `lab-agent-client`: the
-//!   library a backend links knows nothing of qemu.
+//! - The sandbox, the qemu driver and the VM a lab is tried in are the
+//!   runner's (`lab_runner`): this crate is the command line. The library a
+//!   backend links (`lab-agent-client`) knows nothing of either.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -32,17 +32,15 @@ pub mod color;
 pub mod common;
 pub mod exec;
 pub mod exit;
+pub mod findings;
 pub mod grade;
 pub mod grading;
-pub mod inspect;
 pub mod life;
 pub mod lint;
 pub mod payload;
 pub mod progress;
-pub mod qemu;
 pub mod report;
 pub mod secret;
-pub mod tempdir;
 pub mod timeline;
 pub mod r#try;
 pub mod wait;
@@ -100,7 +98,32 @@ pub enum Command {
     Timeline(timeline::TimelineArgs),
     /// The keeper of a local `labctl try`'s sandbox (started by `try`)
     #[command(name = "__sandbox", hide = true)]
-    Sandbox(r#try::sandbox::KeeperArgs),
+    Sandbox(KeeperArgs),
+}
+
+// Written by `lab_runner::sandbox::keeper_command`.
+/// The keeper's command line, hidden from `labctl --help`.
+#[derive(Debug, clap::Args)]
+pub struct KeeperArgs {
+    /// The try dir
+    #[arg(long)]
+    pub dir: std::path::PathBuf,
+    /// The agent binary (on the host)
+    #[arg(long)]
+    pub agent: std::path::PathBuf,
+    /// The agent's arguments
+    #[arg(last = true)]
+    pub args: Vec<std::ffi::OsString>,
+}
+
+impl From<&KeeperArgs> for lab_runner::sandbox::KeeperArgs {
+    fn from(args: &KeeperArgs) -> Self {
+        lab_runner::sandbox::KeeperArgs {
+            dir: args.dir.clone(),
+            agent: args.agent.clone(),
+            args: args.args.clone(),
+        }
+    }
 }
 
 pub fn main() -> ExitCode {
@@ -126,7 +149,7 @@ pub fn run(command: &Command) -> Result<Exit, Failure> {
         Command::Try(args) => r#try::run(args),
         Command::Secret(args) => secret::run(args),
         Command::Timeline(args) => timeline::run(args),
-        Command::Sandbox(args) => r#try::sandbox::keeper_main(args),
+        Command::Sandbox(args) => lab_runner::sandbox::keeper_main(&args.into()),
     }
 }
 

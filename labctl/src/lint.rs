@@ -9,7 +9,7 @@
 //! ship.
 
 use super::exit::{Exit, Failure};
-use super::inspect::{lint, report};
+use super::findings::{lint, report};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]

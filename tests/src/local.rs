@@ -100,7 +100,7 @@ pub struct TempDir {
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let dir = labctl::tempdir::create(&format!("lab-agent-test-{tag}"), 0o711)
+        let dir = lab_runner::tempdir::create(&format!("lab-agent-test-{tag}"), 0o711)
             .expect("create temp dir");
         // Passable by others, whatever the umask: checks may run as another user.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();

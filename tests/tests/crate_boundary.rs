@@ -2,8 +2,10 @@
 //! that links `lab-agent-client` pulls in no CLI, generator, process
 //! control or randomness, and the agent that ships in every VM none of the
 //! client's, the CLI's or the generator's crates; the Python wheel no CLI
-//! and no qemu driver. `cargo tree` reads the lockfile; nothing is built or
-//! fetched.
+//! and no qemu driver; the lab runner (`lab-runner`: sandbox, qemu, VM) is
+//! linked by `labctl` alone, never by the client, the agent or the wheel,
+//! and links no CLI itself. `cargo tree` reads the lockfile; nothing is
+//! built or fetched.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -69,6 +71,7 @@ fn the_client_library_pulls_in_no_cli_generator_or_process_control() {
             "tempfile",
             "lab-agent-cloudinit",
             "labctl",
+            "lab-runner",
             "pyo3",
             "lab-agent-python",
         ],
@@ -90,6 +93,7 @@ fn the_agent_pulls_in_nothing_of_the_client_cli_or_generator() {
             "lab-agent-client",
             "lab-agent-cloudinit",
             "labctl",
+            "lab-runner",
             "pyo3",
             "lab-agent-python",
         ],
@@ -104,8 +108,8 @@ fn labctl_pulls_in_no_python_binding() {
 }
 
 /// The wheel is the client, the wire types and the generator (with its
-/// `fs` edge for `render_secret`): no CLI (clap, labctl and the qemu driver
-/// inside it), no tracing subscriber, no process control.
+/// `fs` edge for `render_secret`): no CLI (clap, labctl), no runner (the
+/// sandbox and the qemu driver), no tracing subscriber, no process control.
 #[test]
 fn the_python_wheel_pulls_in_no_cli_or_qemu_driver() {
     check(
@@ -114,10 +118,40 @@ fn the_python_wheel_pulls_in_no_cli_or_qemu_driver() {
             "clap",
             "clap_builder",
             "labctl",
+            "lab-runner",
             "tracing-subscriber",
             "nix",
             "tempfile",
         ],
         70,
     );
+}
+
+/// The runner is a library of the CLI, not the other way round: it parses
+/// no arguments, sets up no logging and links no Python; only `labctl`
+/// (and the tests) depend on it.
+#[test]
+fn the_runner_pulls_in_no_cli_or_python() {
+    check(
+        "lab-runner",
+        &[
+            "clap",
+            "clap_builder",
+            "labctl",
+            "tracing-subscriber",
+            "pyo3",
+            "lab-agent-python",
+        ],
+        80,
+    );
+}
+
+/// Of the shipped crates, only `labctl` links the runner: nothing it
+/// builds on (wire types, generator, client) reaches back into it.
+#[test]
+fn labctl_alone_links_the_runner() {
+    assert!(normal_deps("labctl").contains("lab-runner"));
+    for package in ["lab-agent-proto", "lab-agent-cloudinit", "lab-agent-client"] {
+        check(package, &["lab-runner", "labctl"], 200);
+    }
 }

@@ -1,20 +1,11 @@
 //! A sandbox kept with `labctl try --keep`: how to get back in
-//! (`--enter DIR`, or `nsenter`) and how to end it (`--stop DIR`).
+//! (`--enter DIR`, or `nsenter`) and how to end it (`--stop DIR`); the
+//! runner's `lab_runner::kept` does both.
 
-use super::sandbox::{INIT_PID_FILE, KEEPER_PID_FILE, KEEPER_VERB};
 use crate::exit::{Exit, Failure};
-use nix::sched::{CloneFlags, setns};
-use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Pid, fork};
-use std::ffi::{CString, OsString};
-use std::fs;
-use std::os::unix::ffi::OsStrExt;
+use lab_runner::kept::{self, init_pid};
+use std::ffi::OsString;
 use std::path::Path;
-use std::time::{Duration, Instant};
-
-/// How long `--stop` waits for the sandbox after SIGTERM before SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(6);
 
 /// After `--keep`: the ways back in and out.
 pub fn print_how(dir: &Path) {
@@ -31,154 +22,13 @@ pub fn print_how(dir: &Path) {
     );
 }
 
-fn read_pid(path: &Path) -> Option<i32> {
-    fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-fn init_pid(dir: &Path) -> Option<i32> {
-    read_pid(&dir.join(INIT_PID_FILE))
-}
-
-/// The keeper's PID, if that process is still the keeper of `dir` (a PID
-/// may have been reused since).
-fn live_keeper(dir: &Path) -> Result<Option<Pid>, Failure> {
-    let Some(pid) = read_pid(&dir.join(KEEPER_PID_FILE)) else {
-        return Err(Failure::usage(format!(
-            "`{}` is not the try dir of a kept sandbox (it has no `{KEEPER_PID_FILE}`)",
-            dir.display()
-        ))
-        .hint("`labctl try --keep` prints the dir to give"));
-    };
-    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-    let ours = args.contains(&KEEPER_VERB.as_bytes())
-        && args.contains(&dir.as_os_str().as_bytes())
-        && !is_zombie(pid);
-    Ok(ours.then(|| Pid::from_raw(pid)))
-}
-
-fn is_zombie(pid: i32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
-}
-
-/// `labctl try --enter DIR [-- COMMAND…]`: joins the sandbox's namespaces
-/// (as `nsenter` does), then forks, so the command is in its PID namespace
-/// too; its exit status is the command's.
+/// `labctl try --enter DIR [-- COMMAND…]`: exits with the command's status.
 pub fn enter(dir: &Path, command: &[OsString]) -> Result<Exit, Failure> {
-    let dir = &absolute(dir)?;
-    if live_keeper(dir)?.is_none() {
-        return Err(
-            Failure::usage(format!("the sandbox of `{}` is not running", dir.display())).hint(
-                format!(
-                    "remove what is left with `labctl try --stop {}`",
-                    dir.display()
-                ),
-            ),
-        );
-    }
-    let init = init_pid(dir)
-        .ok_or_else(|| Failure::usage(format!("`{}` has no `{INIT_PID_FILE}`", dir.display())))?;
-    let mut joined = Vec::new();
-    for (ns, flag) in [
-        ("ipc", CloneFlags::CLONE_NEWIPC),
-        ("uts", CloneFlags::CLONE_NEWUTS),
-        ("net", CloneFlags::CLONE_NEWNET),
-        ("pid", CloneFlags::CLONE_NEWPID),
-        ("mnt", CloneFlags::CLONE_NEWNS),
-    ] {
-        let path = format!("/proc/{init}/ns/{ns}");
-        let f = fs::File::open(&path)
-            .map_err(|e| Failure::usage(format!("failed to open `{path}`")).with_source(e))?;
-        joined.push((f, flag, path));
-    }
-    // All opened first: once in the mount namespace, `/proc` is the sandbox's.
-    for (f, flag, path) in &joined {
-        setns(f, *flag)
-            .map_err(|e| Failure::usage(format!("failed to join `{path}`")).with_source(e))?;
-    }
-    let argv: Vec<CString> = if command.is_empty() {
-        let shell = if Path::new("/bin/bash").exists() {
-            "/bin/bash"
-        } else {
-            "/bin/sh"
-        };
-        vec![
-            CString::new(shell).expect("no NUL"),
-            CString::new("-l").expect("no NUL"),
-        ]
-    } else {
-        command
-            .iter()
-            .map(|a| CString::new(a.as_bytes()))
-            .collect::<Result<_, _>>()
-            .map_err(|_| Failure::usage("the command has a NUL byte"))?
-    };
-    // SAFETY: `labctl --enter` has started no thread (no runtime); the
-    // child only execs.
-    match unsafe { fork() }.map_err(|e| Failure::usage("failed to fork").with_source(e))? {
-        ForkResult::Child => {
-            let _ = nix::unistd::chdir("/");
-            let e = nix::unistd::execvp(&argv[0], &argv).unwrap_err();
-            eprintln!(
-                "labctl: failed to run `{}` in the sandbox: {e}",
-                argv[0].to_string_lossy()
-            );
-            std::process::exit(127);
-        }
-        ForkResult::Parent { child } => loop {
-            match waitpid(child, None) {
-                Ok(WaitStatus::Exited(_, code)) => return Ok(Exit::Command(code as u8)),
-                Ok(WaitStatus::Signaled(_, sig, _)) => {
-                    return Ok(Exit::Command(128 + sig as u8));
-                }
-                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => {
-                    return Err(Failure::usage("failed to wait for the command").with_source(e));
-                }
-            }
-        },
-    }
+    Ok(Exit::Command(kept::enter(dir, command)?))
 }
 
-/// `labctl try --stop DIR`: SIGTERM to the keeper (the agent stops, the
-/// PID namespace ends), SIGKILL after a grace, then the try dir goes.
+/// `labctl try --stop DIR`.
 pub fn stop(dir: &Path) -> Result<Exit, Failure> {
-    let dir = &absolute(dir)?;
-    if let Some(keeper) = live_keeper(dir)? {
-        let _ = kill(keeper, Signal::SIGTERM);
-        let deadline = Instant::now() + STOP_GRACE;
-        while live_keeper(dir)?.is_some() {
-            if Instant::now() >= deadline {
-                eprintln!(
-                    "warning: the sandbox did not stop within {}s of SIGTERM; killing it",
-                    STOP_GRACE.as_secs()
-                );
-                let _ = kill(keeper, Signal::SIGKILL);
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        while live_keeper(dir)?.is_some() {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    fs::remove_dir_all(dir).map_err(|e| {
-        Failure::usage(format!("failed to remove `{}`", dir.display())).with_source(e)
-    })?;
-    eprintln!("stopped the sandbox and removed `{}`", dir.display());
+    kept::stop(dir)?;
     Ok(Exit::Success)
-}
-
-/// The keeper's command line names the dir as `labctl try` gave it: an
-/// absolute path.
-fn absolute(dir: &Path) -> Result<std::path::PathBuf, Failure> {
-    std::path::absolute(dir).map_err(|e| {
-        Failure::usage(format!("failed to resolve `{}`", dir.display())).with_source(e)
-    })
 }

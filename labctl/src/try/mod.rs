@@ -3,7 +3,7 @@
 //! checks, print the report, tear everything down — also on Ctrl-C and on
 //! errors.
 //!
-//! Before anything starts, the lab is linted ([`crate::inspect`], as `labctl
+//! Before anything starts, the lab is linted ([`crate::findings`], as `labctl
 //! lint` does) and, for a local try, the user must be root: setup and checks
 //! run as root (and as other users) on this machine.
 //!
@@ -17,20 +17,17 @@
 //!   booted with the payload `labctl secret` renders, on a NoCloud seed, as
 //!   in production; the agent is reached through a loopback port forward.
 
-pub mod changes;
 mod kept;
-pub mod local;
-pub mod sandbox;
-mod systemd;
 pub mod vm;
 
 use super::common;
 use super::exit::{Exit, Failure};
+use super::findings as inspect;
 use super::grading::{Rule, exit_for, grade_and_print_with, select_checks};
-use super::inspect;
 use super::progress::{print_setup_log, wait_with_display_hooked};
 use lab_agent_client::{Client, Progress};
 use lab_agent_proto::lab::Lab;
+use lab_runner::{changes, local, systemd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -109,7 +106,7 @@ impl Config {
             .timeout
             .map(|secs| common::wait_secs("--timeout", secs, 1))
             .transpose()?;
-        let vm = vm::VmConfig::from_args(&args.vm)?;
+        let vm = vm::config_from_args(&args.vm)?;
         let lab_dir = args.lab.as_deref().expect("clap requires LAB_DIR here");
         if vm.is_some() && args.host {
             return Err(Failure::usage("`--host` and `--vm` exclude each other"));
@@ -119,7 +116,7 @@ impl Config {
                 "`--changes` reads the sandbox of a local try: drop `--host`/`--vm`",
             ));
         }
-        if vm.is_none() && !nix::unistd::geteuid().is_root() {
+        if vm.is_none() && !lab_runner::sandbox::is_root() {
             return Err(Failure::usage(
                 "`labctl try` builds its sandbox of this machine with namespaces and mounts, \
                  and runs the lab's setup and checks in it as root and as the lab's users, \
@@ -182,7 +179,7 @@ trait Target {
 
 impl Target for local::LocalAgent {
     fn client(&self) -> Result<Client, Failure> {
-        local::LocalAgent::client(self)
+        local::LocalAgent::client(self).map_err(Failure::client)
     }
     fn guest_lab_dir(&self) -> &str {
         local::LocalAgent::guest_lab_dir(self)
@@ -191,7 +188,7 @@ impl Target for local::LocalAgent {
         self.print_log_tail();
     }
     fn changes(&self) -> Option<Result<changes::Changes, Failure>> {
-        local::LocalAgent::changes(self)
+        local::LocalAgent::changes(self).map(|r| r.map_err(Failure::from))
     }
 }
 
@@ -219,7 +216,12 @@ pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
     }
     let rt = common::runtime()?;
     rt.block_on(async {
-        let mut agent = interruptible(local::LocalAgent::start(&config)).await??;
+        let mut agent = interruptible(local::LocalAgent::start(
+            &config.lab,
+            &config.agent,
+            config.sandbox,
+        ))
+        .await??;
         let outcome = interruptible(flow(&config, &agent)).await;
         if config.keep && config.sandbox && matches!(outcome, Ok(Ok(_))) {
             let dir = agent.dir().to_owned();

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use super::VmError;
-use labctl::qemu::{self, Arch, Guest, tail_lines};
+use lab_runner::qemu::{self, Arch, Guest, tail_lines};
 
 pub use super::guest::GuestOs;
 

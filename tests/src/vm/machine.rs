@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use labctl::qemu::accel::{self, Hooks};
-use labctl::qemu::machine::make_run_dir;
-use labctl::qemu::{AccelMode, Machine, MachineSpec, PowerOff, QemuError, sanitize, seed};
+use lab_runner::qemu::accel::{self, Hooks};
+use lab_runner::qemu::machine::make_run_dir;
+use lab_runner::qemu::{AccelMode, Machine, MachineSpec, PowerOff, QemuError, sanitize, seed};
 
 use super::http::{self, HttpAnswer};
 use super::lock::VmLock;

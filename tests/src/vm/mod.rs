@@ -4,7 +4,7 @@
 //!
 //! The machine itself (overlay, NoCloud seed, qemu arguments, accelerator
 //! probe, free port, console log, QMP power-off) is `labctl try --vm`'s:
-//! [`labctl::qemu`]. This layer adds what tests need on top.
+//! [`lab_runner::qemu`]. This layer adds what tests need on top.
 //!
 //! # Layout
 //! - [`guest`]: [`GuestOs`] (the guests: Debian 12, Debian 13, Debian 13
@@ -47,10 +47,10 @@ pub mod machine;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use labctl::qemu::AccelMode;
+use lab_runner::qemu::AccelMode;
 
 pub use image::{GuestOs, VmImage};
-pub use labctl::qemu::{self as core, Accel, Arch, ConsoleMark, PowerOff, QemuError};
+pub use lab_runner::qemu::{self as core, Accel, Arch, ConsoleMark, PowerOff, QemuError};
 pub use lock::VmLock;
 pub use machine::{BootOptions, Vm};
 

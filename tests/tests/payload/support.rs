@@ -93,7 +93,7 @@ pub struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        TempDir(labctl::tempdir::create(&format!("lab-payload-{tag}"), 0o755).unwrap())
+        TempDir(lab_runner::tempdir::create(&format!("lab-payload-{tag}"), 0o755).unwrap())
     }
 
     pub fn path(&self) -> &Path {

@@ -1,12 +1,14 @@
 //! `labctl try`'s VM flags ([`VmArgs`]) and what they become once checked
-//! ([`VmConfig`]): the guest's files as absolute paths, its size, the
+//! (the runner's [`VmConfig`]): the guest's files as absolute paths, its size, the
 //! accelerator and the boot-silence limit.
 
 use crate::exit::Failure;
 use crate::payload::ArchArg;
-use crate::qemu::accel;
-use crate::qemu::{AccelMode, Guest};
 use clap::builder::TypedValueParser as _;
+use lab_agent_cloudinit::Arch;
+use lab_runner::qemu::accel;
+use lab_runner::qemu::{AccelMode, Guest};
+use lab_runner::vm::{DEFAULT_BOOT_SILENCE, DEFAULT_CPUS, DEFAULT_MEMORY_MIB, VmConfig};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,19 +16,6 @@ use std::time::Duration;
 /// Added to the setup's timeout when `--timeout` is not given: a cloud image
 /// under software emulation takes minutes to boot.
 pub const BOOT_ALLOWANCE: Duration = Duration::from_secs(15 * 60);
-pub const DEFAULT_MEMORY_MIB: u32 = 2048;
-pub const DEFAULT_CPUS: u32 = 2;
-/// How long the serial console may stay silent before the agent first
-/// answers: then the guest is taken for hung (`--boot-silence`). A boot of
-/// the test image under TCG on a busy 2-core host never went quiet for
-/// more than ~17 s (the kernel, systemd and each cloud-init stage print as
-/// they go; the longest gap is between cloud-init's config and final
-/// stages: see tests/vm/README.md); a cloud image doing more
-/// on first boot, say key generation and package work, stays quiet for
-/// longer. Two minutes is far beyond both, and still ends the wait for a
-/// guest that will never boot (a KVM that runs nothing) long before the
-/// boot allowance would.
-pub const DEFAULT_BOOT_SILENCE: Duration = Duration::from_secs(120);
 #[derive(Debug, Default, Clone, clap::Args)]
 #[command(next_help_heading = "Try in a VM (qemu, as in production)")]
 pub struct VmArgs {
@@ -74,110 +63,88 @@ pub struct VmArgs {
     pub boot_silence: Option<u64>,
 }
 
-/// `--vm` / `--kernel …` and the machine flags, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VmConfig {
-    /// Absolute paths.
-    pub guest: Guest,
-    /// `--arch`; resolved against `--agent` with the payload
-    /// ([`crate::payload::ArchArg`]).
-    pub arch: Option<ArchArg>,
-    pub memory_mib: u32,
-    pub cpus: u32,
-    /// `None`: the image's size.
-    pub disk_gib: Option<u32>,
-    /// `--accel`, else `LAB_AGENT_VM_ACCEL`, else auto.
-    pub accel: AccelMode,
-    /// Which of the two set it (`None`: neither).
-    pub accel_set_by: Option<&'static str>,
-    /// `--boot-silence`.
-    pub boot_silence: Duration,
+/// The checked [`VmConfig`]: `None` when no VM was asked for (and then no
+/// machine flag may be given either). Reads `LAB_AGENT_VM_ACCEL`.
+pub fn config_from_args(args: &VmArgs) -> Result<Option<VmConfig>, Failure> {
+    let env = std::env::var_os(accel::ENV).map(|v| v.to_string_lossy().into_owned());
+    config_from_args_env(args, env.as_deref())
 }
 
-impl VmConfig {
-    /// `None` when no VM was asked for (and then no machine flag may be
-    /// given either). Reads `LAB_AGENT_VM_ACCEL`.
-    pub fn from_args(args: &VmArgs) -> Result<Option<VmConfig>, Failure> {
-        let env = std::env::var_os(accel::ENV).map(|v| v.to_string_lossy().into_owned());
-        VmConfig::from_args_env(args, env.as_deref())
-    }
-
-    /// [`VmConfig::from_args`] with `accel_env` as `LAB_AGENT_VM_ACCEL`.
-    pub fn from_args_env(
-        args: &VmArgs,
-        accel_env: Option<&str>,
-    ) -> Result<Option<VmConfig>, Failure> {
-        let guest = match (&args.vm, &args.kernel, &args.initrd, &args.rootfs) {
-            (Some(image), None, None, None) => Guest::Disk {
-                image: existing_file("--vm", image)?,
-            },
-            (None, Some(kernel), Some(initrd), Some(rootfs)) => Guest::Kernel {
-                kernel: existing_file("--kernel", kernel)?,
-                initrd: existing_file("--initrd", initrd)?,
-                rootfs: existing_file("--rootfs", rootfs)?,
-            },
-            (None, None, None, None) => {
-                let given = [
-                    ("--arch", args.arch.is_some()),
-                    ("--memory", args.memory.is_some()),
-                    ("--cpus", args.cpus.is_some()),
-                    ("--disk-size", args.disk_size.is_some()),
-                    ("--accel", args.accel.is_some()),
-                    ("--boot-silence", args.boot_silence.is_some()),
-                ];
-                if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
-                    return Err(Failure::usage(format!(
-                        "`{flag}` only applies to a VM: add `--vm IMAGE` or `--kernel …`"
-                    )));
-                }
-                return Ok(None);
-            }
-            // clap enforces the combinations; this is a safety net.
-            _ => {
-                return Err(Failure::usage(
-                    "give either `--vm IMAGE` or all of `--kernel`, `--initrd` and `--rootfs`",
-                ));
-            }
-        };
-        let memory_mib = args.memory.unwrap_or(DEFAULT_MEMORY_MIB);
-        if !(256..=1 << 20).contains(&memory_mib) {
-            return Err(Failure::usage(format!(
-                "`--memory {memory_mib}` is out of range: give MiB, at least 256"
-            )));
-        }
-        let cpus = args.cpus.unwrap_or(DEFAULT_CPUS);
-        if !(1..=64).contains(&cpus) {
-            return Err(Failure::usage(format!(
-                "`--cpus {cpus}` is out of range (1 to 64)"
-            )));
-        }
-        if let Some(gib) = args.disk_size {
-            if !(1..=4096).contains(&gib) {
+/// [`config_from_args`] with `accel_env` as `LAB_AGENT_VM_ACCEL`.
+pub fn config_from_args_env(
+    args: &VmArgs,
+    accel_env: Option<&str>,
+) -> Result<Option<VmConfig>, Failure> {
+    let guest = match (&args.vm, &args.kernel, &args.initrd, &args.rootfs) {
+        (Some(image), None, None, None) => Guest::Disk {
+            image: existing_file("--vm", image)?,
+        },
+        (None, Some(kernel), Some(initrd), Some(rootfs)) => Guest::Kernel {
+            kernel: existing_file("--kernel", kernel)?,
+            initrd: existing_file("--initrd", initrd)?,
+            rootfs: existing_file("--rootfs", rootfs)?,
+        },
+        (None, None, None, None) => {
+            let given = [
+                ("--arch", args.arch.is_some()),
+                ("--memory", args.memory.is_some()),
+                ("--cpus", args.cpus.is_some()),
+                ("--disk-size", args.disk_size.is_some()),
+                ("--accel", args.accel.is_some()),
+                ("--boot-silence", args.boot_silence.is_some()),
+            ];
+            if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
                 return Err(Failure::usage(format!(
-                    "`--disk-size {gib}` is out of range (1 to 4096 GiB)"
+                    "`{flag}` only applies to a VM: add `--vm IMAGE` or `--kernel …`"
                 )));
             }
+            return Ok(None);
         }
-        let (accel, accel_set_by) =
-            AccelMode::resolve(args.accel, accel_env).map_err(Failure::usage)?;
-        let boot_silence = match args.boot_silence {
-            None => DEFAULT_BOOT_SILENCE,
-            Some(0) => {
-                return Err(Failure::usage("`--boot-silence` must be at least 1 second"));
-            }
-            Some(secs) => Duration::from_secs(secs),
-        };
-        Ok(Some(VmConfig {
-            guest,
-            arch: args.arch,
-            memory_mib,
-            cpus,
-            disk_gib: args.disk_size,
-            accel,
-            accel_set_by,
-            boot_silence,
-        }))
+        // clap enforces the combinations; this is a safety net.
+        _ => {
+            return Err(Failure::usage(
+                "give either `--vm IMAGE` or all of `--kernel`, `--initrd` and `--rootfs`",
+            ));
+        }
+    };
+    let memory_mib = args.memory.unwrap_or(DEFAULT_MEMORY_MIB);
+    if !(256..=1 << 20).contains(&memory_mib) {
+        return Err(Failure::usage(format!(
+            "`--memory {memory_mib}` is out of range: give MiB, at least 256"
+        )));
     }
+    let cpus = args.cpus.unwrap_or(DEFAULT_CPUS);
+    if !(1..=64).contains(&cpus) {
+        return Err(Failure::usage(format!(
+            "`--cpus {cpus}` is out of range (1 to 64)"
+        )));
+    }
+    if let Some(gib) = args.disk_size {
+        if !(1..=4096).contains(&gib) {
+            return Err(Failure::usage(format!(
+                "`--disk-size {gib}` is out of range (1 to 4096 GiB)"
+            )));
+        }
+    }
+    let (accel, accel_set_by) =
+        AccelMode::resolve(args.accel, accel_env).map_err(Failure::usage)?;
+    let boot_silence = match args.boot_silence {
+        None => DEFAULT_BOOT_SILENCE,
+        Some(0) => {
+            return Err(Failure::usage("`--boot-silence` must be at least 1 second"));
+        }
+        Some(secs) => Duration::from_secs(secs),
+    };
+    Ok(Some(VmConfig {
+        guest,
+        arch: args.arch.map(Arch::from),
+        memory_mib,
+        cpus,
+        disk_gib: args.disk_size,
+        accel,
+        accel_set_by,
+        boot_silence,
+    }))
 }
 
 /// An absolute path to an existing file (qemu resolves an overlay's relative
@@ -204,9 +171,9 @@ fn accel_parser() -> impl clap::builder::TypedValueParser<Value = AccelMode> {
 mod tests {
     use super::*;
     use crate::exit::Exit;
-    use crate::qemu::Accel;
     use crate::{Cli, Command};
     use clap::Parser;
+    use lab_runner::qemu::Accel;
     fn parse(args: &[&str]) -> Result<VmArgs, String> {
         let mut argv = vec!["labctl", "try", "LAB"];
         argv.extend_from_slice(args);
@@ -233,19 +200,19 @@ mod tests {
 
     #[test]
     fn no_vm_flags_is_local_mode() {
-        assert_eq!(VmConfig::from_args(&parse(&[]).unwrap()).unwrap(), None);
+        assert_eq!(config_from_args(&parse(&[]).unwrap()).unwrap(), None);
     }
 
     #[test]
     fn machine_flags_need_a_vm() {
-        let err = VmConfig::from_args(&parse(&["--memory", "512"]).unwrap()).unwrap_err();
+        let err = config_from_args(&parse(&["--memory", "512"]).unwrap()).unwrap_err();
         assert_eq!(err.exit, Exit::Usage);
         assert!(
             err.message.contains("`--memory` only applies to a VM"),
             "{}",
             err.message
         );
-        let err = VmConfig::from_args(&parse(&["--arch", "arm64"]).unwrap()).unwrap_err();
+        let err = config_from_args(&parse(&["--arch", "arm64"]).unwrap()).unwrap_err();
         assert!(
             err.message.contains("`--arch` only applies to a VM"),
             "{}",
@@ -282,7 +249,7 @@ mod tests {
             dir.file_name().unwrap().to_str().unwrap()
         );
         let args = parse(&["--kernel", &k_dotted, "--initrd", &i, "--rootfs", &r]).unwrap();
-        let config = VmConfig::from_args_env(&args, None).unwrap().unwrap();
+        let config = config_from_args_env(&args, None).unwrap().unwrap();
         assert_eq!(
             config,
             VmConfig {
@@ -324,16 +291,14 @@ mod tests {
         ])
         .unwrap();
         // The flag wins over the variable.
-        let config = VmConfig::from_args_env(&args, Some("kvm"))
-            .unwrap()
-            .unwrap();
+        let config = config_from_args_env(&args, Some("kvm")).unwrap().unwrap();
         assert_eq!(
             config.guest,
             Guest::Disk {
                 image: PathBuf::from(&image)
             }
         );
-        assert_eq!(config.arch, Some(ArchArg::Arm64));
+        assert_eq!(config.arch, Some(Arch::Arm64));
         assert_eq!(
             (
                 config.memory_mib,
@@ -353,7 +318,7 @@ mod tests {
             )
         );
         let args = parse(&["--vm", &image, "--memory", "16"]).unwrap();
-        let err = VmConfig::from_args(&args).unwrap_err();
+        let err = config_from_args(&args).unwrap_err();
         assert!(err.message.contains("at least 256"), "{}", err.message);
         fs::remove_dir_all(dir).unwrap();
     }
@@ -362,18 +327,14 @@ mod tests {
     fn the_accelerator_variable_is_obeyed_and_checked() {
         let (dir, [_, _, image]) = files("accel-env");
         let args = parse(&["--vm", &image]).unwrap();
-        let config = VmConfig::from_args_env(&args, Some("tcg"))
-            .unwrap()
-            .unwrap();
+        let config = config_from_args_env(&args, Some("tcg")).unwrap().unwrap();
         assert_eq!(
             (config.accel, config.accel_set_by),
             (AccelMode::Force(Accel::Tcg), Some("LAB_AGENT_VM_ACCEL"))
         );
-        let config = VmConfig::from_args_env(&args, Some("auto"))
-            .unwrap()
-            .unwrap();
+        let config = config_from_args_env(&args, Some("auto")).unwrap().unwrap();
         assert_eq!(config.accel, AccelMode::Auto);
-        let err = VmConfig::from_args_env(&args, Some("hvf")).unwrap_err();
+        let err = config_from_args_env(&args, Some("hvf")).unwrap_err();
         assert_eq!(err.exit, Exit::Usage);
         assert!(
             err.message
@@ -383,17 +344,17 @@ mod tests {
         );
         // Without a VM the variable is not read at all.
         assert_eq!(
-            VmConfig::from_args_env(&parse(&[]).unwrap(), Some("hvf")).unwrap(),
+            config_from_args_env(&parse(&[]).unwrap(), Some("hvf")).unwrap(),
             None
         );
-        let err = VmConfig::from_args_env(
+        let err = config_from_args_env(
             &parse(&["--vm", &image, "--boot-silence", "0"]).unwrap(),
             None,
         )
         .unwrap_err();
         assert!(err.message.contains("at least 1 second"), "{}", err.message);
         let err =
-            VmConfig::from_args_env(&parse(&["--boot-silence", "9"]).unwrap(), None).unwrap_err();
+            config_from_args_env(&parse(&["--boot-silence", "9"]).unwrap(), None).unwrap_err();
         assert!(
             err.message
                 .contains("`--boot-silence` only applies to a VM"),
@@ -406,7 +367,7 @@ mod tests {
     #[test]
     fn a_missing_image_is_a_usage_error() {
         let args = parse(&["--vm", "/nonexistent/cloud.qcow2"]).unwrap();
-        let err = VmConfig::from_args(&args).unwrap_err();
+        let err = config_from_args(&args).unwrap_err();
         assert_eq!(err.exit, Exit::Usage);
         assert_eq!(err.message, "`--vm /nonexistent/cloud.qcow2` is not a file");
     }

@@ -3,9 +3,7 @@
 //! that stops it later.
 
 use super::target::VmTarget;
-use crate::exit::{Exit, Failure};
 use crate::qemu::{self, PowerOff, console};
-use crate::r#try::{Config, labctl_name};
 use lab_agent_cloudinit::shell;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,7 +16,7 @@ const CONSOLE_TAIL_LINES: usize = 25;
 
 /// How the VM stops, and what happens to the run dir.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stop {
+pub enum Stop {
     /// All went as asked: power off, remove everything.
     Discard,
     /// Ctrl-C or SIGTERM: kill qemu at once (the overlay is thrown away
@@ -33,7 +31,7 @@ pub(super) enum Stop {
 impl VmTarget {
     /// Stops qemu (ACPI power-off, else kill; at once when interrupted) and
     /// cleans the run dir as `how` says.
-    pub(super) fn stop(mut self, how: Stop) {
+    pub fn stop(mut self, how: Stop) {
         if let Some(machine) = self.machine.take() {
             // A guest whose agent never answered is at best still booting,
             // and ignores ACPI that early: waiting for it is time lost.
@@ -77,46 +75,45 @@ impl VmTarget {
         self.dir = PathBuf::new();
     }
 
-    /// `--keep`: leave qemu running, write `stop.sh`, say how to reach it.
-    pub(super) fn leave_running(mut self, config: &Config, result: &Result<Exit, Failure>) {
+    /// `--keep`: leaves qemu running and writes `stop.sh` into the run
+    /// dir, which stays; returns what the caller prints to reach and stop it.
+    pub fn leave_running(mut self) -> LeftRunning {
         let machine = self.machine.take().expect("running");
         let url = machine.agent_url();
         let console = machine.console_log_path().to_owned();
         let pid = machine.leave_running();
         let stop = self.dir.join("stop.sh");
-        let written = fs::write(&stop, stop_script(pid, &self.dir));
-        let labctl = labctl_name();
-        let conn = format!("--url {url} --token-file {}", self.token_file.display());
-        let mut text = format!(
-            "\nthe VM keeps running (qemu pid {pid}); `{labctl}` is done with it. Reach it with, e.g.:\n  \
-             {labctl} exec {conn} [--user USER] -- COMMAND\n  \
-             {labctl} grade {} {conn}\n",
-            config.lab.dir.display()
-        );
-        if matches!(result, Err(f) if f.exit == Exit::SetupFailed) {
-            text.push_str(&format!(
-                "  {labctl} exec {conn} -- cat /var/lib/lab-agent/setup.log\n"
-            ));
-        }
-        text.push_str(&format!(
-            "serial console log: `{}` (root is logged in on the serial console)\n",
-            console.display()
-        ));
-        match written {
-            Ok(()) => text.push_str(&format!(
-                "stop it and remove its files with:\n  sh {}\n",
-                stop.display()
-            )),
-            Err(e) => text.push_str(&format!(
-                "stop it with `kill {pid}`, then remove `{}` (failed to write `{}`: {e})\n",
-                self.dir.display(),
-                stop.display()
-            )),
-        }
-        eprint!("{text}");
+        let stop_written = fs::write(&stop, stop_script(pid, &self.dir));
         // The run dir stays.
-        self.dir = PathBuf::new();
+        let dir = std::mem::take(&mut self.dir);
+        LeftRunning {
+            pid,
+            url,
+            token_file: self.token_file.clone(),
+            console,
+            stop,
+            stop_written,
+            dir,
+        }
     }
+}
+
+/// A VM left running ([`VmTarget::leave_running`]).
+#[derive(Debug)]
+pub struct LeftRunning {
+    /// qemu's PID.
+    pub pid: u32,
+    /// The agent's URL (a loopback port forward).
+    pub url: String,
+    pub token_file: PathBuf,
+    /// The serial console's log.
+    pub console: PathBuf,
+    /// `stop.sh`: stops the VM and removes the run dir.
+    pub stop: PathBuf,
+    /// Whether `stop.sh` was written.
+    pub stop_written: std::io::Result<()>,
+    /// The run dir.
+    pub dir: PathBuf,
 }
 
 fn remove_dir(dir: &Path) {

@@ -3,23 +3,25 @@
 //! watches that end a wait early (qemu exited, a console gone silent).
 
 use super::VmConfig;
-use crate::agent_bin::{self, Linkage};
-use crate::exit::{Exit, Failure};
+use crate::Error;
 use crate::payload::{self, PayloadError, RenderOptions, write_private};
 use crate::qemu::accel::{self, Hooks};
 use crate::qemu::machine::make_run_dir;
 use crate::qemu::{self, AccelMode, Machine, MachineSpec, QemuError, console, seed};
-use crate::r#try::{Config, Target};
 use lab_agent_client::{Client, ClientBuilder, Progress};
+use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::{Arch, Format, SecretMeta};
+use lab_agent_proto::lab::Lab;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A booting or booted VM and its run dir.
+/// Dropped, it kills qemu and removes the run dir; [`VmTarget::stop`] and
+/// [`VmTarget::leave_running`] end it as asked.
 #[derive(Debug)]
-pub(super) struct VmTarget {
+pub struct VmTarget {
     /// `None` once stopped or left running.
     pub(super) machine: Option<Machine>,
     /// Emptied once stopped or left running: nothing left for `Drop`.
@@ -31,20 +33,22 @@ pub(super) struct VmTarget {
 }
 
 impl VmTarget {
-    /// Renders the payload, prepares overlay and seed, starts qemu under
-    /// the accelerator `vm.accel` allows (under `auto`, that takes up to a
-    /// KVM trial's grace). Returns as soon as the guest is booting, or,
-    /// unproven, once `cancelled()`.
-    pub(super) fn start(
-        config: &Config,
+    /// Renders `lab`'s payload with `agent` (the static build), prepares
+    /// overlay and seed, starts qemu under the accelerator `vm.accel` allows
+    /// (under `auto`, that takes up to a KVM trial's grace); `keep`: qemu
+    /// may outlive this process ([`VmTarget::leave_running`]). Returns as
+    /// soon as the guest is booting, or, unproven, once `cancelled()`.
+    pub fn start(
+        lab: &Lab,
+        agent: &Path,
+        keep: bool,
         vm: &VmConfig,
         cancelled: &dyn Fn() -> bool,
-    ) -> Result<VmTarget, Failure> {
-        let arch = super::guest_arch(vm.arch, Some(&config.agent))?;
+    ) -> Result<VmTarget, Error> {
+        let arch = super::guest_arch(vm.arch, Some(agent))?;
         super::check_kernel_arch(&vm.guest, arch)?;
-        let version = qemu::check_installed(arch).map_err(qemu_failure)?;
-        let lab = &config.lab;
-        let dir = make_run_dir("labctl-try-vm", &lab.name).map_err(qemu_failure)?;
+        let version = qemu::check_installed(arch)?;
+        let dir = make_run_dir("labctl-try-vm", &lab.name)?;
         let mut target = VmTarget {
             machine: None,
             token: String::new(),
@@ -54,9 +58,9 @@ impl VmTarget {
         };
 
         // The payload exactly as `labctl secret` renders it for a Secret.
-        let user_data = target.render(config, arch).map_err(|e| {
+        let user_data = target.render(lab, agent, arch).map_err(|e| {
             let hint = e.hint();
-            Failure::usage("failed to render the lab's payload")
+            Error::usage("failed to render the lab's payload")
                 .with_source(e)
                 .hints(hint)
         })?;
@@ -66,7 +70,7 @@ impl VmTarget {
         spec.memory_mib = vm.memory_mib;
         spec.cpus = vm.cpus;
         spec.disk_gib = vm.disk_gib;
-        spec.detached = config.keep;
+        spec.detached = keep;
         let instance = format!(
             "labctl-try-{}-{}",
             qemu::sanitize(&lab.name),
@@ -77,8 +81,7 @@ impl VmTarget {
             say: &|line| eprintln!("{line}"),
             cancelled,
         };
-        let started = accel::start(&spec, vm.accel, &user_data, &meta, &target.dir, &hooks)
-            .map_err(qemu_failure)?;
+        let started = accel::start(&spec, vm.accel, &user_data, &meta, &target.dir, &hooks)?;
         let machine = started.machine;
         if cancelled() {
             // The caller stops it at once: nothing to announce.
@@ -109,9 +112,9 @@ impl VmTarget {
     /// Renders the lab's payload with a fresh token and writes it to the
     /// run dir as `labctl secret` would (token, user-data, secret.yaml, all
     /// 0600); returns the user-data for the seed.
-    fn render(&mut self, config: &Config, arch: Arch) -> Result<Vec<u8>, PayloadError> {
-        let agent = agent_bin::load(Some(&config.agent), Linkage::Static(arch))?;
-        let token = crate::token::generate().map_err(PayloadError::Random)?;
+    fn render(&mut self, lab: &Lab, agent: &Path, arch: Arch) -> Result<Vec<u8>, PayloadError> {
+        let agent = agent_bin::load(Some(agent), Linkage::Static(arch))?;
+        let token = lab_agent_cloudinit::token::generate().map_err(PayloadError::Random)?;
         let opts = RenderOptions {
             arch,
             meta: SecretMeta {
@@ -123,8 +126,7 @@ impl VmTarget {
             format: Format::Yaml,
             serial_autologin: true,
         };
-        let rendered =
-            payload::render_logged(&config.lab, &agent, &token, &opts, &mut std::io::stderr())?;
+        let rendered = payload::render_logged(lab, &agent, &token, &opts, &mut std::io::stderr())?;
         write_private(
             &self.token_file,
             format!("{token}\n").as_bytes(),
@@ -148,19 +150,18 @@ impl VmTarget {
         self.machine.as_ref().expect("the VM is running")
     }
 
-    pub(super) fn is_running(&self) -> bool {
+    pub fn is_running(&self) -> bool {
         self.machine.as_ref().is_some_and(Machine::is_running)
     }
 
-    /// Resolves when qemu exits, with a failure that says so.
-    pub(super) async fn qemu_exited(&self) -> Failure {
+    /// Resolves when qemu exits, with an error that says so.
+    pub async fn qemu_exited(&self) -> Error {
         loop {
             if let Some(status) = self.machine().exit_status() {
                 let stderr = self.machine().qemu_stderr();
-                let mut f = Failure::new(
-                    Exit::Unreachable,
-                    format!("qemu exited ({status}) before `labctl try` was done"),
-                );
+                let mut f = Error::unreachable(format!(
+                    "qemu exited ({status}) before `labctl try` was done"
+                ));
                 if !stderr.trim().is_empty() {
                     f = f.with_source(qemu::tail_lines(stderr.trim(), 5));
                 }
@@ -170,12 +171,12 @@ impl VmTarget {
         }
     }
 
-    /// Resolves, with a failure, when the serial console has printed
+    /// Resolves, with an error, when the serial console has printed
     /// nothing for `limit` and the agent has never answered: a guest that
     /// does not boot (whatever the accelerator) ends here, not at the
     /// boot allowance. Pending for good once the agent has answered (the
     /// setup's own timeout then bounds the wait).
-    pub(super) async fn silent_console(&self, limit: Duration) -> Failure {
+    pub async fn silent_console(&self, limit: Duration) -> Error {
         let path = self.machine().console_log_path().to_owned();
         let mut seen = console::mark(&path);
         let mut since = self.machine().started_at();
@@ -188,14 +189,11 @@ impl VmTarget {
                 (seen, since) = (now, Instant::now());
             }
             if since.elapsed() >= limit {
-                return Failure::new(
-                    Exit::Unreachable,
-                    format!(
-                        "the guest printed nothing on its serial console for {}s and its agent \
-                         never answered: it is not booting",
-                        limit.as_secs()
-                    ),
-                )
+                return Error::unreachable(format!(
+                    "the guest printed nothing on its serial console for {}s and its agent \
+                     never answered: it is not booting",
+                    limit.as_secs()
+                ))
                 .hint(
                     "`--boot-silence SECS` waits longer for a guest that is quiet while it boots",
                 );
@@ -205,8 +203,10 @@ impl VmTarget {
     }
 }
 
-impl Target for VmTarget {
-    fn client(&self) -> Result<Client, Failure> {
+/// What `labctl try`'s flow asks of the VM while it waits and grades.
+impl VmTarget {
+    /// A client for the guest's agent, with its token.
+    pub fn client(&self) -> Result<Client, lab_agent_client::Error> {
         ClientBuilder::default()
             // Short long-polls: the display shows each state as it comes.
             .long_poll(Duration::from_secs(2))
@@ -214,14 +214,16 @@ impl Target for VmTarget {
             // says nothing: give up on such an attempt soon and try again.
             .request_timeout(Duration::from_secs(5))
             .build(&self.machine().agent_url(), &self.token)
-            .map_err(Failure::client)
     }
 
-    fn guest_lab_dir(&self) -> &str {
+    /// The checks' `LAB_DIR` in the guest.
+    pub fn guest_lab_dir(&self) -> &str {
         lab_agent_proto::GUEST_LAB_DIR
     }
 
-    fn on_progress(&self, progress: &Progress) -> Option<String> {
+    /// Sees every progress report of the wait (the first answer is timed);
+    /// while the agent does not answer, says how far the boot is.
+    pub fn on_progress(&self, progress: &Progress) -> Option<String> {
         let machine = self.machine();
         if progress.state.is_some() {
             self.first_answer.get_or_init(|| machine.elapsed());
@@ -234,7 +236,8 @@ impl Target for VmTarget {
         ))
     }
 
-    fn on_ready(&self) {
+    /// The agent is ready: prints how long the boot took.
+    pub fn on_ready(&self) {
         let machine = self.machine();
         let ready = machine.elapsed();
         let answered = *self.first_answer.get().unwrap_or(&ready);
@@ -265,10 +268,14 @@ fn version_number(line: &str) -> &str {
         .unwrap_or(line)
 }
 
-pub(super) fn qemu_failure(e: QemuError) -> Failure {
-    match e {
-        QemuError::Missing(_) | QemuError::Io { .. } => Failure::usage(e.to_string()),
-        e => Failure::new(Exit::Unreachable, e.to_string()),
+/// A tool missing or a file that failed is the caller's to fix; a machine
+/// that does not run is the guest's.
+impl From<QemuError> for Error {
+    fn from(e: QemuError) -> Error {
+        match e {
+            QemuError::Missing(_) | QemuError::Io { .. } => Error::usage(e.to_string()),
+            e => Error::unreachable(e.to_string()),
+        }
     }
 }
 

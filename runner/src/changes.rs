@@ -84,7 +84,7 @@ impl Changes {
 }
 
 /// The changes in the sandbox of keeper `keeper`, whose try dir is `dir`.
-pub fn collect(keeper: u32, dir: &Path) -> io::Result<Changes> {
+pub(crate) fn collect(keeper: u32, dir: &Path) -> io::Result<Changes> {
     let layers = fs::read_to_string(dir.join(LAYERS_FILE))?;
     let top = PathBuf::from(format!("/proc/{keeper}/root"))
         .join(dir.strip_prefix("/").unwrap_or(dir))

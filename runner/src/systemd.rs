@@ -5,7 +5,7 @@
 use lab_agent_proto::lab::Lab;
 
 /// What `labctl try` prints when systemd's absence shows in an output.
-pub const HINT: &str = "hint: this needs systemd, which the sandbox of `labctl try` does not run: \
+pub(crate) const HINT: &str = "hint: this needs systemd, which the sandbox of `labctl try` does not run: \
                         try the lab in a VM with `--vm IMAGE` (see docs/lab-toml.md, \
                         \"What the sandbox cannot hold\")";
 
@@ -18,7 +18,7 @@ const SIGNS: [&str; 4] = [
 ];
 
 /// What `labctl try` prints when the lack of a network shows in an output.
-pub const NETWORK_HINT: &str = "hint: this needs the network, and the sandbox of `labctl try` \
+pub(crate) const NETWORK_HINT: &str = "hint: this needs the network, and the sandbox of `labctl try` \
                                 has only loopback: try the lab in a VM with `--vm IMAGE`, or on \
                                 this machine itself with `--host`";
 
@@ -32,7 +32,7 @@ const NETWORK_SIGNS: [&str; 5] = [
 ];
 
 /// Whether an output shows that systemd was needed.
-pub fn needed(output: &str) -> bool {
+pub(crate) fn needed(output: &str) -> bool {
     SIGNS.iter().any(|s| output.contains(s))
 }
 

@@ -1,6 +1,6 @@
 //! The local target of `labctl try`: a `lab-agent serve` on loopback,
 //! running the lab's setup itself, in the throwaway sandbox of
-//! [`super::sandbox`] (or, with `--host`, on this machine itself), with
+//! [`crate::sandbox`] (or, with `--host`, on this machine itself), with
 //! everything it needs in one temp dir that goes away afterwards:
 //!
 //! ```text
@@ -16,13 +16,13 @@
 //!   sandbox.pid …         layers, kept: see `sandbox.rs`
 //! ```
 
-use super::Config;
-use super::changes::{self, Changes};
-use super::sandbox;
-use crate::agent_bin::{self, Linkage};
-use crate::exit::{Exit, Failure};
+use crate::Error;
+use crate::changes::{self, Changes};
+use crate::sandbox;
 use lab_agent_client::{Client, ClientBuilder};
+use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_proto::addr_file;
+use lab_agent_proto::lab::Lab;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use std::fs;
@@ -51,17 +51,13 @@ pub struct LocalAgent {
 }
 
 impl LocalAgent {
-    /// Stages the lab, writes a token and starts the agent; returns once
-    /// the agent listens (its setup runs on).
-    pub async fn start(config: &Config) -> Result<LocalAgent, Failure> {
-        let lab = &config.lab;
+    /// Stages `lab`, writes a token and starts `agent` (any build) in a
+    /// sandbox of this machine, or on the machine itself when `in_sandbox` is
+    /// false; returns once the agent listens (its setup runs on).
+    pub async fn start(lab: &Lab, agent: &Path, in_sandbox: bool) -> Result<LocalAgent, Error> {
         let dir = TempDir::new()?;
         let io = |what: &str, path: &Path, e: std::io::Error| {
-            Failure::new(
-                Exit::Usage,
-                format!("failed to {what} `{}`", path.display()),
-            )
-            .with_source(e)
+            Error::usage(format!("failed to {what} `{}`", path.display())).with_source(e)
         };
 
         let token = new_token()?;
@@ -98,7 +94,7 @@ impl LocalAgent {
                 // Nothing to set up: record that as a lab VM does (`lab-agent
                 // setup` without a script), so the agent is ready at once and
                 // never reports a setup script running that does not exist.
-                record_no_setup(&config.agent, &state, &log)?;
+                record_no_setup(agent, &state, &log)?;
                 None
             }
         };
@@ -107,7 +103,7 @@ impl LocalAgent {
             "staged `{}` in `{}`; starting `{}`",
             lab.name,
             staged.display(),
-            config.agent.display()
+            agent.display()
         );
         let mut args = addr_file::serve_args(
             addr_file::LOOPBACK_ANY_PORT,
@@ -125,14 +121,14 @@ impl LocalAgent {
             ]);
         }
         args.extend(["--lab-dir".into(), staged.into()]);
-        let mut cmd = if config.sandbox {
+        let mut cmd = if in_sandbox {
             let mounts = dir.path.join(sandbox::MOUNT_DIR);
             fs::create_dir(&mounts).map_err(|e| io("create", &mounts, e))?;
             let agent_file = dir.path.join(sandbox::AGENT_FILE);
             fs::write(&agent_file, "").map_err(|e| io("create", &agent_file, e))?;
-            sandbox::keeper_command(&dir.path, &config.agent, args)
+            sandbox::keeper_command(&dir.path, agent, args)
         } else {
-            let mut cmd = tokio::process::Command::new(&config.agent);
+            let mut cmd = tokio::process::Command::new(agent);
             cmd.args(args);
             cmd
         };
@@ -145,22 +141,14 @@ impl LocalAgent {
             .process_group(0)
             .kill_on_drop(true);
         let child = cmd.spawn().map_err(|e| {
-            Failure::new(
-                Exit::Usage,
-                format!("failed to start `{}`", config.agent.display()),
-            )
-            .with_source(e)
+            Error::usage(format!("failed to start `{}`", agent.display())).with_source(e)
         })?;
-        let sandbox = match child.id().filter(|_| config.sandbox) {
+        let sandbox = match child.id().filter(|_| in_sandbox) {
             Some(pid) => {
                 let pid_file = dir.path.join(sandbox::KEEPER_PID_FILE);
                 fs::write(&pid_file, pid.to_string()).map_err(|e| io("write", &pid_file, e))?;
                 let dialer = sandbox::NetnsDialer::new(pid).map_err(|e| {
-                    Failure::new(
-                        Exit::Usage,
-                        "failed to open the sandbox's network namespace",
-                    )
-                    .with_source(e)
+                    Error::usage("failed to open the sandbox's network namespace").with_source(e)
                 })?;
                 Some((pid, dialer))
             }
@@ -186,7 +174,7 @@ impl LocalAgent {
     /// Polls for the address file, watching that the agent (or its
     /// sandbox) is still alive: [`addr_file::wait`]'s loop, on the runtime's
     /// timer and with the failures `try` explains.
-    async fn await_addr(&mut self, addr_file: &Path) -> Result<String, Failure> {
+    async fn await_addr(&mut self, addr_file: &Path) -> Result<String, Error> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(addr) = addr_file::read(addr_file) {
@@ -197,32 +185,27 @@ impl LocalAgent {
                 self.print_log_tail();
                 if self.sandbox.is_some() {
                     // The keeper reports its own failures (exit 125).
-                    return Err(Failure::new(
-                        Exit::Unreachable,
-                        format!("the sandbox or the agent in it exited at start ({status})"),
-                    )
+                    return Err(Error::unreachable(format!(
+                        "the sandbox or the agent in it exited at start ({status})"
+                    ))
                     .hint(
                         "its log is above; where the sandbox cannot be built (no overlayfs, \
                            no mount namespaces), `--host` runs the lab on this machine itself \
                            and `--vm IMAGE` in a VM",
                     ));
                 }
-                return Err(Failure::new(
-                    Exit::Unreachable,
-                    format!("`lab-agent serve` exited at start ({status})"),
-                )
+                return Err(Error::unreachable(format!(
+                    "`lab-agent serve` exited at start ({status})"
+                ))
                 .hint("its log is above; `lab-agent serve --help` lists the flags it takes"));
             }
             if Instant::now() >= deadline {
                 self.print_log_tail();
-                return Err(Failure::new(
-                    Exit::Unreachable,
-                    format!(
-                        "`lab-agent serve` did not write its address to `{}` within {}s",
-                        addr_file.display(),
-                        START_TIMEOUT.as_secs()
-                    ),
-                )
+                return Err(Error::unreachable(format!(
+                    "`lab-agent serve` did not write its address to `{}` within {}s",
+                    addr_file.display(),
+                    START_TIMEOUT.as_secs()
+                ))
                 .hint("is this a lab-agent that knows `--addr-file`? Pass a current one with `--agent`"));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -231,14 +214,12 @@ impl LocalAgent {
 
     /// A client for the agent. Checks may take as long as their timeout;
     /// the client adds its own margin on top.
-    pub fn client(&self) -> Result<Client, Failure> {
+    pub fn client(&self) -> Result<Client, lab_agent_client::Error> {
         let mut builder = ClientBuilder::default().long_poll(Duration::from_secs(2));
         if let Some((_, dialer)) = &self.sandbox {
             builder = builder.dialer(std::sync::Arc::new(dialer.clone()));
         }
-        builder
-            .build(&self.url, &self.token)
-            .map_err(Failure::client)
+        builder.build(&self.url, &self.token)
     }
 
     /// The try dir.
@@ -247,31 +228,26 @@ impl LocalAgent {
     }
 
     /// What the lab changed in the sandbox; `None` on the host.
-    pub fn changes(&self) -> Option<Result<Changes, Failure>> {
+    pub fn changes(&self) -> Option<Result<Changes, Error>> {
         let (keeper, _) = self.sandbox.as_ref()?;
         Some(changes::collect(*keeper, &self.dir.path).map_err(|e| {
-            Failure::new(
-                Exit::Usage,
-                "failed to read what the lab changed in the sandbox",
-            )
-            .with_source(e)
+            Error::usage("failed to read what the lab changed in the sandbox").with_source(e)
         }))
     }
 
     /// `--keep` in a sandbox: the keeper no longer dies with `labctl`, and
     /// neither the sandbox nor the try dir goes when this is dropped.
     /// `labctl try --stop DIR` ends it.
-    pub async fn keep_sandbox(mut self) -> Result<(), Failure> {
+    pub async fn keep_sandbox(mut self) -> Result<(), Error> {
         let Some((keeper, _)) = self.sandbox else {
-            return Err(Failure::usage("not a sandbox"));
+            return Err(Error::usage("not a sandbox"));
         };
         let kept = self.dir.path.join(sandbox::KEPT_FILE);
         let _ = kill(Pid::from_raw(keeper as i32), Signal::SIGUSR2);
         let deadline = Instant::now() + START_TIMEOUT;
         while !kept.exists() {
             if Instant::now() >= deadline {
-                return Err(Failure::new(
-                    Exit::Unreachable,
+                return Err(Error::unreachable(
                     "the sandbox did not confirm that it outlives labctl",
                 ));
             }
@@ -353,9 +329,9 @@ struct TempDir {
 }
 
 impl TempDir {
-    fn new() -> Result<TempDir, Failure> {
+    fn new() -> Result<TempDir, Error> {
         let dir = crate::tempdir::create("labctl-try", 0o711)
-            .map_err(|e| Failure::new(Exit::Usage, "failed to create a temp dir").with_source(e))?;
+            .map_err(|e| Error::usage("failed to create a temp dir").with_source(e))?;
         let path = dir.path().to_owned();
         // Passable by others (checks may run as another user), whatever the umask.
         set_mode(&path, 0o711)?;
@@ -382,10 +358,10 @@ impl TempDir {
 }
 
 /// Copies `[files].source` to `staged`, keeping each file's mode.
-fn stage_files(lab: &lab_agent_proto::lab::Lab, staged: &Path) -> Result<(), Failure> {
-    let files = lab.collect_files().map_err(Failure::lab)?;
+fn stage_files(lab: &Lab, staged: &Path) -> Result<(), Error> {
+    let files = lab.collect_files()?;
     let io = |path: &Path, e: std::io::Error| {
-        Failure::new(Exit::Usage, format!("failed to stage `{}`", path.display())).with_source(e)
+        Error::usage(format!("failed to stage `{}`", path.display())).with_source(e)
     };
     fs::create_dir(staged).map_err(|e| io(staged, e))?;
     set_mode(staged, 0o755)?;
@@ -421,7 +397,7 @@ fn walk_dirs(root: &Path) -> Vec<PathBuf> {
 
 /// `lab-agent setup --state-dir STATE` without a script: records a setup
 /// that succeeded, as cloud-init's `runcmd` does for a lab without one.
-fn record_no_setup(agent: &Path, state: &Path, log: &fs::File) -> Result<(), Failure> {
+fn record_no_setup(agent: &Path, state: &Path, log: &fs::File) -> Result<(), Error> {
     let clone = |f: &fs::File| f.try_clone().map(Stdio::from);
     let status = std::process::Command::new(agent)
         .arg("setup")
@@ -433,35 +409,25 @@ fn record_no_setup(agent: &Path, state: &Path, log: &fs::File) -> Result<(), Fai
         .status();
     match status {
         Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(Failure::new(
-            Exit::Usage,
-            format!(
-                "`{} setup` (recording that there is no setup script) failed: {s}",
-                agent.display()
-            ),
-        )),
-        Err(e) => Err(Failure::new(
-            Exit::Usage,
-            format!("failed to start `{}`", agent.display()),
-        )
-        .with_source(e)),
+        Ok(s) => Err(Error::usage(format!(
+            "`{} setup` (recording that there is no setup script) failed: {s}",
+            agent.display()
+        ))),
+        Err(e) => {
+            Err(Error::usage(format!("failed to start `{}`", agent.display())).with_source(e))
+        }
     }
 }
 
-fn set_mode(path: &Path, mode: u32) -> Result<(), Failure> {
+fn set_mode(path: &Path, mode: u32) -> Result<(), Error> {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|e| {
-        Failure::new(
-            Exit::Usage,
-            format!("failed to set the mode of `{}`", path.display()),
-        )
-        .with_source(e)
+        Error::usage(format!("failed to set the mode of `{}`", path.display())).with_source(e)
     })
 }
 
-fn new_token() -> Result<String, Failure> {
-    crate::token::generate().map_err(|e| {
-        Failure::new(Exit::Usage, "failed to get random bytes for a token")
-            .with_source(e.to_string())
+fn new_token() -> Result<String, Error> {
+    lab_agent_cloudinit::token::generate().map_err(|e| {
+        Error::usage("failed to get random bytes for a token").with_source(e.to_string())
     })
 }
 
@@ -472,7 +438,7 @@ fn new_token() -> Result<String, Failure> {
 /// `cargo run -p labctl -- try LAB` works from a
 /// fresh clone); else this source tree's `target/`, else `PATH`. Local mode
 /// runs the agent here, so any build will do.
-pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
+pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf, Error> {
     let given = explicit
         .map(|p| (p.to_owned(), format!("`--agent {}`", p.display())))
         .or_else(|| {
@@ -484,9 +450,9 @@ pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
         });
     if let Some((path, shown)) = given {
         if !path.is_file() {
-            return Err(Failure::usage(format!("{shown} is not a file")));
+            return Err(Error::usage(format!("{shown} is not a file")));
         }
-        return agent_bin::find(Some(&path), Linkage::Any).map_err(agent_bin_failure);
+        return Ok(agent_bin::find(Some(&path), Linkage::Any)?);
     }
     let not_found = match agent_bin::find(None, Linkage::Any) {
         Ok(p) => {
@@ -518,19 +484,7 @@ pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
     if let Some(p) = others.into_iter().find(|p| p.is_file()) {
         return Ok(p);
     }
-    Err(agent_bin_failure(not_found))
-}
-
-pub(super) fn agent_bin_failure(e: agent_bin::AgentBinError) -> Failure {
-    let hint = e.hint();
-    let mut f = Failure::usage(e.to_string());
-    if let Some(source) = std::error::Error::source(&e) {
-        f = f.with_source(source.to_string());
-    }
-    if let Some(h) = hint {
-        f = f.hint(h);
-    }
-    f
+    Err(not_found.into())
 }
 
 /// This crate's workspace, if its sources are still where they were built.
@@ -541,7 +495,7 @@ fn source_workspace() -> Option<PathBuf> {
 
 /// Builds the agent into `exe_dir` when that is a cargo profile dir
 /// (`…/debug`, `…/release`) of workspace `ws`; `None` when it is not.
-fn build_agent(ws: &Path, exe_dir: &Path) -> Result<Option<PathBuf>, Failure> {
+fn build_agent(ws: &Path, exe_dir: &Path) -> Result<Option<PathBuf>, Error> {
     let profile = match exe_dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => None,
         Some("release") => Some("--release"),
@@ -562,9 +516,9 @@ fn build_agent(ws: &Path, exe_dir: &Path) -> Result<Option<PathBuf>, Failure> {
     let status = cmd
         .stdout(std::io::stderr())
         .status()
-        .map_err(|e| Failure::usage(format!("failed to run `{shown}`")).with_source(e))?;
+        .map_err(|e| Error::usage(format!("failed to run `{shown}`")).with_source(e))?;
     if !status.success() {
-        return Err(Failure::usage(format!("`{shown}` failed ({status})"))
+        return Err(Error::usage(format!("`{shown}` failed ({status})"))
             .hint("pass a built agent with `--agent PATH`"));
     }
     let built = exe_dir.join(AGENT_NAME);
@@ -574,13 +528,14 @@ fn build_agent(ws: &Path, exe_dir: &Path) -> Result<Option<PathBuf>, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorKind;
 
     #[test]
     fn an_explicit_agent_must_exist() {
         let err = find_agent(Some(Path::new("/nonexistent/lab-agent"))).unwrap_err();
-        assert_eq!(err.exit, Exit::Usage);
+        assert_eq!(err.kind(), ErrorKind::Usage);
         assert!(
-            err.message
+            err.to_string()
                 .contains("`--agent /nonexistent/lab-agent` is not a file")
         );
     }

@@ -1,7 +1,7 @@
 //! Everything about a lab that can be known without running it, every
 //! problem in one run: what `labctl lint` prints, and what `labctl try`
-//! checks first, so a lab that `labctl secret` would reject never passes
-//! `try`.
+//! checks before it runs a lab, so a lab that `labctl secret` would reject
+//! never passes `try`.
 //!
 //! What is checked: the `lab.toml` model (every key, every check), that the
 //! files and the setup script it names exist and can be shipped, the shell
@@ -9,9 +9,8 @@
 //! the payload's size against the Secret limit, with the agent it would
 //! ship.
 
-use super::agent_bin::{self, Linkage};
-use super::exit::Failure;
-use super::payload::{self, PayloadError, RenderOptions};
+use crate::payload::{self, PayloadError, RenderOptions};
+use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::{Format, SecretMeta};
 use lab_agent_proto::lab::Lab;
 use std::path::{Path, PathBuf};
@@ -26,28 +25,6 @@ pub struct Findings {
     pub problems: Vec<String>,
     /// What was learned or could not be checked (the budget line, no bash).
     pub notes: Vec<String>,
-}
-
-/// Prints the notes and every problem on stderr; the lab when there were
-/// none, else a failure (exit 2) that counts them.
-pub fn report(dir: &Path, findings: &Findings) -> Result<Lab, Failure> {
-    for note in &findings.notes {
-        eprintln!("{note}");
-    }
-    let color = crate::color::stderr();
-    for problem in &findings.problems {
-        eprint!("{}", Failure::usage(problem.clone()).render(color));
-    }
-    match (&findings.lab, findings.problems.len()) {
-        (Some(lab), 0) => Ok(lab.clone()),
-        (_, n) => Err(Failure::usage(format!(
-            "lab `{}` has {n} problem{}: fix {} and lint again (`labctl lint {}`)",
-            dir.display(),
-            if n == 1 { "" } else { "s" },
-            if n == 1 { "it" } else { "them" },
-            dir.display()
-        ))),
-    }
 }
 
 /// Lints the lab in `dir`; `agent` is the static agent to count in the
@@ -189,7 +166,7 @@ fn budget(lab: &Lab, agent: Option<&Path>, found: &mut Findings) {
             ));
         }
     };
-    let token = match super::token::generate() {
+    let token = match lab_agent_cloudinit::token::generate() {
         Ok(token) => token,
         Err(e) => {
             return found

@@ -69,19 +69,21 @@ const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWNS
 
 /// In the try dir: an empty dir on the host; in the keeper's namespace a
 /// tmpfs with `root/` (the sandbox's root), `upperN/` and `workN/`.
-pub const MOUNT_DIR: &str = "sandbox";
+pub(crate) const MOUNT_DIR: &str = "sandbox";
 /// In the try dir: an empty file the agent binary is bound on, inside.
-pub const AGENT_FILE: &str = "lab-agent";
+pub(crate) const AGENT_FILE: &str = "lab-agent";
 /// In the try dir: the keeper's PID (written by `labctl`).
-pub const KEEPER_PID_FILE: &str = "sandbox.pid";
+pub(crate) const KEEPER_PID_FILE: &str = "sandbox.pid";
 /// In the try dir: init's PID as the host sees it (written by the keeper).
-pub const INIT_PID_FILE: &str = "init.pid";
+pub(crate) const INIT_PID_FILE: &str = "init.pid";
 /// In the try dir: one line per overlay, `N<TAB>MOUNTPOINT` (the keeper's).
-pub const LAYERS_FILE: &str = "layers";
+pub(crate) const LAYERS_FILE: &str = "layers";
 /// In the try dir: written by the keeper once it no longer dies with
 /// `labctl` (`--keep`).
-pub const KEPT_FILE: &str = "kept";
-/// What the keeper is called on its command line (`labctl __sandbox`).
+pub(crate) const KEPT_FILE: &str = "kept";
+/// What the keeper is called on its command line (`labctl __sandbox`): the
+/// binary that starts a sandbox (`/proc/self/exe`) must run [`keeper_main`]
+/// for this verb, with `--dir DIR --agent PATH -- ARGS…`.
 pub const KEEPER_VERB: &str = "__sandbox";
 
 /// Capabilities init drops from the bounding set before the agent's exec:
@@ -123,24 +125,28 @@ const VIRTUAL_FS: [&str; 22] = [
     "ramfs",
 ];
 
-/// The keeper's command line, hidden from `labctl --help`.
-#[derive(Debug, clap::Args)]
+/// Whether this process runs as root, as building a sandbox needs
+/// (namespaces, mounts) and running a lab's setup and checks in it does.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// The keeper's command line (`keeper_command` writes it; the binary's
+/// [`KEEPER_VERB`] parses it back and calls [`keeper_main`]).
+#[derive(Debug)]
 pub struct KeeperArgs {
-    /// The try dir
-    #[arg(long)]
+    /// The try dir.
     pub dir: PathBuf,
-    /// The agent binary (on the host)
-    #[arg(long)]
+    /// The agent binary (on the host).
     pub agent: PathBuf,
-    /// The agent's arguments
-    #[arg(last = true)]
+    /// The agent's arguments.
     pub args: Vec<OsString>,
 }
 
 /// The keeper's command: this very binary (`/proc/self/exe`, so a rebuilt
 /// `labctl` does not matter), dying with this thread's process and in its
 /// own namespaces from its first instruction.
-pub fn keeper_command(
+pub(crate) fn keeper_command(
     dir: &Path,
     agent: &Path,
     agent_args: Vec<OsString>,
@@ -171,13 +177,13 @@ pub fn keeper_command(
 
 /// Opens the agent's connections inside the keeper's network namespace.
 #[derive(Debug, Clone)]
-pub struct NetnsDialer {
+pub(crate) struct NetnsDialer {
     netns: Arc<OwnedFd>,
 }
 
 impl NetnsDialer {
     /// The network namespace of process `keeper`.
-    pub fn new(keeper: u32) -> io::Result<NetnsDialer> {
+    pub(crate) fn new(keeper: u32) -> io::Result<NetnsDialer> {
         let file = fs::File::open(format!("/proc/{keeper}/ns/net"))?;
         Ok(NetnsDialer {
             netns: Arc::new(file.into()),

@@ -1,0 +1,55 @@
+//! `lab-runner`: the lab runner behind `labctl try`. It starts a lab's
+//! agent somewhere a lab author can try it, hands out a client for it, and
+//! stops it, leaving the machine as it was. It is never a dependency of
+//! `lab-agent-client` or the Python package: a backend that grades VMs
+//! links none of this (`tests/tests/crate_boundary.rs`).
+//!
+//! # Layout
+//! - [`sandbox`]: the throwaway copy of this machine a local try runs in
+//!   (namespaces, overlays; the keeper process and its init), and its
+//!   `NetnsDialer`, the way into its network. A binary that
+//!   starts a sandbox runs [`sandbox::keeper_main`] for
+//!   [`sandbox::KEEPER_VERB`] (`/proc/self/exe` is the keeper).
+//! - [`local`]: [`LocalAgent`], a `lab-agent serve` started with a lab
+//!   staged in a temp dir, in a sandbox or on this machine itself (`--host`);
+//!   [`local::find_agent`] finds the agent binary to run.
+//! - [`kept`]: a sandbox kept after its run (`--keep`): enter it, stop it.
+//! - [`changes`]: what a lab changed in the sandbox, from the overlays'
+//!   upper dirs.
+//! - [`systemd`]: a lab that needs systemd or the network, which the
+//!   sandbox does not have: hints that point to a VM.
+//! - [`vm`]: [`vm::VmTarget`], a lab's real payload booted by cloud-init in
+//!   a qemu guest from a NoCloud seed, as KubeVirt boots it; stopped
+//!   ([`vm::Stop`]) or left running ([`vm::LeftRunning`]).
+//! - [`qemu`]: the project's one qemu driver (command lines, accelerator,
+//!   NoCloud seed, QMP, console), for [`vm`] and the VM tests.
+//! - [`inspect`]: everything about a lab that can be known without
+//!   running it (the model, `bash -n`, the payload's size): checked before
+//!   a lab runs, and what `labctl lint` prints.
+//! - [`payload`]: a lab rendered into its payload (the generator's
+//!   `lab_payload`) and written 0600, atomically: `labctl secret`, `lint`
+//!   and [`vm`].
+//! - [`tempdir`]: the project's one temp-dir helper.
+//! - [`Error`]: what failed, its cause and hints, and whose it is to fix
+//!   ([`ErrorKind`]).
+//!
+//! # Invariants
+//! - qemu lives only here ([`qemu`]); nothing of the sandbox is mounted in
+//!   the host's namespace, and everything a run starts dies with the
+//!   process that started it unless the caller keeps it (`--keep`).
+//! - Messages go to stderr; stdout is the front end's.
+
+pub mod changes;
+mod error;
+pub mod inspect;
+pub mod kept;
+pub mod local;
+pub mod payload;
+pub mod qemu;
+pub mod sandbox;
+pub mod systemd;
+pub mod tempdir;
+pub mod vm;
+
+pub use error::{Error, ErrorKind};
+pub use local::LocalAgent;

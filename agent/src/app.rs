@@ -17,7 +17,7 @@ pub struct App {
     pub exec_slots: Arc<Semaphore>,
     pub max_execs: usize,
     /// Output held by running commands and unsent answers.
-    pub output: crate::budget::Budget,
+    pub output: crate::http::budget::Budget,
     /// Process groups of running commands (and the setup), for shutdown.
     pub jobs: Jobs,
     pub started: Instant,
@@ -25,7 +25,7 @@ pub struct App {
     /// `LAB_DIR` this agent was started with.
     pub lab_dir: PathBuf,
     /// 401s and refused connections, summarised in the log periodically.
-    pub rejections: crate::rejections::Rejections,
+    pub rejections: crate::http::rejections::Rejections,
     /// Flips to `true` once shutdown begins: long-polls answer at once and
     /// new execs are refused.
     pub shutdown: watch::Receiver<bool>,

@@ -155,7 +155,7 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
         max_execs: 8,
         shutdown_grace: Duration::from_secs(10),
         output_budget: 256 * 1024 * 1024,
-        cgroup: crate::cgroup::Mode::Auto,
+        cgroup: crate::process::cgroup::Mode::Auto,
         pids_max: Some(lab_agent_proto::exec::DEFAULT_MAX_PIDS),
         memory_max: None,
     };

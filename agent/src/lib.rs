@@ -1,66 +1,61 @@
 //! lab-agent: the in-guest daemon of a lab VM. It tells the backend when the
 //! VM is really ready and runs its grading commands.
 //!
-//! # Layout
-//! - [`cli`]: arguments → validated [`serve::ServeConfig`] / [`setup::SetupConfig`].
-//! - [`serve`]: `lab-agent serve` wiring: token, bind, signals, cgroups,
-//!   optional setup, the housekeeping task.
-//! - [`app`]: the state every handler shares ([`app::App`]).
-//! - [`server`]: accept loop, timeouts, graceful shutdown; [`conn_io`]: the
-//!   socket as hyper sees it (write timeout, busy while bytes are unsent);
-//!   [`conns`]: the connection cap; the longest-idle connection makes room.
-//! - [`router`]: the routing table; auth first; one log line per request;
-//!   [`rejections`]: 401s and refused connections, counted and summarised.
-//! - [`ready`], [`exec`], [`info`]: one file per endpoint.
-//! - [`readiness`]: the readiness rule, from `result.json` and `setup.json`;
-//!   with [`instance`] (which life of the VM: `instance.json`),
-//!   [`timeline`] (where this boot's time went) and [`root_disk`].
-//! - [`setup`], [`setup_record`]: running the setup script; its record.
-//! - [`process`], [`identity`], [`capture`]: login shells as a user, in their
-//!   own process group, with timeouts and capped output; [`spawn`]: the
-//!   vfork-style process creation underneath; [`cgroup`]: each command's
-//!   cgroup (the pool, limits, what was hit, the kill).
-//! - [`budget`]: the output budget exec answers reserve from.
-//! - [`token`]: loading and checking the bearer token.
-//! - [`api_error`], [`http`], [`body`]: error → status + JSON; HTTP helpers;
-//!   response bodies that escape command output while sending it.
-//! - [`logging`], [`timefmt`]: a one-line-per-event log subscriber; timestamps.
+//! # Layout (each folder's `mod.rs` has the detail)
+//! - [`cli`]: arguments → validated [`ServeConfig`] / [`SetupConfig`];
+//!   `serve`: `lab-agent serve` wiring (token, bind, signals, cgroups,
+//!   optional setup, housekeeping); `app`: the state every handler shares.
+//! - `http/`: the server, connections, the router, errors, bodies, the
+//!   output budget: HTTP, whatever the endpoint.
+//! - `api/`: one file per endpoint (`ready`, `exec`, `exec_stream`, `info`,
+//!   `setup_log`).
+//! - `readiness/`: the readiness rule from `result.json` and `setup.json`;
+//!   which life of the VM (`instance`), where its boot went (`timeline`),
+//!   its root disk (`root_disk`).
+//! - `setup/`: running the setup script; its record (`record`).
+//! - `process/`: login shells as a user, in their own process group and
+//!   cgroup, with timeouts, limits and capped output (`spawn`, `identity`,
+//!   `capture`, `cgroup/`, `job`, `session`).
+//! - `token`: loading and checking the bearer token; `logging`, `timefmt`:
+//!   a one-line-per-event log subscriber; timestamps.
 //!
-//! Requests go one way: `server` → `router` → endpoint → (`readiness` |
-//! `process` → `spawn`, `cgroup`); no module imports one that imports it
-//! back. Nothing here reads `lab.toml` or knows about Kubernetes.
+//! Requests go one way: `http` → `api` → (`readiness` | `process`); no
+//! module imports one that imports it back. Nothing here reads `lab.toml` or
+//! knows about Kubernetes. Modules are private: the surface below is what
+//! `main.rs` wires and the seams the integration tests and fuzz targets
+//! drive, nothing else.
 
-pub mod api_error;
-pub mod app;
-pub mod body;
-pub mod budget;
-pub mod capture;
-pub mod cgroup;
+mod api;
+mod app;
 pub mod cli;
-pub mod conn_io;
-pub mod conns;
-pub mod exec;
-pub mod exec_stream;
-pub mod http;
-pub mod identity;
-pub mod info;
-pub mod instance;
-pub mod logging;
-pub mod process;
-pub mod readiness;
-pub mod ready;
-pub mod rejections;
-pub mod root_disk;
-pub mod router;
-pub mod serve;
-pub mod server;
-pub mod setup;
-pub mod setup_log;
-pub mod setup_record;
-pub mod spawn;
-pub mod timefmt;
-pub mod timeline;
-pub mod token;
+mod http;
+mod logging;
+mod process;
+mod readiness;
+mod serve;
+mod setup;
+mod timefmt;
+mod token;
+
+// What `main.rs` wires.
+pub use cli::Command;
+pub use logging::init as init_logging;
+pub use process::Jobs;
+pub use serve::{ServeConfig, serve};
+pub use setup::{SetupConfig, run as run_setup};
+
+// The seams tests and fuzz targets drive: the state a handler sees and the
+// router it goes through, the parsers of untrusted input, the bounds they
+// assert, the records they fake.
+pub use api::exec::{KILL_GRACE, parse as parse_exec};
+pub use api::ready::parse_wait;
+pub use app::App;
+pub use http::budget::Budget;
+pub use http::router::handle;
+pub use http::server::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_REFUSALS};
+pub use readiness::{CACHE_TTL, Readiness, ReadinessConfig};
+pub use setup::record::{SetupRecord, read as read_setup_record};
+pub use token::Token;
 
 /// `lab-agent version` output.
 pub fn version_text() -> String {

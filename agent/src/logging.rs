@@ -186,7 +186,7 @@ mod tests {
             Some(LevelFilter::WARN)
         );
         assert_eq!(
-            parse_filter("lab_agent::server=trace"),
+            parse_filter("lab_agent::http::server=trace"),
             Some(LevelFilter::TRACE)
         );
         assert_eq!(parse_filter("off"), Some(LevelFilter::OFF));

@@ -1,8 +1,7 @@
 //! `lab-agent`: parse arguments, set up logging, run, map the outcome to an
 //! exit status. Nothing else lives here.
 
-use lab_agent::cli::{self, Command};
-use lab_agent::process::Jobs;
+use lab_agent::{Command, Jobs, cli};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -13,7 +12,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    lab_agent::logging::init();
+    lab_agent::init_logging();
     match command {
         Command::Help(text) => {
             print!("{text}");
@@ -23,7 +22,7 @@ fn main() -> ExitCode {
             print!("{}", lab_agent::version_text());
             ExitCode::SUCCESS
         }
-        Command::Serve(cfg) => match runtime().block_on(lab_agent::serve::serve(cfg)) {
+        Command::Serve(cfg) => match runtime().block_on(lab_agent::serve(cfg)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -34,10 +33,10 @@ fn main() -> ExitCode {
     }
 }
 
-async fn setup(cfg: lab_agent::setup::SetupConfig) -> ExitCode {
+async fn setup(cfg: lab_agent::SetupConfig) -> ExitCode {
     use tokio::signal::unix::{SignalKind, signal};
     let jobs = Jobs::default();
-    let run = lab_agent::setup::run(&cfg, &jobs);
+    let run = lab_agent::run_setup(&cfg, &jobs);
     tokio::pin!(run);
     // Stopped (SIGTERM/SIGINT): kill the script's group; the run then
     // records the setup as failed instead of leaving it "running".

@@ -2,8 +2,8 @@
 //! run the server until SIGTERM/SIGINT.
 
 use crate::app::App;
-use crate::cgroup::Containment;
 use crate::process::Jobs;
+use crate::process::cgroup::Containment;
 use crate::readiness::{Readiness, ReadinessConfig};
 use crate::setup::{self, SetupConfig};
 use crate::token::{Token, TokenError};
@@ -31,9 +31,9 @@ pub struct ServeConfig {
     pub lab_dir: PathBuf,
     pub max_execs: usize,
     pub shutdown_grace: Duration,
-    /// Bytes of command output held at once (see [`crate::budget`]).
+    /// Bytes of command output held at once (see [`crate::http::budget`]).
     pub output_budget: u64,
-    pub cgroup: crate::cgroup::Mode,
+    pub cgroup: crate::process::cgroup::Mode,
     /// `pids.max` per exec cgroup (where no cgroup enforces it,
     /// `RLIMIT_NPROC` of a non-root command); `None`: no limit.
     pub pids_max: Option<u32>,
@@ -57,7 +57,7 @@ pub enum ServeError {
     #[error(
         "{0}\nhint: create it (`mkdir` in a cgroup2 mount), or use `--cgroup auto` or `--cgroup off`"
     )]
-    Cgroup(#[from] crate::cgroup::CgroupError),
+    Cgroup(#[from] crate::process::cgroup::CgroupError),
 }
 
 impl ServeError {
@@ -95,11 +95,12 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     // Before the first command: the OOM killer must pick a runaway, not
     // the agent (see `process::AGENT_OOM_SCORE_ADJ`).
     let oom_protected = crate::process::protect_from_oom().is_ok();
-    let defaults = crate::cgroup::Limits {
+    let defaults = crate::process::cgroup::Limits {
         pids: cfg.pids_max.map(u64::from),
         memory: cfg.memory_max.flatten(),
     };
-    let cgroups = crate::cgroup::Cgroups::setup(&cfg.cgroup, defaults, cfg.memory_max.is_none())?;
+    let cgroups =
+        crate::process::cgroup::Cgroups::setup(&cfg.cgroup, defaults, cfg.memory_max.is_none())?;
     // Said once, at start: what contains a command here, and what not.
     let cgroups = match cgroups {
         Containment::Cgroups(cg) => {
@@ -125,9 +126,9 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         cg.prepare();
     }
     let jobs = Jobs::with_cgroups(cgroups, defaults.pids);
-    let agent_started_ms = crate::timeline::since_boot_ms();
+    let agent_started_ms = crate::readiness::timeline::since_boot_ms();
     // Which life of the VM this is: counted once per boot, kept on the disk.
-    let instance = match crate::instance::observe_boot(&cfg.state_dir) {
+    let instance = match crate::readiness::instance::observe_boot(&cfg.state_dir) {
         Ok(i) => {
             tracing::info!(instance = %i.id, boots = i.boots, "instance");
             Some(i)
@@ -150,7 +151,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
         }),
         exec_slots: Arc::new(Semaphore::new(cfg.max_execs)),
         max_execs: cfg.max_execs,
-        output: crate::budget::Budget::new(cfg.output_budget),
+        output: crate::http::budget::Budget::new(cfg.output_budget),
         jobs: jobs.clone(),
         started: Instant::now(),
         lab_dir: cfg.lab_dir.clone(),
@@ -196,7 +197,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             _ = int.recv() => tracing::info!("SIGINT received"),
         }
     };
-    crate::server::run(listener, app, shutting_down, shutdown, cfg.shutdown_grace).await;
+    crate::http::server::run(listener, app, shutting_down, shutdown, cfg.shutdown_grace).await;
     Ok(())
 }
 
@@ -205,7 +206,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
 /// empty, and one is made only if the pool is still empty; cgroups that
 /// commands left background processes in are recycled or removed once
 /// those end; the summary of rejected requests is written once due (at
-/// most one line per [`crate::rejections::SUMMARY_EVERY`]).
+/// most one line per [`crate::http::rejections::SUMMARY_EVERY`]).
 ///
 /// The cgroupfs calls here block the runtime's one thread (the agent has
 /// no blocking pool: binary size). In steady state they are two small

@@ -1,4 +1,4 @@
-//! `POST /v1/exec` bodies: `lab_agent::exec::parse` never panics, and what
+//! `POST /v1/exec` bodies: `lab_agent::parse_exec` never panics, and what
 //! it accepts is within the limits and survives a round trip.
 #![no_main]
 
@@ -7,7 +7,7 @@ use lab_agent_proto::exec::{MAX_COMMAND_BYTES, MAX_OUTPUT_BYTES_CAP, MAX_TIMEOUT
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(req) = lab_agent::exec::parse(data) else {
+    let Ok(req) = lab_agent::parse_exec(data) else {
         return;
     };
     assert!(!req.command.trim().is_empty());
@@ -15,6 +15,6 @@ fuzz_target!(|data: &[u8]| {
     assert!((1..=MAX_TIMEOUT_SECS).contains(&req.timeout_secs));
     assert!(req.max_output_bytes <= MAX_OUTPUT_BYTES_CAP);
     let again = serde_json::to_vec(&req).unwrap();
-    let back: ExecRequest = lab_agent::exec::parse(&again).expect("a serialized request parses");
+    let back: ExecRequest = lab_agent::parse_exec(&again).expect("a serialized request parses");
     assert_eq!(back, req);
 });

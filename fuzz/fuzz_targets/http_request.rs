@@ -6,10 +6,10 @@
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use lab_agent::app::App;
-use lab_agent::process::Jobs;
-use lab_agent::readiness::{Readiness, ReadinessConfig};
-use lab_agent::token::Token;
+use lab_agent::App;
+use lab_agent::Jobs;
+use lab_agent::{Readiness, ReadinessConfig};
+use lab_agent::Token;
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -58,7 +58,7 @@ fn world() -> &'static World {
             }),
             exec_slots: Arc::new(Semaphore::new(0)),
             max_execs: 0,
-            output: lab_agent::budget::Budget::new(16 * 1024 * 1024),
+            output: lab_agent::Budget::new(16 * 1024 * 1024),
             jobs: Jobs::default(),
             started: Instant::now(),
             lab_dir: "/opt/lab".into(),
@@ -82,11 +82,11 @@ fuzz_target!(|data: &[u8]| {
     let app = w.app.clone();
     w.rt.block_on(async move {
         let (client, server) = tokio::io::duplex(64 * 1024);
-        let svc = service_fn(move |req| lab_agent::router::handle(app.clone(), req, PEER));
+        let svc = service_fn(move |req| lab_agent::handle(app.clone(), req, PEER));
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
-            .header_read_timeout(lab_agent::server::HEADER_READ_TIMEOUT)
-            .max_header_size(lab_agent::server::MAX_HEADER_BYTES);
+            .header_read_timeout(lab_agent::HEADER_READ_TIMEOUT)
+            .max_header_size(lab_agent::MAX_HEADER_BYTES);
         let conn = http.serve_connection(TokioIo::new(server), svc);
         let (mut rd, mut wr) = tokio::io::split(client);
         let input = data.to_vec();

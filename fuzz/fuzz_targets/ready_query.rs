@@ -8,7 +8,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(query) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(wait) = lab_agent::ready::parse_wait(Some(query)) {
+    if let Ok(wait) = lab_agent::parse_wait(Some(query)) {
         assert!(wait.as_secs() <= MAX_READY_WAIT_SECS);
         assert_eq!(wait.subsec_nanos(), 0);
     }

@@ -2,7 +2,7 @@
 //! exactly `Bearer` (any case), one or more spaces, and the token.
 #![no_main]
 
-use lab_agent::token::Token;
+use lab_agent::Token;
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 

@@ -3,7 +3,7 @@
 //! byte, a bad variable name or a missing cwd is the request's fault).
 
 use super::{Cwd, SYSTEM_PROFILE, Script, SpawnError};
-use crate::identity::Identity;
+use crate::process::identity::Identity;
 use lab_agent_proto::Profile;
 use std::collections::BTreeMap;
 use std::ffi::CString;

@@ -5,7 +5,7 @@
 
 use super::session::session_members;
 use super::{ABANDON_GRACE, GROUP_POLL, Jobs, KILL_SETTLE, REAP_POLL};
-use crate::cgroup::{ExecCgroup, Hit, Limits};
+use crate::process::cgroup::{ExecCgroup, Hit, Limits};
 use nix::libc;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -56,10 +56,6 @@ impl Exit {
 }
 
 impl Job {
-    pub fn pgid(&self) -> i32 {
-        self.pid
-    }
-
     /// Waits for the shell to exit and reaps it. Cancel-safe.
     pub async fn wait_exit(&mut self) -> io::Result<ExitStatus> {
         loop {
@@ -176,11 +172,6 @@ impl Job {
             Some(cg) => cg.populated(),
             None => !session_members(self.pid).await.is_empty(),
         }
-    }
-
-    /// Whether the command runs in a cgroup of its own.
-    pub fn contained_by_cgroup(&self) -> bool {
-        self.cgroup.is_some()
     }
 
     /// SIGKILL, no grace, to what the exited shell left: the command is

@@ -1,5 +1,5 @@
 //! Spawning a shell as a user, in its own session (and cgroup, where the
-//! agent has a subtree: [`crate::cgroup`]), and supervising it: on timeout
+//! agent has a subtree: [`crate::process::cgroup`]), and supervising it: on timeout
 //! or when its request is abandoned, SIGTERM to everything it started — its
 //! cgroup, or without one its session, process group and their descendants
 //! — then SIGKILL after a grace.
@@ -16,27 +16,30 @@
 //! - [`session`]: the `/proc` walk for commands without a cgroup;
 //! - [`oom`]: the agent's own `oom_score_adj` and its children's reset.
 
+pub mod capture;
+pub mod cgroup;
 mod command;
+pub mod identity;
 pub mod job;
 pub mod oom;
 pub mod session;
+pub mod spawn;
 
-pub use crate::cgroup::{Hit, Limits};
+pub use crate::process::cgroup::Limits;
 pub use job::{Exit, Job};
-pub use oom::{AGENT_OOM_SCORE_ADJ, protect_from_oom};
-pub use session::session_members;
+pub use oom::protect_from_oom;
 
 use command::{argv, cstr, envp, working_dir};
 use oom::OOM_RESET;
 
-use crate::cgroup::{Cgroups, ExecCgroup};
-use crate::identity::Identity;
-use crate::spawn::{self, Spec};
+use crate::process::cgroup::{Cgroups, ExecCgroup};
+use crate::process::identity::Identity;
 use lab_agent_proto::Profile;
 use nix::errno::Errno;
 use nix::libc;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use spawn::Spec;
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::io;
@@ -177,7 +180,7 @@ impl SpawnError {
 /// command in [`spawn`], discarded when the spawn fails in it, released
 /// when its [`Job`] ends (which rings [`Jobs::ended`] for the housekeeping
 /// that sweeps and refills the pool, [`Jobs::housekeep`]), and killed
-/// through [`crate::cgroup::kill`]. Nothing else calls the pool
+/// through [`crate::process::cgroup::kill`]. Nothing else calls the pool
 /// ([`Cgroups`]); `exec.rs` sees only the [`Job`].
 #[derive(Debug, Clone, Default)]
 pub struct Jobs {
@@ -296,7 +299,7 @@ impl Jobs {
         for (pgid, cgroup) in &running {
             let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
             if let Some(path) = cgroup {
-                crate::cgroup::kill(path);
+                crate::process::cgroup::kill(path);
             }
         }
         running.len()

@@ -16,7 +16,7 @@ pub(super) static OOM_RESET: AtomicBool = AtomicBool::new(false);
 /// ~10 % less of the guest than it would need to outrank it — the hog goes
 /// first. Not -1000 (never killed): an agent that itself leaked without
 /// bound must still be killable, and systemd restarts it. Its children get
-/// 0 back (in [`crate::spawn`]), or they would inherit the protection.
+/// 0 back (in [`crate::process::spawn`]), or they would inherit the protection.
 ///
 /// The agent is the one owner (not the unit's `OOMScoreAdjust=`): it runs
 /// outside systemd too (`labctl try`, tests), and the lowering is only safe

@@ -176,7 +176,7 @@ fn wrong_tokens() -> Vec<Vec<u8>> {
 #[test]
 fn wrong_tokens_of_every_length_case_and_encoding_are_refused() {
     let agent = Agent::local("auth-wrong");
-    let token = lab_agent::token::Token::load(&agent.dir.join("token")).unwrap();
+    let token = lab_agent::Token::load(&agent.dir.join("token")).unwrap();
     let wrong = wrong_tokens();
     let mut over_http = 0;
     for guess in &wrong {

@@ -253,7 +253,7 @@ fn with_a_cgroup_nothing_survives_a_timeout() {
     }
 }
 
-/// The agent's pool cap (`lab_agent::cgroup::POOL`; the tests do not link
+/// The agent's pool cap (`the agent's `POOL``; the tests do not link
 /// the agent).
 const POOL: usize = 2;
 

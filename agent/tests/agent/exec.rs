@@ -326,7 +326,7 @@ fn misbehave(
         (run.join().unwrap(), peak)
     });
     let took = started.elapsed();
-    let grace = lab_agent::exec::KILL_GRACE;
+    let grace = lab_agent::KILL_GRACE;
     assert_eq!(r["timed_out"], true, "{command}: {r}");
     assert!(
         took < std::time::Duration::from_secs(timeout) + grace + std::time::Duration::from_secs(3),
@@ -462,7 +462,7 @@ fn a_group_that_ignores_sigterm_is_killed_after_the_grace_and_gone() {
     assert!(peak >= 3, "{peak} group members seen");
     assert_eq!(r["signal"], 9);
     let ms = r["duration_ms"].as_u64().unwrap();
-    let grace = lab_agent::exec::KILL_GRACE.as_millis() as u64;
+    let grace = lab_agent::KILL_GRACE.as_millis() as u64;
     assert!(ms >= 1000 + grace, "SIGKILL came before the grace: {ms} ms");
 }
 

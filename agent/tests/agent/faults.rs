@@ -4,7 +4,7 @@
 
 use crate::corpus::Rng;
 use crate::support::*;
-use lab_agent::setup_record::{self, SetupRecord};
+use lab_agent::{SetupRecord, read_setup_record};
 use lab_agent_proto::SetupState;
 use serde_json::{Value, json};
 use std::io::{BufReader, Write};
@@ -83,7 +83,7 @@ fn setup_killed_at_random_points_never_leaves_a_torn_record() {
         let status = child.wait().unwrap();
         kill_group_in(&lab.join("pid"));
 
-        let record = setup_record::read(&state)
+        let record = read_setup_record(&state)
             .unwrap_or_else(|e| panic!("run {run}: a torn or unreadable record: {e}"));
         let (_, v) = ready_within(&agent);
         let reason = v["reason"].as_str().unwrap_or("");

@@ -3,7 +3,7 @@
 //! them.
 
 use crate::support::*;
-use lab_agent::server::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, MAX_REFUSALS};
+use lab_agent::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, MAX_REFUSALS};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

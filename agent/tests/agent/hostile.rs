@@ -187,7 +187,7 @@ fn corpus(seed: u64) -> Vec<Input> {
         let body = corpus::mutate(&mut rng, &base);
         // A mutation that still parses could name a real user: leave it
         // out rather than run something. (It is rare, and counted.)
-        if let Ok(req) = lab_agent::exec::parse(&body)
+        if let Ok(req) = lab_agent::parse_exec(&body)
             && req.user != corpus::NO_USER
         {
             continue;

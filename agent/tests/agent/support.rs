@@ -483,8 +483,8 @@ pub fn boot_id() -> String {
 
 /// Lets the agent's readiness cache expire, so the next `/v1/ready` looks
 /// at the files afresh. The agent stamps a cached answer before sending it,
-/// so one [`CACHE_TTL`](lab_agent::readiness::CACHE_TTL) after that answer
+/// so one [`CACHE_TTL`](lab_agent::CACHE_TTL) after that answer
 /// arrived is always enough: no margin to guess.
 pub fn past_the_readiness_cache() {
-    std::thread::sleep(lab_agent::readiness::CACHE_TTL);
+    std::thread::sleep(lab_agent::CACHE_TTL);
 }

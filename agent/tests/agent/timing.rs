@@ -20,7 +20,7 @@
 
 use crate::corpus::Rng;
 use crate::support::*;
-use lab_agent::token::Token;
+use lab_agent::Token;
 use std::hint::black_box;
 use std::time::Instant;
 

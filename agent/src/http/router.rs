@@ -1,11 +1,11 @@
 //! The one routing table: authenticate, match `(method, path)`, log one line.
 
-use crate::api_error::ApiError;
+use crate::api::exec::{self, ExecLog};
+use crate::api::{info, ready, setup_log};
 use crate::app::App;
-use crate::exec::{self, ExecLog};
 use crate::http::Response;
+use crate::http::api_error::ApiError;
 use crate::logging::cut;
-use crate::{info, ready, setup_log};
 use hyper::body::Incoming;
 use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request};

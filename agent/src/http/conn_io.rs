@@ -3,10 +3,10 @@
 //!   being sent is dropped after [`WRITE_TIMEOUT`] without progress, so an
 //!   unread answer cannot hold its memory (or a connection) forever;
 //! - a connection whose bytes are still waiting to go out is **busy**
-//!   ([`crate::conns`]): the longest-idle eviction must not cut an answer
+//!   ([`crate::http::conns`]): the longest-idle eviction must not cut an answer
 //!   that is being written, only connections that do nothing.
 
-use crate::conns::{Busy, Conn};
+use crate::http::conns::{Busy, Conn};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;

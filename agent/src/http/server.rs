@@ -1,12 +1,12 @@
-//! The accept loop: a connection cap (see [`crate::conns`] for who makes
+//! The accept loop: a connection cap (see [`crate::http::conns`] for who makes
 //! room when it is reached), hyper's HTTP/1.1 with a header read timeout, and
 //! a graceful shutdown that lets running commands finish within a grace
 //! period and then kills them (their cgroups, or process groups).
 
 use crate::app::App;
-use crate::conn_io::ConnIo;
-use crate::conns::{Admit, Conns};
-use crate::router;
+use crate::http::conn_io::ConnIo;
+use crate::http::conns::{Admit, Conns};
+use crate::http::router;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -28,7 +28,7 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// What hyper buffers per connection, each way: an answer's bytes wait
 /// here when the client reads slowly, so it is counted in
-/// [`crate::budget::PER_ANSWER`]. (It must hold a request head.)
+/// [`crate::http::budget::PER_ANSWER`]. (It must hold a request head.)
 pub const WRITE_BUFFER: usize = MAX_HEADER_BYTES + 8 * 1024;
 
 /// The answer to a connection beyond the cap when every connection is busy.

@@ -1,7 +1,22 @@
-//! Small HTTP helpers shared by the endpoints: JSON responses, query
-//! parsing. (Reading a request body is `exec.rs`'s, its one user.)
+//! HTTP, whatever the endpoint: [`server`] (accept loop, timeouts, graceful
+//! shutdown), [`conn_io`] (the socket as hyper sees it: write timeout, busy
+//! while bytes are unsent), [`conns`] (the connection cap), [`router`] (the
+//! table; auth first; one log line per request), [`rejections`] (401s and
+//! refused connections, counted and summarised), [`api_error`] (error →
+//! status + JSON), [`body`] (bodies that escape output while sending it),
+//! [`budget`] (the output held for unsent answers). And here, the small
+//! helpers the endpoints share: JSON responses, query parsing.
 
-use crate::body::Body;
+pub mod api_error;
+pub mod body;
+pub mod budget;
+pub mod conn_io;
+pub mod conns;
+pub mod rejections;
+pub mod router;
+pub mod server;
+
+use crate::http::body::Body;
 use hyper::StatusCode;
 use hyper::body::Bytes;
 use hyper::header::{CONTENT_TYPE, HeaderValue};

@@ -9,13 +9,13 @@
 //! a plain exec; a client that goes away drops the body, the queue closes,
 //! and the task drops the job, which kills the command.
 
-use crate::api_error::ApiError;
+use crate::api::exec;
 use crate::app::App;
-use crate::body::{Body, FRAME, escape_into};
-use crate::budget::PER_ANSWER;
-use crate::exec;
 use crate::http::Response;
-use crate::identity::Identity;
+use crate::http::api_error::ApiError;
+use crate::http::body::{Body, FRAME, escape_into};
+use crate::http::budget::PER_ANSWER;
+use crate::process::identity::Identity;
 use hyper::StatusCode;
 use hyper::body::Bytes;
 use hyper::header::{CONTENT_TYPE, HeaderValue};

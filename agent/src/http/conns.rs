@@ -10,7 +10,7 @@
 //!
 //! Why not the alternatives: a semaphore before `accept` leaves the newcomer
 //! in the listen backlog until an idle socket times out (up to
-//! [`crate::server::HEADER_READ_TIMEOUT`]); a per-IP cap does not help when
+//! [`crate::http::server::HEADER_READ_TIMEOUT`]); a per-IP cap does not help when
 //! the flood comes from several pods, and can shut out the backend when it
 //! shares a source address (SNAT) with the flood.
 
@@ -60,11 +60,13 @@ impl Conns {
     }
 
     /// Live connections, not counting evicted ones still closing.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().live.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.len() == 0
     }
 

@@ -2,8 +2,8 @@
 //! a status and a JSON body. Adding a variant forces a choice of status here.
 
 use crate::http::{Response, json_response};
-use crate::identity::IdentityError;
 use crate::process::SpawnError;
+use crate::process::identity::IdentityError;
 use hyper::StatusCode;
 use lab_agent_proto::{ErrorBody, ErrorCode};
 

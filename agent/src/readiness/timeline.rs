@@ -9,7 +9,7 @@
 use lab_agent_proto::lifecycle::{CLOUD_INIT_STAGES, Span};
 use nix::libc;
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// Milliseconds since the kernel booted, suspend included.
 pub fn since_boot_ms() -> u64 {
@@ -33,10 +33,6 @@ pub fn boot_epoch_ms() -> u64 {
             .unwrap_or_default();
         (now.as_millis() as u64).saturating_sub(since_boot_ms())
     })
-}
-
-pub fn boot_at() -> String {
-    crate::timefmt::rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(boot_epoch_ms()))
 }
 
 pub fn secs(ms: u64) -> f64 {

@@ -9,7 +9,7 @@
 //! dir and one id comes out.
 
 use crate::readiness::current_boot_id;
-use crate::setup_record::{self, MAX_STATE_FILE_BYTES};
+use crate::setup::record::{self, MAX_STATE_FILE_BYTES};
 use lab_agent_proto::Instance;
 use lab_agent_proto::lifecycle::is_instance_id;
 use nix::libc;
@@ -27,7 +27,7 @@ pub const INSTANCE_JSON: &str = "instance.json";
 /// is what a lost record means. Errors only when the state dir cannot be
 /// used at all.
 pub fn observe_boot(state_dir: &Path) -> io::Result<Instance> {
-    setup_record::prepare_dir(state_dir)?;
+    record::prepare_dir(state_dir)?;
     let dir = std::fs::File::open(state_dir)?;
     // Held until `dir` is dropped at the end of this function.
     if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) } != 0 {
@@ -50,14 +50,14 @@ pub fn observe_boot(state_dir: &Path) -> io::Result<Instance> {
     };
     let mut bytes = serde_json::to_vec(&instance).map_err(io::Error::other)?;
     bytes.push(b'\n');
-    setup_record::write_atomic(state_dir, INSTANCE_JSON, &bytes)?;
+    record::write_atomic(state_dir, INSTANCE_JSON, &bytes)?;
     instance.boot_id.shrink_to_fit();
     Ok(instance)
 }
 
 /// `Ok(None)`: no record yet (a fresh disk).
 fn read(path: &Path) -> io::Result<Option<Instance>> {
-    let bytes = match setup_record::read_owned(path, MAX_STATE_FILE_BYTES) {
+    let bytes = match record::read_owned(path, MAX_STATE_FILE_BYTES) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         other => other?,
     };

@@ -7,12 +7,12 @@
 //! (`X-Log-Restarted: 1`) rather than failing, so a follower sees the new
 //! run from its start.
 
-use crate::api_error::ApiError;
 use crate::app::App;
-use crate::body::Body;
+use crate::http::api_error::ApiError;
+use crate::http::body::Body;
 use crate::http::{Response, query_pairs};
 use crate::readiness::{POLL_INTERVAL, process_alive};
-use crate::setup_record::{self, SETUP_LOG};
+use crate::setup::record::{self, SETUP_LOG};
 use hyper::StatusCode;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use lab_agent_proto::{
@@ -101,7 +101,7 @@ fn parse(query: Option<&str>) -> Result<(u64, u64), ApiError> {
 /// The setup's state as its record says; a `running` record whose process
 /// is gone is `failed` (as `/v1/ready` reports it), so a follower stops.
 fn setup_state(dir: &Path) -> SetupState {
-    match setup_record::read(dir) {
+    match record::read(dir) {
         Ok(None) => SetupState::Pending,
         Ok(Some(r)) if r.state == SetupState::Running && !r.pid.is_some_and(process_alive) => {
             SetupState::Failed
@@ -113,7 +113,7 @@ fn setup_state(dir: &Path) -> SetupState {
 
 /// The log's length; 0 while it does not exist.
 fn log_len(path: &Path) -> Result<u64, ApiError> {
-    match setup_record::open_regular(path) {
+    match record::open_regular(path) {
         Ok(f) => f.metadata().map(|m| m.len()),
         Err(e) => Err(e),
     }
@@ -126,7 +126,7 @@ fn log_len(path: &Path) -> Result<u64, ApiError> {
 
 /// At most [`MAX_LOG_CHUNK_BYTES`] from `start`, never through a symlink.
 fn read_from(path: &Path, start: u64) -> io::Result<Vec<u8>> {
-    let mut f = match setup_record::open_regular(path) {
+    let mut f = match record::open_regular(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         r => r?,
     };

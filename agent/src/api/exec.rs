@@ -1,12 +1,12 @@
 //! `POST /v1/exec`: parse, validate, take an exec slot, run, answer.
 
-use crate::api_error::ApiError;
 use crate::app::App;
-use crate::body::Body;
-use crate::budget::{PER_ANSWER, Reservation};
-use crate::capture::{Capped, pump};
+use crate::http::api_error::ApiError;
+use crate::http::body::Body;
+use crate::http::budget::{PER_ANSWER, Reservation};
 use crate::http::{Response, json_body};
-use crate::identity::Identity;
+use crate::process::capture::{Capped, pump};
+use crate::process::identity::Identity;
 use crate::process::{self, Cwd, Exit, Job, Limits, Script, ShellCommand, Stdio};
 use http_body_util::{BodyExt, Limited};
 use hyper::StatusCode;
@@ -82,7 +82,7 @@ pub async fn handle(
     });
     let identity = Identity::cached(&request.user)?;
     if request.stream {
-        return crate::exec_stream::handle(app, request, &identity, slot);
+        return crate::api::exec_stream::handle(app, request, &identity, slot);
     }
     // Both streams at their cap, and what sending the answer buffers.
     let mut output = reserve(app, 2 * request.max_output_bytes + PER_ANSWER)?;

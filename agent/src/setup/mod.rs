@@ -7,13 +7,15 @@
 //! secrets) and, for `lab-agent setup`, to stdout as well, so it also lands
 //! in cloud-init's output log.
 
-use crate::capture::{Sink, pump};
-use crate::identity::Identity;
+pub mod record;
+
+use crate::process::capture::{Sink, pump};
+use crate::process::identity::Identity;
 use crate::process::{self, Cwd, Jobs, Script, ShellCommand, Stdio};
 use crate::readiness::current_boot_id;
-use crate::setup_record::{self, RecordError, SETUP_LOG, SetupRecord};
 use lab_agent_proto::SetupState;
 use lab_agent_proto::{INSTALL_ERROR_FILE, LAB_DIR_ENV};
+use record::{RecordError, SETUP_LOG, SetupRecord};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
@@ -63,7 +65,7 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
     prepare_state_dir(&cfg.state_dir)?;
     // On a first boot the setup may start before the agent does: the disk's
     // identity is made by whichever comes first.
-    if let Err(e) = crate::instance::observe_boot(&cfg.state_dir) {
+    if let Err(e) = crate::readiness::instance::observe_boot(&cfg.state_dir) {
         tracing::warn!(error = %e, "failed to record this disk's instance");
     }
     // The wall clock is for the record; the duration is measured on the
@@ -81,10 +83,10 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
         script: cfg.script.as_ref().map(|p| p.display().to_string()),
         pid: Some(std::process::id()),
         boot_id: current_boot_id(),
-        started_boot_ms: Some(crate::timeline::since_boot_ms()),
+        started_boot_ms: Some(crate::readiness::timeline::since_boot_ms()),
         finished_boot_ms: None,
     };
-    setup_record::write(&cfg.state_dir, &record)?;
+    record::write(&cfg.state_dir, &record)?;
 
     let mut log = Tee::open(&cfg.state_dir.join(SETUP_LOG), cfg.echo);
     let exit_status = execute(cfg, jobs, &mut log, &mut record).await;
@@ -97,18 +99,18 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
     }
     record.finished_at = Some(crate::timefmt::rfc3339(SystemTime::now()));
     record.duration_ms = Some(started.elapsed().as_millis() as u64);
-    record.finished_boot_ms = Some(crate::timeline::since_boot_ms());
+    record.finished_boot_ms = Some(crate::readiness::timeline::since_boot_ms());
     record.state = if exit_status == 0 {
         SetupState::Succeeded
     } else {
         SetupState::Failed
     };
     drop(log);
-    if let Err(e) = setup_record::write(&cfg.state_dir, &record) {
+    if let Err(e) = record::write(&cfg.state_dir, &record) {
         // Most likely a full disk. The log is ours to sacrifice: cut it to
         // its tail and try once more, so the outcome is never lost to it.
         shrink_log(&cfg.state_dir.join(SETUP_LOG));
-        setup_record::write(&cfg.state_dir, &record).map_err(|_| e)?;
+        record::write(&cfg.state_dir, &record).map_err(|_| e)?;
     }
     Ok(SetupOutcome {
         record,
@@ -303,7 +305,7 @@ fn push_size(s: &mut String, bytes: u64) {
 /// it failed (the file is absent otherwise), cut to a sentence's length.
 fn install_error(state_dir: &Path) -> Option<String> {
     let path = state_dir.join(INSTALL_ERROR_FILE);
-    match setup_record::read_state_file(&path, 64 * 1024) {
+    match record::read_state_file(&path, 64 * 1024) {
         Ok(bytes) => {
             let text = String::from_utf8_lossy(&bytes);
             let text = text.trim();
@@ -331,7 +333,7 @@ fn fail(record: &mut SetupRecord, log: &mut Tee, status: i32, msg: String) -> i3
 }
 
 fn prepare_state_dir(dir: &Path) -> Result<(), SetupError> {
-    setup_record::prepare_dir(dir).map_err(|source| SetupError::StateDir {
+    record::prepare_dir(dir).map_err(|source| SetupError::StateDir {
         path: dir.to_path_buf(),
         source,
     })

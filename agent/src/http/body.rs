@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 /// Source bytes escaped per frame (a frame is at most 6× this, for text
 /// of nothing but control characters). Small, because a client that does
 /// not read holds up to one frame in the HTTP layer's buffer
-/// ([`crate::budget::PER_ANSWER`]).
+/// ([`crate::http::budget::PER_ANSWER`]).
 pub const FRAME: usize = 8 * 1024;
 
 #[derive(Debug, Default)]

@@ -1,7 +1,7 @@
 //! `GET /v1/ready[?wait=SECS]`.
 
-use crate::api_error::ApiError;
 use crate::app::App;
+use crate::http::api_error::ApiError;
 use crate::http::{Response, json_bytes, query_pairs};
 use crate::readiness::POLL_INTERVAL;
 use hyper::StatusCode;

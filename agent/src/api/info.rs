@@ -24,7 +24,7 @@ pub fn handle(app: &App) -> Response {
         agent_uptime_secs: app.started.elapsed().as_secs_f64(),
         lab_dir: Some(app.lab_dir.display().to_string()),
         instance: app.readiness.config().instance.clone(),
-        root: crate::root_disk::observe(&app.readiness.config().root),
+        root: crate::readiness::root_disk::observe(&app.readiness.config().root),
     };
     json_response(StatusCode::OK, &info)
 }

@@ -1,0 +1,203 @@
+//! One command's cgroup: its open files, its limits, what it hit, the kill.
+
+use super::*;
+use std::ffi::CString;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// One command's cgroup: its path, an open directory (for `clone3`), and
+/// its `cgroup.events` and `cgroup.stat` kept open: the sweep reads both
+/// after every exec, and a `pread` of an open cgroupfs file is one syscall
+/// where opening it again is five (kernfs lookup and permission checks
+/// included) — on a 2-vCPU lab VM that is CPU the next check wants.
+#[derive(Debug)]
+pub struct ExecCgroup {
+    pub(super) path: PathBuf,
+    pub(super) dir: OwnedFd,
+    pub(super) events: std::fs::File,
+    pub(super) stat: std::fs::File,
+    /// `pids.events` and `memory.events`, where those controllers are on.
+    pub(super) pids_events: Option<std::fs::File>,
+    pub(super) memory_events: Option<std::fs::File>,
+    /// What its limit files hold now.
+    pub(super) limits: Limits,
+}
+
+impl ExecCgroup {
+    pub fn dir(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Sends `sig` to every process in the cgroup. A process forking at
+    /// that moment may miss it; the SIGKILL that follows ([`Self::kill`])
+    /// does not.
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        if let Ok(text) = std::fs::read_to_string(self.path.join("cgroup.procs")) {
+            for pid in text.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            }
+        }
+    }
+
+    /// SIGKILL to everything in the cgroup, atomically with respect to
+    /// forks (`cgroup.kill`, Linux 5.14+; before it, one pass of kill(2)).
+    pub fn kill(&self) {
+        kill(&self.path);
+    }
+
+    /// Whether any process is left in it.
+    pub fn populated(&self) -> bool {
+        let mut buf = [0u8; 256];
+        read_fresh(&self.events, &mut buf).is_ok_and(|t| has_line(t, b"populated 1"))
+    }
+
+    /// The limits its files hold.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Which limits were hit since it was taken (its counters were 0 then,
+    /// see the module docs). `pids`: `pids.events`' `max`, a fork or clone
+    /// refused at `pids.max`. `memory`: `memory.events`' `oom` (an
+    /// allocation failed at `memory.max`) or `oom_kill` (a process killed
+    /// for it, by any OOM killer). Not `max` alone: it counts every time
+    /// usage touched the limit and the kernel reclaimed, which page cache
+    /// does for a healthy `cp` of a large file.
+    pub fn limits_hit(&self) -> Hit {
+        // Keys as arguments, not a static table: every pointer in static
+        // data is a relocation in the static-PIE agent (binary size).
+        Hit {
+            pids: counted(&self.pids_events, b"max", b"max"),
+            memory: counted(&self.memory_events, b"oom", b"oom_kill"),
+        }
+    }
+}
+
+/// Whether `a` or `b` is non-zero in the kept-open event file `f`.
+pub(super) fn counted(f: &Option<std::fs::File>, a: &[u8], b: &[u8]) -> bool {
+    let mut buf = [0u8; 256];
+    f.as_ref()
+        .and_then(|f| read_fresh(f, &mut buf).ok())
+        .is_some_and(|t| counter(t, a) > 0 || counter(t, b) > 0)
+}
+
+/// The value of `key` in a flat-keyed cgroup file (`key value` lines);
+/// 0 when absent or not a number.
+pub(super) fn counter(text: &[u8], key: &[u8]) -> u64 {
+    let Some(v) = text
+        .split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(b" "))
+    else {
+        return 0;
+    };
+    let mut n: u64 = 0;
+    for &d in v {
+        if !d.is_ascii_digit() {
+            return 0;
+        }
+        n = n.saturating_mul(10).saturating_add(u64::from(d - b'0'));
+    }
+    n
+}
+
+type Parts = (
+    OwnedFd,
+    std::fs::File,
+    std::fs::File,
+    Option<std::fs::File>,
+    Option<std::fs::File>,
+);
+
+/// The cgroup's directory, `cgroup.events` and `cgroup.stat` (and the
+/// `pids.events` and `memory.events` of the controllers that are on), all
+/// opened through the directory (so all are the same cgroup).
+pub(super) fn open_parts(path: &Path, pids: bool, memory: bool) -> io::Result<Parts> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let dir = nix::fcntl::open(
+        c.as_c_str(),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let file = |name: &str| -> io::Result<std::fs::File> {
+        let fd = nix::fcntl::openat(
+            dir.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        )?;
+        Ok(std::fs::File::from(fd))
+    };
+    let events = file("cgroup.events")?;
+    let stat = file("cgroup.stat")?;
+    let pids_events = if pids {
+        Some(file("pids.events")?)
+    } else {
+        None
+    };
+    let memory_events = if memory {
+        Some(file("memory.events")?)
+    } else {
+        None
+    };
+    Ok((dir, events, stat, pids_events, memory_events))
+}
+
+/// The whole current content of a cgroupfs file kept open: reading from
+/// offset 0 makes the kernel render it again (a seq file restarts when the
+/// offset is not where the last read ended). Content longer than `buf` is
+/// an error, not a silent cut.
+pub(super) fn read_fresh<'a>(f: &std::fs::File, buf: &'a mut [u8]) -> io::Result<&'a [u8]> {
+    use std::os::unix::fs::FileExt;
+    let mut n = 0;
+    loop {
+        if n == buf.len() {
+            return Err(io::Error::other("cgroup file larger than expected"));
+        }
+        match f.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => return Ok(&buf[..n]),
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub(super) fn has_line(text: &[u8], line: &[u8]) -> bool {
+    text.split(|b| *b == b'\n').any(|l| l == line)
+}
+
+/// SIGKILL to everything in the cgroup at `path`: the one kill path for a
+/// command's cgroup, whether the command's [`ExecCgroup`] is at hand or
+/// only its path (the agent's shutdown, [`crate::process::Jobs::kill_all`]).
+pub fn kill(path: &Path) {
+    let _ = kill_path(path);
+}
+
+pub(super) fn kill_path(path: &Path) -> io::Result<()> {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .open(path.join("cgroup.kill"))
+        .and_then(|mut f| f.write_all(b"1"))
+    {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            let text = std::fs::read_to_string(path.join("cgroup.procs"))?;
+            for pid in text.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            Ok(())
+        }
+    }
+}

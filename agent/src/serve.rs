@@ -44,7 +44,9 @@ pub struct ServeConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error(transparent)]
+    /// cloud-init writes the token; a missing one is most often a VM whose
+    /// payload did not install, or a `--token-file` typo.
+    #[error("{0}{hint}", hint = token_hint(.0))]
     Token(#[from] TokenError),
     #[error(
         "failed to listen on {addr}: {source}\nhint: is another lab-agent already running? choose another address with `--listen`"
@@ -223,5 +225,14 @@ async fn housekeeping(app: Arc<App>) {
         }
         app.jobs.housekeep();
         app.rejections.flush_due();
+    }
+}
+
+fn token_hint(e: &TokenError) -> &'static str {
+    match e {
+        TokenError::Read { .. } => {
+            "\nhint: cloud-init writes the token file; pass `--token-file PATH` to use another"
+        }
+        _ => "",
     }
 }

@@ -47,28 +47,19 @@ pub fn client(url: &str, token: &str) -> Result<Client, Failure> {
     Client::new(url, token).map_err(Failure::client)
 }
 
-/// Reads a token file: the token is its content without trailing
-/// whitespace. It is never printed.
+/// Reads a token file by the one rule every reader applies
+/// (`lab_agent_proto::token_file`: owner-only, trimmed, a valid token). It
+/// is never printed.
 pub fn read_token(path: &Path) -> Result<String, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::usage(format!("failed to read token file `{}`", path.display()))
-            .with_source(e)
-            .hint("pass the file `labctl secret --token-out` wrote for this VM")
-    })?;
-    let token = text.trim_end();
-    if token.is_empty() {
-        return Err(Failure::usage(format!(
-            "token file `{}` is empty",
-            path.display()
-        )));
-    }
-    if token.contains(['\n', '\r']) {
-        return Err(Failure::usage(format!(
-            "token file `{}` holds more than one line: it should hold the token alone",
-            path.display()
-        )));
-    }
-    Ok(token.to_owned())
+    lab_agent_proto::token_file::read_token_file(path).map_err(|e| {
+        let f = Failure::usage(e.to_string());
+        match e {
+            lab_agent_proto::token_file::TokenFileError::Read { .. } => {
+                f.hint("pass the file `labctl secret --token-out` wrote for this VM")
+            }
+            _ => f,
+        }
+    })
 }
 
 /// The runtime every verb runs on: one thread is plenty for a CLI.
@@ -113,25 +104,26 @@ impl From<lab_runner::Error> for Failure {
 mod tests {
     use super::*;
 
+    /// The one rule (`lab_agent_proto::token_file`, tested there), as a
+    /// `labctl` usage error with a hint where one helps.
     #[test]
-    fn tokens_are_trimmed_and_checked() {
+    fn tokens_follow_the_one_rule() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("labctl-token-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("token");
+        let good = "a".repeat(43);
+        std::fs::write(&f, format!("{good}\n")).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_token(&f).unwrap(), good);
         std::fs::write(&f, "abc\n").unwrap();
-        assert_eq!(read_token(&f).unwrap(), "abc");
-        std::fs::write(&f, " \n").unwrap();
-        assert!(read_token(&f).unwrap_err().message.contains("is empty"));
-        std::fs::write(&f, "a\nb\n").unwrap();
-        assert!(
-            read_token(&f)
-                .unwrap_err()
-                .message
-                .contains("more than one line")
-        );
+        let err = read_token(&f).unwrap_err();
+        assert!(err.message.contains("3 characters long"), "{}", err.message);
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(read_token(&f).unwrap_err().message.contains("chmod 600"));
         let err = read_token(&dir.join("missing")).unwrap_err();
         assert_eq!(err.exit, Exit::Usage);
-        assert!(err.render(false).contains("caused by:"));
+        assert!(err.render(false).contains("hint:"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

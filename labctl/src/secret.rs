@@ -19,7 +19,7 @@ use lab_agent_cloudinit::{Arch, Format, SecretMeta};
 use lab_agent_proto::lab::Lab;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SecretArgs {
@@ -164,7 +164,7 @@ pub fn execute(
     log: &mut dyn Write,
 ) -> Result<Report, PayloadError> {
     let (token, token_generated) = match &config.token {
-        TokenSource::File(path) => (read_token_file(path, log)?, false),
+        TokenSource::File(path) => (lab_agent_proto::token_file::read_token_file(path)?, false),
         TokenSource::Generate => (
             crate::token::generate().map_err(PayloadError::Random)?,
             true,
@@ -264,28 +264,6 @@ fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, PayloadError> {
     };
     meta.validate()?;
     Ok(meta)
-}
-
-/// The token is the file's content without trailing whitespace; the
-/// renderer checks its length and characters.
-fn read_token_file(path: &Path, log: &mut dyn Write) -> Result<String, PayloadError> {
-    use std::os::unix::fs::PermissionsExt;
-    let read_err = |source| PayloadError::Read {
-        what: "the token file",
-        path: path.to_owned(),
-        source,
-    };
-    let text = std::fs::read_to_string(path).map_err(read_err)?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        if meta.permissions().mode() & 0o077 != 0 {
-            let _ = writeln!(
-                log,
-                "warning: token file `{}` is readable by others than its owner: `chmod 600` it",
-                path.display()
-            );
-        }
-    }
-    Ok(text.trim_end().to_owned())
 }
 
 fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), PayloadError> {

@@ -37,6 +37,7 @@ pub mod lab;
 pub mod lifecycle;
 pub mod ready;
 pub mod text;
+pub mod token_file;
 
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use exec::{ExecRequest, ExecResult, InvalidRequest, Profile, StreamEvent};

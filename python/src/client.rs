@@ -143,7 +143,8 @@ impl Client {
 #[pymethods]
 impl Client {
     /// A client for the agent at `url`, with the token given or read from
-    /// `token_file` (trailing whitespace trimmed). Exactly one of the two.
+    /// `token_file` (read by the agent's own rule: the owner's alone, trailing
+    /// whitespace trimmed, a valid token). Exactly one of the two.
     /// `request_timeout` (seconds; default the Rust client's
     /// `DEFAULT_REQUEST_TIMEOUT`) is how long an answer is awaited beyond
     /// what the request asks the agent to spend. `instance` pins the client
@@ -172,18 +173,8 @@ impl Client {
         };
         let token = match (token, token_file) {
             (Some(t), None) => t,
-            (None, Some(path)) => std::fs::read_to_string(&path)
-                .map(|t| t.trim_end().to_owned())
-                .map_err(|e| {
-                    plain(
-                        py,
-                        PyValueError::new_err(format!(
-                            "failed to read the token file `{}`: {e}",
-                            path.display()
-                        )),
-                        None,
-                    )
-                })?,
+            (None, Some(path)) => lab_agent_proto::token_file::read_token_file(&path)
+                .map_err(|e| plain(py, PyValueError::new_err(e.to_string()), None))?,
             _ => {
                 return Err(plain(
                     py,

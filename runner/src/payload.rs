@@ -26,6 +26,8 @@ pub enum PayloadError {
     #[error(transparent)]
     Render(#[from] lab_agent_cloudinit::Error),
     #[error(transparent)]
+    Token(#[from] lab_agent_proto::token_file::TokenFileError),
+    #[error(transparent)]
     Agent(#[from] AgentBinError),
     #[error("failed to get random bytes for the token from the OS: {0}")]
     Random(getrandom::Error),

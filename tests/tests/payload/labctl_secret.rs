@@ -178,14 +178,23 @@ fn token_file_is_used_and_checked() {
     let (code, err) = run(&a).failure();
     assert_eq!(code, 2);
     assert!(
-        err.contains("invalid token: it is 5 characters long"),
+        err.contains("invalid token in") && err.contains("it is 5 characters long"),
         "{err}"
     );
 
     a.token_file = Some(dir.path().join("missing"));
     let (code, err) = run(&a).failure();
     assert_eq!(code, 2);
-    assert!(err.contains("failed to read the token file"), "{err}");
+    assert!(err.contains("failed to read token file"), "{err}");
+
+    // The one rule every reader applies: a token file others can read is
+    // refused, with the fix.
+    std::fs::write(&file, format!("{mine}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    a.token_file = Some(file.clone());
+    let (code, err) = run(&a).failure();
+    assert_eq!(code, 2);
+    assert!(err.contains("chmod 600"), "{err}");
 }
 
 #[test]

@@ -9,6 +9,14 @@ process. This file only gives the answers Python types.
   waits, and one client may be shared by many threads);
 - :class:`AsyncClient` has the same methods as coroutines, for asyncio and
   FastAPI, without blocking the event loop;
+- ``exec_stream`` runs a command with its output streamed: a
+  :class:`ExecStream` (``for chunk in ...``; :class:`AsyncExecStream` with
+  ``async for``) yields each :class:`StreamChunk` as the command writes it,
+  then holds the :class:`ExecResult` in ``.result``; a stream that breaks
+  before its result raises, never ends quietly; leaving the loop early and
+  dropping (or closing) the stream ends the request, and the agent kills
+  the command. ``setup_log(offset, wait)`` reads the setup log as it grows
+  (:class:`SetupLog`);
 - :func:`wait_all` / :func:`wait_all_async` wait for a session's VMs;
 - :func:`grade_all` / :func:`grade_all_async` grade many VMs with a
   concurrency bound;
@@ -33,8 +41,8 @@ process. This file only gives the answers Python types.
 - ``grade`` and :func:`grade_all` keep the grading rule themselves: a VM
   that is not ready raises :class:`NotReady` (:class:`SetupFailed` when its
   setup failed) with nothing run;
-- the blocking :class:`Client` raises ``KeyboardInterrupt`` on Ctrl-C
-  within 50 ms; a cancelled :class:`AsyncClient` call closes its
+- the blocking :class:`Client` (and an :class:`ExecStream` waiting for
+  its next chunk) raises ``KeyboardInterrupt`` on Ctrl-C within 50 ms; a cancelled :class:`AsyncClient` call closes its
   connection; at interpreter exit, calls still running are ended before
   the interpreter finalises (no crash, whatever the agents did).
 """
@@ -42,8 +50,9 @@ process. This file only gives the answers Python types.
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _native
 from ._native import (
@@ -78,12 +87,14 @@ __all__ = [
     "AgentError",
     "AgentWentAway",
     "AsyncClient",
+    "AsyncExecStream",
     "Busy",
     "CheckResult",
     "Client",
     "CloudInit",
     "DEFAULT_REQUEST_TIMEOUT",
     "ExecResult",
+    "ExecStream",
     "Instance",
     "InstanceChanged",
     "InstanceUnknown",
@@ -99,8 +110,10 @@ __all__ = [
     "Report",
     "RootDisk",
     "SetupFailed",
+    "SetupLog",
     "SetupStatus",
     "Span",
+    "StreamChunk",
     "Timeline",
     "Timeout",
     "TooLarge",
@@ -297,6 +310,182 @@ class ExecResult:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ExecResult":
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """A piece of a streamed command's output, as it came: ``stream`` is
+    ``"stdout"`` or ``"stderr"``, ``text`` its UTF-8 (lossy; a character is
+    never split between two chunks). As the guest wrote it: escape it
+    before showing it to a person."""
+
+    stream: str
+    text: str
+
+
+class _Stream:
+    """What :class:`ExecStream` and :class:`AsyncExecStream` share: the
+    events of the native stream turned into chunks and a result."""
+
+    def __init__(self, native: "_native.ExecStream") -> None:
+        self._native = native
+        self._queue: Deque[StreamChunk] = deque()
+        self._result: Optional[ExecResult] = None
+        self._over = False
+        #: The command's :class:`ExecResult`, once the stream was read to
+        #: its end (None before, and when it was closed or failed first).
+        #: Its ``stdout``/``stderr`` are empty: every byte of output was
+        #: yielded as a chunk (also what the agent put in the result); the
+        #: ``*_truncated`` flags say what was cut at ``max_output_bytes``.
+        self.result: Optional[ExecResult] = None
+
+    def _take(self, ev: Optional[Tuple[str, str]]) -> None:
+        if ev is None:
+            # The native stream ends only after its result (else it raised).
+            self._over = True
+            self.result = self._result
+            return
+        kind, text = ev
+        if kind == "result":
+            d = json.loads(text)
+            # What the agent did not stream (or all of it, from something
+            # between that answered the plain way) comes as chunks too.
+            for name in ("stdout", "stderr"):
+                if d.get(name):
+                    self._queue.append(StreamChunk(name, d[name]))
+                d[name] = ""
+            self._result = ExecResult.from_dict(d)
+        elif text:
+            self._queue.append(StreamChunk(kind, text))
+
+    def _failed(self) -> None:
+        # The native stream ends itself on an error; a cancelled read ends
+        # it on the runtime a moment later: close it now, so `closed` holds
+        # as the exception is seen.
+        self._native.close()
+        self._over = True
+        self._queue.clear()
+        self._result = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether the request is over (read to its end, failed or closed)."""
+        return self._native.closed
+
+    def close(self) -> None:
+        """Ends the stream now: the request's connection closes and the
+        agent kills the command if it still runs. What was not read is
+        lost; ``result`` stays None unless the end was read. Idempotent."""
+        self._native.close()
+        self._over = True
+        self._queue.clear()
+
+
+class ExecStream(_Stream):
+    """A streamed exec (:meth:`Client.exec_stream`): iterate it for the
+    :class:`StreamChunk` s as the command writes them; then ``result`` is
+    its :class:`ExecResult`. Each wait for the next chunk releases the GIL,
+    is bounded by the call's deadline (``timeout_secs`` +
+    ``request_timeout``) and the bytes the request allows, and Ctrl-C
+    raises ``KeyboardInterrupt`` (ending the stream). An error ends the
+    stream; a stream that breaks before the result raises
+    :class:`Unreachable` (never a quiet end).
+
+    Leaving the loop early (``break``) and dropping the stream ends the
+    request and the agent kills the command; ``with`` (or :meth:`close`)
+    ends it deterministically::
+
+        with client.exec_stream("make -j4") as s:
+            for chunk in s:
+                print(chunk.text, end="")
+        print(s.result.exit_code)
+    """
+
+    def __iter__(self) -> "ExecStream":
+        return self
+
+    def __next__(self) -> StreamChunk:
+        while not self._queue:
+            if self._over:
+                raise StopIteration
+            try:
+                ev = self._native.next()
+            except BaseException:
+                self._failed()
+                raise
+            self._take(ev)
+        return self._queue.popleft()
+
+    def __enter__(self) -> "ExecStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class AsyncExecStream(_Stream):
+    """:class:`ExecStream` for asyncio (:meth:`AsyncClient.exec_stream`):
+    ``async for chunk in stream``. The request is sent by the first
+    ``__anext__`` (whose errors are then the call's: :class:`Rejected`,
+    :class:`Busy`, ...). A cancelled ``__anext__`` ends the stream, as
+    leaving the loop and dropping it, or ``async with`` / :meth:`aclose`,
+    do."""
+
+    def __aiter__(self) -> "AsyncExecStream":
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        while not self._queue:
+            if self._over:
+                raise StopAsyncIteration
+            try:
+                ev = await self._native.next_async()
+            except BaseException:
+                self._failed()
+                raise
+            self._take(ev)
+        return self._queue.popleft()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, as ``contextlib.aclosing`` expects it."""
+        self.close()
+
+    async def __aenter__(self) -> "AsyncExecStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class SetupLog:
+    """One read of the setup log (``GET /v1/setup/log``): ``data`` are its
+    bytes from the offset asked for, as the setup wrote them (escape before
+    showing them); ``next_offset`` is where the next read starts; ``state``
+    the setup's (``pending``, ``running``, ``succeeded``, ``failed``);
+    ``restarted`` says the log was shorter than the offset (a new setup
+    run): ``data`` then starts at 0."""
+
+    data: bytes
+    next_offset: int
+    state: str
+    restarted: bool = False
+
+    @property
+    def text(self) -> str:
+        """``data`` decoded (lossy UTF-8; a character cut at the read's end
+        shows as U+FFFD: use ``codecs.getincrementaldecoder`` to follow a
+        log across reads)."""
+        return self.data.decode("utf-8", "replace")
+
+    @property
+    def running(self) -> bool:
+        """Whether the setup may still write (pending or running)."""
+        return self.state in ("pending", "running")
+
+
+def _setup_log(t: Tuple[bytes, int, str, bool]) -> SetupLog:
+    return SetupLog(data=t[0], next_offset=t[1], state=t[2], restarted=t[3])
 
 
 @dataclass(frozen=True)
@@ -558,6 +747,39 @@ class Client(_Base):
         )
         return _exec_result(self._native.exec(request))
 
+    def exec_stream(
+        self,
+        command: str,
+        user: Optional[str] = None,
+        timeout_secs: Optional[int] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[str] = None,
+        max_output_bytes: Optional[int] = None,
+        profile: Optional[str] = None,
+        leave_running: bool = False,
+        max_pids: Optional[int] = None,
+        max_memory_bytes: Optional[int] = None,
+    ) -> ExecStream:
+        """:meth:`exec` with the output as it comes: an :class:`ExecStream`
+        of :class:`StreamChunk` s, then its ``result``. The request is sent
+        now: what :meth:`exec` raises before the command runs (a bad
+        request, :class:`Rejected`, :class:`Busy`) is raised here. The same
+        caps, timeouts and kill rules as :meth:`exec`; the streamed bytes
+        count against ``max_output_bytes``."""
+        request = _exec_request(
+            command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile,
+            leave_running, max_pids, max_memory_bytes,
+        )
+        return ExecStream(self._native.exec_stream(request))
+
+    def setup_log(self, offset: int = 0, wait: int = 0) -> SetupLog:
+        """The setup log's bytes from ``offset``; with ``wait`` (seconds,
+        at most 60) it waits while the setup runs and nothing new was
+        written. Follow a setup by calling again from ``next_offset`` until
+        ``running`` is false and ``data`` is empty."""
+        return _setup_log(self._native.setup_log(offset, wait))
+
     def grade(
         self,
         lab: Lab,
@@ -608,6 +830,34 @@ class AsyncClient(_Base):
             leave_running, max_pids, max_memory_bytes,
         )
         return _exec_result(await self._native.exec_async(request))
+
+    def exec_stream(
+        self,
+        command: str,
+        user: Optional[str] = None,
+        timeout_secs: Optional[int] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[str] = None,
+        max_output_bytes: Optional[int] = None,
+        profile: Optional[str] = None,
+        leave_running: bool = False,
+        max_pids: Optional[int] = None,
+        max_memory_bytes: Optional[int] = None,
+    ) -> AsyncExecStream:
+        """See :meth:`Client.exec_stream`; not a coroutine: ``async for
+        chunk in client.exec_stream(...)``. A bad request raises
+        ``ValueError`` here; the request is sent by the first
+        ``__anext__``, which raises what the agent refuses."""
+        request = _exec_request(
+            command, user, timeout_secs, cwd, env, stdin, max_output_bytes, profile,
+            leave_running, max_pids, max_memory_bytes,
+        )
+        return AsyncExecStream(self._native.exec_stream_unsent(request))
+
+    async def setup_log(self, offset: int = 0, wait: int = 0) -> SetupLog:
+        """See :meth:`Client.setup_log`."""
+        return _setup_log(await self._native.setup_log_async(offset, wait))
 
     async def grade(
         self,

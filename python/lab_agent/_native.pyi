@@ -1,7 +1,7 @@
 # Type stubs of the Rust extension (python/src/). The typed API is
 # lab_agent/__init__.py; this module is its engine.
 from os import PathLike
-from typing import Any, Awaitable, Dict, List, Optional, Union
+from typing import Any, Awaitable, Dict, List, Optional, Tuple, Union
 
 __version__: str
 EXEC_HAS_PROFILE: bool
@@ -98,6 +98,20 @@ class Rendered:
     budget_json: str
     arch: str
 
+class ExecStream:
+    """A streamed exec's events (python/src/stream.rs). One read at a time:
+    a second while one runs raises RuntimeError. An error, Ctrl-C, a
+    cancelled next_async or close() ends it (the connection closes, the
+    agent kills the command)."""
+
+    # ("stdout" | "stderr", text) or ("result", the ExecResult's JSON);
+    # None once the result was read (and after the stream ended).
+    def next(self) -> Optional[Tuple[str, str]]: ...
+    def next_async(self) -> Awaitable[Optional[Tuple[str, str]]]: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+
 class Client:
     def __init__(
         self,
@@ -117,6 +131,15 @@ class Client:
     def wait_ready_async(self, timeout: float) -> Awaitable[str]: ...
     def exec(self, request: str) -> str: ...
     def exec_async(self, request: str) -> Awaitable[str]: ...
+    # Sends the request now (blocking, Ctrl-C interrupts).
+    def exec_stream(self, request: str) -> ExecStream: ...
+    # Sends nothing until the stream's first next_async.
+    def exec_stream_unsent(self, request: str) -> ExecStream: ...
+    # (the log's bytes, next offset, setup state, restarted)
+    def setup_log(self, offset: int = 0, wait: int = 0) -> Tuple[bytes, int, str, bool]: ...
+    def setup_log_async(
+        self, offset: int = 0, wait: int = 0
+    ) -> Awaitable[Tuple[bytes, int, str, bool]]: ...
     def grade(
         self, lab: Lab, checks: Optional[List[str]] = None, lab_dir: Optional[str] = None
     ) -> str: ...

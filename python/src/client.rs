@@ -9,6 +9,7 @@
 use crate::error::{client_error, plain};
 use crate::lab::Lab;
 use crate::runtime;
+use crate::stream::ExecStream;
 use crate::tasks::{self, Deliver, awaitable};
 use lab_agent_client::client::DEFAULT_REQUEST_TIMEOUT;
 use lab_agent_client::{Error, wait_all as rust_wait_all};
@@ -249,6 +250,48 @@ impl Client {
         })
     }
 
+    /// `exec` with the output streamed: the request is sent now (errors
+    /// before the command starts are raised here, as by `exec`), the
+    /// events are read from the returned `ExecStream`.
+    fn exec_stream(&self, py: Python<'_>, request: &str) -> PyResult<ExecStream> {
+        let req = parse_exec(py, request)?;
+        block(py, self.inner.exec_stream(&req)).map(ExecStream::open)
+    }
+
+    /// `exec_stream` for asyncio: nothing is sent until the first
+    /// `next_async` (a plain method cannot await), whose errors are then
+    /// the call's.
+    fn exec_stream_unsent(&self, py: Python<'_>, request: &str) -> PyResult<ExecStream> {
+        let req = parse_exec(py, request)?;
+        Ok(ExecStream::unsent(self.inner.clone(), req))
+    }
+
+    /// The setup log from `offset`, long-polled up to `wait` seconds:
+    /// `(bytes, next_offset, setup_state, restarted)`.
+    #[pyo3(signature = (offset=0, wait=0))]
+    fn setup_log(&self, py: Python<'_>, offset: u64, wait: u64) -> PyResult<Py<PyAny>> {
+        let log = block(py, self.inner.setup_log(offset, wait))?;
+        setup_log_tuple(py, log)
+    }
+
+    #[pyo3(signature = (offset=0, wait=0))]
+    fn setup_log_async<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        wait: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.inner.clone();
+        awaitable(py, async move {
+            let r = c.setup_log(offset, wait).await;
+            let deliver: Deliver = Box::new(move |py| match r {
+                Ok(log) => setup_log_tuple(py, log),
+                Err(e) => Err(client_error(py, e)),
+            });
+            deliver
+        })
+    }
+
     #[pyo3(signature = (lab, checks=None, lab_dir=None))]
     fn grade(
         &self,
@@ -277,6 +320,15 @@ impl Client {
             async move { deliver_json(grade(c, lab, lab_dir).await) },
         )
     }
+}
+
+/// A `/v1/setup/log` answer for Python: the bytes as the setup wrote
+/// them, where the next read starts, the setup's state, and whether the
+/// log started over (a new setup run: the bytes are from 0).
+fn setup_log_tuple(py: Python<'_>, log: lab_agent_client::SetupLog) -> PyResult<Py<PyAny>> {
+    let bytes = pyo3::types::PyBytes::new(py, &log.bytes);
+    let t = (bytes, log.next_offset, log.state.as_str(), log.restarted);
+    Ok(t.into_pyobject(py)?.into_any().unbind())
 }
 
 /// Each outcome as Python sees it: the readiness JSON, or the exception

@@ -15,6 +15,8 @@
 //!   `lab_agent_client::Error` to it.
 //! - [`lab`] — `Lab.load`.
 //! - [`render`] — `render_secret`.
+//! - [`stream`] — `ExecStream`, a streamed exec read event by event
+//!   (blocking or asyncio); dropping or closing it ends the request.
 //! - [`tasks`] — asyncio futures resolved from the runtime, blocking
 //!   waits Ctrl-C interrupts, and the exit hook that keeps the runtime's
 //!   threads away from a finalising interpreter.
@@ -25,6 +27,7 @@ mod client;
 mod error;
 mod lab;
 mod render;
+mod stream;
 mod tasks;
 
 /// The process's one tokio runtime, shared by blocking and asyncio calls
@@ -43,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_class::<client::Client>()?;
     m.add_class::<lab::Lab>()?;
+    m.add_class::<stream::ExecStream>()?;
     m.add_class::<render::Rendered>()?;
     m.add_function(wrap_pyfunction!(client::wait_all, m)?)?;
     m.add_function(wrap_pyfunction!(client::wait_all_async, m)?)?;

@@ -40,6 +40,14 @@ def test_async_client_has_client_s_methods_as_coroutines() -> None:
     for name in public:
         blocking = getattr(lab_agent.Client, name)
         coroutine = getattr(lab_agent.AsyncClient, name)
+        if name == "exec_stream":
+            # The one plain method: it returns an async iterator (`async
+            # for`), with the same parameters.
+            assert not inspect.iscoroutinefunction(coroutine)
+            assert inspect.signature(coroutine).return_annotation == "AsyncExecStream"
+            same = inspect.signature(coroutine).replace(return_annotation="ExecStream")
+            assert same == inspect.signature(blocking), name
+            continue
         assert inspect.iscoroutinefunction(coroutine), name
         assert inspect.signature(coroutine) == inspect.signature(blocking), name
 
@@ -49,3 +57,6 @@ def test_exec_forwards_every_parameter() -> None:
     # would be dropped without a word.
     exec_params = list(inspect.signature(lab_agent.Client.exec).parameters)[1:]
     assert list(inspect.signature(lab_agent._exec_request).parameters) == exec_params
+    # exec_stream takes exactly exec's.
+    stream = inspect.signature(lab_agent.Client.exec_stream)
+    assert stream.parameters == inspect.signature(lab_agent.Client.exec).parameters

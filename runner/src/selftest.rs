@@ -467,6 +467,9 @@ async fn solve(
         let req = ExecRequest::new(SOLVE_SCRIPT_COMMAND)
             .user(DEFAULT_USER)
             .timeout_secs(timeout)
+            // The lab's `profile`, as its checks have by default: a
+            // solve sees the environment its checks see.
+            .profile(lab.profile)
             .env(LAB_DIR_ENV, guest_lab_dir)
             .stdin(text);
         if let Some(failed) = exec_solve(client, &req, what).await? {
@@ -481,7 +484,8 @@ async fn solve(
         eprintln!("running {what}");
         let mut req = ExecRequest::new(command.clone())
             .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
-            .timeout_secs(timeout);
+            .timeout_secs(timeout)
+            .profile(check.profile);
         for (key, value) in &check.env {
             req = req.env(key, value);
         }

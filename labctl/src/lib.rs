@@ -6,7 +6,9 @@
 //! work; stdout carries only data (reports, JSON, a command's output),
 //! stderr everything else.
 //!
-//! - [`wait`], [`exec`], [`grade`], [`r#try`]: talk to agents.
+//! - [`wait`], [`exec`], [`grade`], [`r#try`]: talk to agents; `test` is a
+//!   flow of `try`'s (`r#try::test`: the same targets and wait, the
+//!   runner's self-test after it).
 //! - [`lint`]: checks a lab without running it (`try` runs it first).
 //! - [`secret`]: renders a lab's payload and writes the Secret.
 //! - [`timeline`]: the distribution of many VMs' preparation time, per
@@ -85,6 +87,16 @@ pub enum Command {
     Lint(lint::LintArgs),
     /// Try a lab: start an agent in a throwaway sandbox of this machine (or a qemu VM: `--vm`), run setup, grade, clean up
     Try(r#try::TryArgs),
+    /// Prove a lab's checks: in a fresh sandbox (or VM) each must fail after setup, pass after the solve, and say the same in reverse order
+    ///
+    /// Setup, grade (every check must fail, unless it says `initially =
+    /// "pass"`), the lab's `[solve]` script then each check's `solve`, grade
+    /// (every check must pass), grade again in reverse order (the same
+    /// verdicts). Prints a row per check and a sentence per broken
+    /// expectation. Exit 0 when every expectation holds, 1 when one does
+    /// not, 2 for a lab error (a check or solve that could not run), 4 when
+    /// setup or the solve failed (with its output's end).
+    Test(r#try::test::TestArgs),
     /// Render the cloud-init user-data and the Kubernetes Secret for a lab
     Secret(secret::SecretArgs),
     /// Where many VMs' preparation time went: count, median, p90 and max per phase
@@ -147,6 +159,7 @@ pub fn run(command: &Command) -> Result<Exit, Failure> {
         Command::Grade(args) => grade::run(args),
         Command::Lint(args) => lint::run(args),
         Command::Try(args) => r#try::run(args),
+        Command::Test(args) => r#try::test::run(args),
         Command::Secret(args) => secret::run(args),
         Command::Timeline(args) => timeline::run(args),
         Command::Sandbox(args) => lab_runner::sandbox::keeper_main(&args.into()),

@@ -59,6 +59,29 @@ pub struct Lab {
     pub max_memory_bytes: Option<u64>,
     /// `[readiness]`, its defaults when the table is absent.
     pub readiness: Readiness,
+    /// `[solve]`: what a student would do, for `labctl test`; never
+    /// shipped to the guest.
+    pub solve: Option<Solve>,
+}
+
+/// `[solve]`: the lab's own solution, run as root by `labctl test` after
+/// the first grade (never part of the payload: students must not find it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Solve {
+    /// The script, relative to the lab's folder.
+    pub script: PathBuf,
+}
+
+/// A check's `initially`: what it must report right after setup, before
+/// anything is solved (`labctl test`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Initially {
+    /// It must fail: a student who did nothing does not get its points.
+    #[default]
+    Fail,
+    /// It holds after setup (it checks the setup, not the student).
+    Pass,
 }
 
 /// `[readiness]`: how long the backend waits for the VM, and what the VM
@@ -125,6 +148,11 @@ pub struct Check {
     /// The check's process and memory limits; `None`: the agent's defaults.
     pub max_pids: Option<u32>,
     pub max_memory_bytes: Option<u64>,
+    /// What a student would do for this check, run as its `user` by
+    /// `labctl test` after the lab's `[solve]` script.
+    pub solve: Option<String>,
+    /// What the check must report right after setup (`labctl test`).
+    pub initially: Initially,
 }
 
 /// One file of `[files].source`, ready to be shipped to the guest.
@@ -206,6 +234,14 @@ struct RawLab {
     max_memory_bytes: Option<i64>,
     #[serde(default)]
     readiness: Option<RawReadiness>,
+    #[serde(default)]
+    solve: Option<RawSolve>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSolve {
+    script: String,
 }
 
 #[derive(Deserialize)]
@@ -260,6 +296,10 @@ struct RawCheck {
     max_pids: Option<i64>,
     #[serde(default)]
     max_memory_bytes: Option<i64>,
+    #[serde(default)]
+    solve: Option<String>,
+    #[serde(default)]
+    initially: Initially,
 }
 
 impl Lab {
@@ -296,6 +336,22 @@ impl Lab {
                         "setup.script",
                         format!(
                             "names `{script}`, which is not a file in `{}`: create it or remove `script` from [setup]",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+            if let Some(script) = raw
+                .solve
+                .map(|s| s.script)
+                .filter(|s| relative_path(&path, "", s).is_ok())
+            {
+                if !dir.join(&script).is_file() {
+                    problems.push(invalid(
+                        &path,
+                        "solve.script",
+                        format!(
+                            "names `{script}`, which is not a file in `{}`: create it or remove [solve]",
                             dir.display()
                         ),
                     ));
@@ -385,6 +441,13 @@ impl Lab {
                 }),
             });
 
+        let solve = raw.solve.and_then(|s| {
+            relative_path(&path, "solve.script", &s.script)
+                .map(|script| Solve { script })
+                .map_err(|e| check(Err(e)))
+                .ok()
+        });
+
         let files = raw.files.and_then(|f| {
             relative_path(&path, "files.source", &f.source)
                 .map(|source| Files { source })
@@ -429,6 +492,12 @@ impl Lab {
             }
             if c.run.trim().is_empty() {
                 bad("run", "is empty: give the command that verifies it".into());
+            }
+            if c.solve.as_deref().is_some_and(|s| s.trim().is_empty()) {
+                bad(
+                    "solve",
+                    "is empty: give what a student would run, or remove the key".into(),
+                );
             }
             if c.user.as_deref().is_some_and(|u| u.trim().is_empty()) {
                 bad(
@@ -516,6 +585,8 @@ impl Lab {
                 leave_running: c.leave_running.or(raw.leave_running).unwrap_or(false),
                 max_pids,
                 max_memory_bytes,
+                solve: c.solve,
+                initially: c.initially,
             });
         }
 
@@ -533,6 +604,7 @@ impl Lab {
             max_pids: lab_pids,
             max_memory_bytes: lab_memory,
             readiness,
+            solve,
         })
     }
 
@@ -547,6 +619,11 @@ impl Lab {
             .as_ref()
             .and_then(|s| s.script.as_ref())
             .map(|s| self.dir.join(s))
+    }
+
+    /// The solve script's path on this machine, if the lab has one.
+    pub fn solve_script_path(&self) -> Option<PathBuf> {
+        self.solve.as_ref().map(|s| self.dir.join(&s.script))
     }
 
     /// The setup timeout (the default when there is no `[setup]`).
@@ -1242,6 +1319,65 @@ run = "true"
             .unwrap_err()
             .to_string();
         assert!(err.contains("invalid type"), "{err}");
+    }
+
+    #[test]
+    fn solve_and_initially_for_labctl_test() {
+        let lab = Lab::parse(
+            "name = \"s\"\n[solve]\nscript = \"solve.sh\"\n\
+             [[checks]]\nname = \"a\"\nrun = \"true\"\nsolve = \"touch ~/x\"\n\
+             [[checks]]\nname = \"b\"\nrun = \"true\"\ninitially = \"pass\"\n",
+            "/labs/s",
+        )
+        .unwrap();
+        assert_eq!(lab.solve_script_path(), Some("/labs/s/solve.sh".into()));
+        let (a, b) = (&lab.checks[0], &lab.checks[1]);
+        assert_eq!(
+            (a.solve.as_deref(), a.initially),
+            (Some("touch ~/x"), Initially::Fail)
+        );
+        assert_eq!((b.solve.as_deref(), b.initially), (None, Initially::Pass));
+        // Nothing said: no solve, and every check must fail after setup.
+        let lab = Lab::parse("name = \"s\"\n", "/l").unwrap();
+        assert_eq!(lab.solve, None);
+        let cases: &[(&str, &str)] = &[
+            ("[solve]\nscript = \"/root/s.sh\"", "solve.script"),
+            ("[solve]\nscript = \"../s.sh\"", "leaves the lab folder"),
+            ("[solve]\n", "missing field `script`"),
+            (
+                "[[checks]]\nname = \"a\"\nrun = \"true\"\ninitially = \"passes\"",
+                "unknown variant `passes`, expected `fail` or `pass`",
+            ),
+            (
+                "[[checks]]\nname = \"a\"\nrun = \"true\"\nsolve = \" \"",
+                "check `a`: solve is empty",
+            ),
+        ];
+        for (body, want) in cases {
+            let text = format!("name = \"s\"\n{body}\n");
+            let err = Lab::parse(&text, "/labs/s").unwrap_err().to_string();
+            assert!(err.contains(want), "for {body:?}: {err:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn load_checks_that_the_solve_script_exists() {
+        let dir = std::env::temp_dir().join(format!("lab-proto-solve-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(LAB_TOML),
+            "name = \"s\"\n[solve]\nscript = \"solve.sh\"\n",
+        )
+        .unwrap();
+        let err = Lab::load(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("solve.script names `solve.sh`, which is not a file"),
+            "{err}"
+        );
+        std::fs::write(dir.join("solve.sh"), "true").unwrap();
+        assert!(Lab::load(&dir).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //!
 //! What is checked: the `lab.toml` model (every key, every check), that the
 //! files and the setup script it names exist and can be shipped, the shell
-//! syntax of the setup script and of each check's `run` (`bash -n`), and
-//! the payload's size against the Secret limit, with the agent it would
-//! ship.
+//! syntax of the setup and solve scripts and of each check's `run` and
+//! `solve` (`bash -n`), that the solve script is not among the files
+//! shipped to students, and the payload's size against the Secret limit,
+//! with the agent it would ship.
 
 use crate::payload::{self, PayloadError, RenderOptions};
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
@@ -45,6 +46,20 @@ pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
         }
     };
     syntax(&Scripts::from_lab(&lab), &mut found);
+    if let (Some(solve), Some(files)) = (&lab.solve, &lab.files) {
+        if lab
+            .dir
+            .join(&solve.script)
+            .starts_with(lab.dir.join(&files.source))
+        {
+            found.problems.push(format!(
+                "solve.script `{}` is inside [files].source `{}`: it would be copied into every \
+                 student's VM; move it out of that folder",
+                solve.script.display(),
+                files.source.display()
+            ));
+        }
+    }
     match lab.collect_files() {
         Ok(_) => budget(&lab, agent, &mut found),
         Err(e) => found.problems.push(e.to_string()),
@@ -53,21 +68,24 @@ pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
     found
 }
 
-/// What `bash -n` reads: the setup script, and each check's name and `run`.
+/// What `bash -n` reads: the setup and solve scripts, and each check's
+/// name, `run` and `solve`.
 #[derive(Debug, Default)]
 struct Scripts {
     setup: Option<PathBuf>,
-    checks: Vec<(String, String)>,
+    solve: Option<PathBuf>,
+    checks: Vec<(String, String, Option<String>)>,
 }
 
 impl Scripts {
     fn from_lab(lab: &Lab) -> Scripts {
         Scripts {
             setup: lab.setup_script_path(),
+            solve: lab.solve_script_path(),
             checks: lab
                 .checks
                 .iter()
-                .map(|c| (c.name.clone(), c.run.clone()))
+                .map(|c| (c.name.clone(), c.run.clone(), c.solve.clone()))
                 .collect(),
         }
     }
@@ -79,12 +97,14 @@ impl Scripts {
         let Ok(Ok(doc)) = text.map(|t| t.parse::<toml::Table>()) else {
             return Scripts::default();
         };
-        let setup = doc
-            .get("setup")
-            .and_then(|s| s.get("script"))
-            .and_then(toml::Value::as_str)
-            .map(|s| dir.join(s))
-            .filter(|p| p.is_file());
+        let script = |table: &str| {
+            doc.get(table)
+                .and_then(|s| s.get("script"))
+                .and_then(toml::Value::as_str)
+                .map(|s| dir.join(s))
+                .filter(|p| p.is_file())
+        };
+        let (setup, solve) = (script("setup"), script("solve"));
         let checks = doc
             .get("checks")
             .and_then(toml::Value::as_array)
@@ -94,34 +114,50 @@ impl Scripts {
             .filter_map(|(i, c)| {
                 let run = c.get("run")?.as_str()?.to_owned();
                 let name = c.get("name").and_then(toml::Value::as_str);
-                Some((name.map_or(format!("#{}", i + 1), str::to_owned), run))
+                let solve = c.get("solve").and_then(toml::Value::as_str);
+                Some((
+                    name.map_or(format!("#{}", i + 1), str::to_owned),
+                    run,
+                    solve.map(str::to_owned),
+                ))
             })
             .collect();
-        Scripts { setup, checks }
+        Scripts {
+            setup,
+            solve,
+            checks,
+        }
     }
 }
 
-/// `bash -n` on the setup script and on every check's `run`: a typo in a
-/// check would otherwise read as every student failing it.
+/// `bash -n` on the setup and solve scripts and on every check's `run`
+/// and `solve`: a typo in a check would otherwise read as every student
+/// failing it.
 fn syntax(scripts: &Scripts, found: &mut Findings) {
-    if let Some(script) = &scripts.setup {
-        match bash_n(&[script.as_os_str()]) {
+    let scripts_ = [("setup", &scripts.setup), ("solve", &scripts.solve)];
+    let files = scripts_.iter().filter_map(|(what, p)| {
+        let p = p.as_ref()?;
+        Some((
+            vec![p.as_os_str()],
+            format!("the {what} script `{}`", p.display()),
+        ))
+    });
+    let commands = scripts.checks.iter().flat_map(|(name, run, solve)| {
+        [("run", Some(run)), ("solve", solve.as_ref())]
+            .into_iter()
+            .filter_map(move |(key, text)| {
+                Some((
+                    vec!["-c".as_ref(), text?.as_ref()],
+                    format!("check `{name}`: `{key}`"),
+                ))
+            })
+    });
+    for (args, what) in files.chain(commands) {
+        match bash_n(&args) {
             Ok(None) => {}
-            Ok(Some(err)) => found.problems.push(format!(
-                "the setup script `{}` is not valid bash:\n{}",
-                script.display(),
-                indent(&err)
-            )),
-            Err(note) => return found.notes.push(note),
-        }
-    }
-    for (name, run) in &scripts.checks {
-        match bash_n(&["-c".as_ref(), run.as_ref()]) {
-            Ok(None) => {}
-            Ok(Some(err)) => found.problems.push(format!(
-                "check `{name}`: `run` is not valid bash:\n{}",
-                indent(&err)
-            )),
+            Ok(Some(err)) => found
+                .problems
+                .push(format!("{what} is not valid bash:\n{}", indent(&err))),
             Err(note) => return found.notes.push(note),
         }
     }

@@ -1,4 +1,4 @@
-//! `lab-runner`: the lab runner behind `labctl try`. It starts a lab's
+//! `lab-runner`: the lab runner behind `labctl try` and `labctl test`. It starts a lab's
 //! agent somewhere a lab author can try it, hands out a client for it, and
 //! stops it, leaving the machine as it was. It is never a dependency of
 //! `lab-agent-client` or the Python package: a backend that grades VMs
@@ -29,6 +29,9 @@
 //! - [`payload`]: a lab rendered into its payload (the generator's
 //!   `lab_payload`) and written 0600, atomically: `labctl secret`, `lint`
 //!   and [`vm`].
+//! - [`selftest`]: `labctl test`'s phases on a ready agent (grade, solve,
+//!   grade, grade in reverse), the rules each check must keep, and its
+//!   report.
 //! - [`tempdir`]: the project's one temp-dir helper.
 //! - [`Error`]: what failed, its cause and hints, and whose it is to fix
 //!   ([`ErrorKind`]).
@@ -47,6 +50,7 @@ pub mod local;
 pub mod payload;
 pub mod qemu;
 pub mod sandbox;
+pub mod selftest;
 pub mod systemd;
 pub mod tempdir;
 pub mod vm;

@@ -7,6 +7,9 @@
 //! lint` does) and, for a local try, the user must be root: setup and checks
 //! run as root (and as other users) on this machine.
 //!
+//! `labctl test` ([`test`]) is the same flow on the same targets, with the
+//! runner's self-test (`lab_runner::selftest`) where `try` grades once.
+//!
 //! Where the agent runs is a *target*; this module is the flow, the same
 //! for every target ([`Target`]):
 //! - [`local`]: `lab-agent serve --no-cloud-init --run-setup` on loopback,
@@ -18,6 +21,7 @@
 //!   in production; the agent is reached through a loopback port forward.
 
 mod kept;
+pub mod test;
 pub mod vm;
 
 use super::common;
@@ -98,6 +102,9 @@ pub struct Config {
     pub sandbox: bool,
     /// `--changes`: list what the lab changed in the sandbox.
     pub list_changes: bool,
+    /// `labctl test`: the solve script's text (`Some(None)`: the lab has
+    /// none); `None` for `try`.
+    pub test: Option<Option<String>>,
 }
 
 impl Config {
@@ -151,6 +158,7 @@ impl Config {
             sandbox: vm.is_none() && !args.host,
             list_changes: args.changes,
             vm,
+            test: None,
         })
     }
 }
@@ -199,7 +207,11 @@ pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
     if let Some(dir) = &args.stop {
         return kept::stop(dir);
     }
-    let config = Config::from_args(args)?;
+    run_config(Config::from_args(args)?)
+}
+
+/// Runs a checked config on its target: `try`'s and `test`'s.
+fn run_config(config: Config) -> Result<Exit, Failure> {
     if let Some(vm) = &config.vm {
         return vm::run(&config, vm);
     }
@@ -246,6 +258,7 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
         Some(script) => eprintln!("waiting for setup `{}` to finish", script.display()),
         None => eprintln!("no setup script: waiting for the agent to be ready"),
     }
+    let started = Instant::now();
     let outcome = wait_with_display_hooked(
         std::slice::from_ref(&client),
         Instant::now() + config.timeout,
@@ -276,6 +289,9 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
             eprintln!("grading anyway (`--keep-going`)");
             setup_failed = true;
         }
+    }
+    if let Some(script) = &config.test {
+        return test::after_setup(config, target, &client, script.as_deref(), started).await;
     }
     // What the setup changed (before the checks run).
     let changes = match target.changes() {

@@ -128,3 +128,24 @@ fn readiness_problems_are_named_with_their_ranges() {
         describe(&out)
     );
 }
+
+#[test]
+fn solves_are_linted_and_must_not_ship() {
+    let lab = lab_folder(
+        "labctl-lint-solve",
+        "name = \"s\"\n[files]\nsource = \"files\"\n[solve]\nscript = \"files/solve.sh\"\n\
+         [[checks]]\nname = \"a\"\nrun = \"true\"\nsolve = \"echo $(\"\n",
+    );
+    lab.write("files/solve.sh", "if then\n", 0o644);
+    let out = lint(&lab);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    for want in [
+        "the solve script `",
+        "check `a`: `solve` is not valid bash",
+        "solve.script `files/solve.sh` is inside [files].source `files`: it would be copied \
+         into every student's VM",
+    ] {
+        assert!(err.contains(want), "{err} lacks {want:?}");
+    }
+}

@@ -26,6 +26,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 mod as_author;
+mod test_lab;
 mod try_lab;
 
 /// A login shell of root's on this machine and one inside a sandbox must not

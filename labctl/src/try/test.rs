@@ -1,0 +1,91 @@
+//! `labctl test LAB_DIR`: proves a lab's checks before students meet it.
+//! The same targets and wait as `try` (a fresh sandbox, `--host` or
+//! `--vm`), then the runner's self-test ([`lab_runner::selftest`]): grade
+//! (each check must fail unless `initially = "pass"`), solve, grade (each
+//! must pass), grade in reverse order (the same). This file is the command
+//! line and the printing; the phases and their rules are the runner's.
+
+use super::{Config, Target, TryArgs, run_config};
+use crate::exit::{Exit, Failure};
+use lab_agent_client::Client;
+use lab_runner::selftest::{self, Verdict};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Debug, clap::Args)]
+pub struct TestArgs {
+    /// The lab's folder (with its `lab.toml`)
+    #[arg(value_name = "LAB_DIR")]
+    pub lab: PathBuf,
+    /// Test on this machine itself instead of a throwaway sandbox of it:
+    /// what setup and solve change stays changed
+    #[arg(long)]
+    pub host: bool,
+    /// The `lab-agent` binary to run (as for `labctl try`)
+    #[arg(long, value_name = "PATH")]
+    pub agent: Option<PathBuf>,
+    /// Give up waiting for setup after this many seconds (as for `labctl try`)
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Print one JSON object on stdout: each check's results per phase, its
+    /// problems, the timings
+    #[arg(long)]
+    pub json: bool,
+    /// Test only the check with this name (repeat for several); the lab's
+    /// solve script still runs
+    #[arg(long = "check", value_name = "NAME")]
+    pub checks: Vec<String>,
+    #[command(flatten)]
+    pub vm: super::vm::VmArgs,
+}
+
+pub fn run(args: &TestArgs) -> Result<Exit, Failure> {
+    let mut config = Config::from_args(&TryArgs {
+        lab: Some(args.lab.clone()),
+        host: args.host,
+        changes: false,
+        enter: None,
+        stop: None,
+        command: Vec::new(),
+        agent: args.agent.clone(),
+        keep_going: false,
+        timeout: args.timeout,
+        json: args.json,
+        checks: args.checks.clone(),
+        keep: false,
+        vm: args.vm.clone(),
+    })?;
+    config.test = Some(selftest::load_solve_script(&config.lab)?);
+    run_config(config)
+}
+
+/// The flow's part after a successful setup: the self-test, printed.
+pub(super) async fn after_setup(
+    config: &Config,
+    target: &dyn Target,
+    client: &Client,
+    solve_script: Option<&str>,
+    started: Instant,
+) -> Result<Exit, Failure> {
+    let setup_ms = started.elapsed().as_millis().try_into().unwrap_or(u64::MAX);
+    let test = selftest::run(
+        client,
+        &config.lab,
+        target.guest_lab_dir(),
+        solve_script,
+        setup_ms,
+    )
+    .await
+    .map_err(Failure::client)?;
+    if config.json {
+        println!("{}", test.json());
+    } else {
+        print!("{}", test.render());
+    }
+    Ok(match test.verdict() {
+        Verdict::Holds => Exit::Success,
+        Verdict::Broken => Exit::CheckFailed,
+        Verdict::LabError => Exit::Usage,
+        Verdict::SolveFailed => Exit::SetupFailed,
+    })
+}

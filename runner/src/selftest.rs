@@ -1,0 +1,761 @@
+//! `labctl test`: proves a lab's checks before students meet them. On an
+//! agent whose setup is done (a fresh sandbox or VM), [`run`] grades once
+//! (each check must fail, unless it says `initially = "pass"`), runs the
+//! lab's solve (the `[solve]` script as root, then each check's `solve` as
+//! its user, in order), grades again (each must pass) and once more in
+//! reverse order (each must say the same). [`judge`] holds those rules
+//! and names every broken one in words that say what it means for
+//! students; [`SelfTest`] renders the table, the sentences and the JSON.
+//!
+//! The solve never travels in the payload (students would find it): the
+//! script's text is sent at test time through the agent's exec, as the
+//! stdin of a root shell that writes it to a private temp file and runs it
+//! with `bash` (stdin `/dev/null`, as setup has), so the sandbox and a VM
+//! run it alike.
+
+use crate::Error;
+use lab_agent_client::{CheckResult, CheckStatus, Client, GradeReport};
+use lab_agent_proto::ExecRequest;
+use lab_agent_proto::exec::DEFAULT_USER;
+use lab_agent_proto::lab::{Check, Initially, LAB_DIR_ENV, Lab};
+use lab_agent_proto::text::escape;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// How much of a failed solve's output is shown (its end).
+pub const LOG_TAIL_BYTES: usize = 4096;
+
+/// Runs the solve script from its text on stdin: a file, so that what the
+/// script runs reads `/dev/null`, not the rest of the script.
+const SOLVE_SCRIPT_COMMAND: &str = "f=$(mktemp) || exit 1; cat >\"$f\"; \
+     bash \"$f\" </dev/null 2>&1; rc=$?; rm -f \"$f\"; exit $rc";
+
+/// One broken expectation of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// Not `initially = "pass"`, and it passed right after setup.
+    PassesBeforeSolve,
+    /// `initially = "pass"`, and it failed right after setup.
+    FailsAfterSetup,
+    /// It failed after the solve.
+    FailsAfterSolve,
+    /// Graded in reverse order, it said otherwise than in order.
+    ChangesInReverse,
+    /// It could not run in this phase (the agent's reason).
+    CouldNotRun { phase: &'static str, error: String },
+}
+
+impl Problem {
+    /// A short name, for programs (`--json`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Problem::PassesBeforeSolve => "passes_before_solve",
+            Problem::FailsAfterSetup => "fails_after_setup",
+            Problem::FailsAfterSolve => "fails_after_solve",
+            Problem::ChangesInReverse => "changes_in_reverse",
+            Problem::CouldNotRun { .. } => "could_not_run",
+        }
+    }
+
+    /// What it means, for students: read after "check `NAME` ".
+    pub fn sentence(&self) -> String {
+        match self {
+            Problem::PassesBeforeSolve => "passes before the solve: a student who did nothing \
+                 gets its points (make it fail after setup, or mark it `initially = \"pass\"` \
+                 if it checks the setup)"
+                .into(),
+            Problem::FailsAfterSetup => "fails right after setup although it says `initially = \
+                 \"pass\"`: every student starts with it failing (fix the setup, or drop the key)"
+                .into(),
+            Problem::FailsAfterSolve => "fails after the solve: a student who did the work does \
+                 not get its points (or the solve does not do what the check asks)"
+                .into(),
+            Problem::ChangesInReverse => "changes verdict when run in reverse order: it depends \
+                 on another check or changes what it checks, so its grade depends on which \
+                 checks the backend runs"
+                .into(),
+            Problem::CouldNotRun { phase, error } => format!(
+                "could not run {phase} ({}): every student would see an error; the lab's to fix",
+                escape(error)
+            ),
+        }
+    }
+}
+
+/// One check through the phases.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckOutcome {
+    pub name: String,
+    /// `fail` or `pass`: what it must say after setup.
+    pub initially: &'static str,
+    pub after_setup: CheckResult,
+    /// `None` when the solve failed (nothing graded after it).
+    pub after_solve: Option<CheckResult>,
+    pub reversed: Option<CheckResult>,
+    #[serde(serialize_with = "problems_json")]
+    pub problems: Vec<Problem>,
+}
+
+fn problems_json<S: serde::Serializer>(p: &[Problem], s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct P<'a> {
+        kind: &'a str,
+        message: String,
+    }
+    s.collect_seq(p.iter().map(|p| P {
+        kind: p.kind(),
+        message: p.sentence(),
+    }))
+}
+
+/// The solve script or a check's solve did not succeed.
+#[derive(Debug, Clone, Serialize)]
+pub struct SolveFailure {
+    /// `the solve script `solve.sh`` or `check `NAME`'s solve`.
+    pub what: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    /// The agent refused to run it (unknown user, bad cwd): a lab error.
+    pub error: Option<String>,
+    /// The end of its output (stdout, then stderr), at most [`LOG_TAIL_BYTES`].
+    pub log_tail: String,
+}
+
+impl SolveFailure {
+    /// `failed (exit 3)`, `timed out`, `could not run: …`.
+    pub fn how(&self) -> String {
+        if let Some(e) = &self.error {
+            return format!("could not run: {}", escape(e));
+        }
+        if self.timed_out {
+            return "timed out (it gets `[setup].timeout_secs`)".into();
+        }
+        match (self.exit_code, self.signal) {
+            (_, Some(sig)) => format!("was killed by signal {sig}"),
+            (Some(code), None) => format!("failed (exit {code})"),
+            (None, None) => "failed".into(),
+        }
+    }
+}
+
+/// How long each phase took, in milliseconds. `setup` is the wait for the
+/// agent to be ready (the caller's); the rest are [`run`]'s.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    pub setup_ms: u64,
+    pub after_setup_ms: u64,
+    pub solve_ms: u64,
+    pub after_solve_ms: u64,
+    pub reversed_ms: u64,
+}
+
+/// What [`run`] found.
+#[derive(Debug, Clone, Serialize)]
+pub struct SelfTest {
+    pub lab: String,
+    /// Every expectation held.
+    pub ok: bool,
+    pub checks: Vec<CheckOutcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub solve_failed: Option<SolveFailure>,
+    #[serde(rename = "timings_ms")]
+    pub timings: Timings,
+}
+
+/// What a [`SelfTest`] comes to, worst first; `labctl` maps it to its exit
+/// status (4, 2, 1, 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The solve failed: nothing after it was graded.
+    SolveFailed,
+    /// A check or a solve could not run at all: the lab's to fix.
+    LabError,
+    /// A check broke an expectation.
+    Broken,
+    /// Every check fails before the solve (or holds, as it says) and
+    /// passes after it, in either order.
+    Holds,
+}
+
+impl SelfTest {
+    pub fn verdict(&self) -> Verdict {
+        if let Some(f) = &self.solve_failed {
+            return if f.error.is_some() {
+                Verdict::LabError
+            } else {
+                Verdict::SolveFailed
+            };
+        }
+        let problems = || self.checks.iter().flat_map(|c| &c.problems);
+        if problems().any(|p| matches!(p, Problem::CouldNotRun { .. })) {
+            Verdict::LabError
+        } else if problems().next().is_some() {
+            Verdict::Broken
+        } else {
+            Verdict::Holds
+        }
+    }
+
+    /// The table (a row per check: after setup, after solve, reversed,
+    /// verdict), a sentence per problem, the timings and a summary line.
+    pub fn render(&self) -> String {
+        let cell = |r: Option<&CheckResult>| match r.map(|r| r.status) {
+            Some(CheckStatus::Passed) => "pass",
+            Some(CheckStatus::Failed) => "fail",
+            Some(CheckStatus::Error) => "error",
+            None => "-",
+        };
+        let names: Vec<String> = self
+            .checks
+            .iter()
+            .map(|c| {
+                let star = if c.initially == "pass" { " *" } else { "" };
+                format!("{}{star}", escape(&c.name))
+            })
+            .collect();
+        let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+        let width = width.max("check".len());
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:width$}  after setup  after solve  reversed  verdict",
+            "check"
+        );
+        for (c, name) in self.checks.iter().zip(&names) {
+            let _ = writeln!(
+                out,
+                "{name:width$}  {:11}  {:11}  {:8}  {}",
+                cell(Some(&c.after_setup)),
+                cell(c.after_solve.as_ref()),
+                cell(c.reversed.as_ref()),
+                if c.problems.is_empty() {
+                    "ok"
+                } else {
+                    "BROKEN"
+                }
+            );
+        }
+        if self.checks.iter().any(|c| c.initially == "pass") {
+            out.push_str("* initially = \"pass\": must pass after setup too\n");
+        }
+        let mut problems = String::new();
+        for c in &self.checks {
+            for p in &c.problems {
+                let _ = writeln!(problems, "check `{}` {}.", escape(&c.name), p.sentence());
+            }
+        }
+        if !problems.is_empty() {
+            out.push('\n');
+            out.push_str(&problems);
+        }
+        if let Some(f) = &self.solve_failed {
+            let _ = writeln!(out, "\n{} {}: nothing was graded after it", f.what, f.how());
+            if !f.log_tail.is_empty() {
+                out.push_str("its output (end):\n");
+                for line in f.log_tail.lines() {
+                    let _ = writeln!(out, "  │ {}", escape(line));
+                }
+            }
+        }
+        let t = &self.timings;
+        let secs = |ms: u64| format!("{}.{} s", ms / 1000, ms % 1000 / 100);
+        let _ = writeln!(
+            out,
+            "\ntimings: setup {}, grade {}, solve {}, grade {}, reversed {}",
+            secs(t.setup_ms),
+            secs(t.after_setup_ms),
+            secs(t.solve_ms),
+            secs(t.after_solve_ms),
+            secs(t.reversed_ms)
+        );
+        let broken = self
+            .checks
+            .iter()
+            .filter(|c| !c.problems.is_empty())
+            .count();
+        let n = self.checks.len();
+        let _ = match self.verdict() {
+            Verdict::Holds => writeln!(
+                out,
+                "{}: all {n} check{} fail before the solve (or hold, as they say) and pass \
+                 after it, in either order",
+                self.lab,
+                if n == 1 { "" } else { "s" }
+            ),
+            Verdict::SolveFailed => writeln!(out, "{}: the solve failed", self.lab),
+            _ => writeln!(
+                out,
+                "{}: {broken} of {n} check{} break{} an expectation",
+                self.lab,
+                if n == 1 { "" } else { "s" },
+                if broken == 1 { "s" } else { "" }
+            ),
+        };
+        out
+    }
+
+    /// `--json`: one object; guest text only as JSON escapes.
+    pub fn json(&self) -> String {
+        let text = serde_json::to_string_pretty(self).expect("a self-test serializes");
+        lab_agent_proto::text::json_escape_controls(&text).into_owned()
+    }
+}
+
+/// The rules for one check, from its results in the three phases (`None`
+/// after a failed solve).
+pub fn judge(
+    check: &Check,
+    after_setup: &CheckResult,
+    after_solve: Option<&CheckResult>,
+    reversed: Option<&CheckResult>,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut could_not_run = |phase: &'static str, r: &CheckResult| {
+        if r.status == CheckStatus::Error {
+            problems.push(Problem::CouldNotRun {
+                phase,
+                error: r.error.clone().unwrap_or_default(),
+            });
+            true
+        } else {
+            false
+        }
+    };
+    let setup_error = could_not_run("after setup", after_setup);
+    let solve_error = after_solve.is_some_and(|r| could_not_run("after the solve", r));
+    let reversed_error = reversed.is_some_and(|r| could_not_run("in reverse order", r));
+    if !setup_error {
+        match (check.initially, after_setup.passed) {
+            (Initially::Fail, true) => problems.push(Problem::PassesBeforeSolve),
+            (Initially::Pass, false) => problems.push(Problem::FailsAfterSetup),
+            _ => {}
+        }
+    }
+    if let Some(solved) = after_solve.filter(|_| !solve_error) {
+        if !solved.passed {
+            problems.push(Problem::FailsAfterSolve);
+        }
+        if let Some(rev) = reversed.filter(|_| !reversed_error) {
+            if rev.status != solved.status {
+                problems.push(Problem::ChangesInReverse);
+            }
+        }
+    }
+    problems
+}
+
+/// The lab's solve script's text, read before anything starts.
+pub fn load_solve_script(lab: &Lab) -> Result<Option<String>, Error> {
+    let Some(path) = lab.solve_script_path() else {
+        return Ok(None);
+    };
+    std::fs::read_to_string(&path).map(Some).map_err(|e| {
+        Error::usage(format!(
+            "failed to read the solve script `{}`",
+            path.display()
+        ))
+        .with_source(e)
+    })
+}
+
+/// Grades, solves, grades, grades in reverse, on an agent whose setup is
+/// done; `solve_script` is [`load_solve_script`]'s; `setup_ms` how long the
+/// caller waited for setup. Progress goes to stderr. An error is the
+/// agent's (unreachable, 401); a check or solve the agent refused is in
+/// the result.
+pub async fn run(
+    client: &Client,
+    lab: &Lab,
+    guest_lab_dir: &str,
+    solve_script: Option<&str>,
+    setup_ms: u64,
+) -> Result<SelfTest, lab_agent_client::Error> {
+    let mut timings = Timings {
+        setup_ms,
+        ..Timings::default()
+    };
+    let n = lab.checks.len();
+    eprintln!("after setup: grading {n} check{}", plural(n));
+    let t = Instant::now();
+    let first = client.grade_unchecked(lab, guest_lab_dir).await?;
+    timings.after_setup_ms = ms(t);
+
+    let t = Instant::now();
+    let solve_failed = solve(client, lab, guest_lab_dir, solve_script).await?;
+    timings.solve_ms = ms(t);
+
+    let (mut solved, mut reversed) = (None, None);
+    if solve_failed.is_none() {
+        eprintln!("after the solve: grading {n} check{}", plural(n));
+        let t = Instant::now();
+        solved = Some(client.grade_unchecked(lab, guest_lab_dir).await?);
+        timings.after_solve_ms = ms(t);
+        eprintln!("grading again in reverse order");
+        let mut backwards = lab.clone();
+        backwards.checks.reverse();
+        let t = Instant::now();
+        let mut report = client.grade_unchecked(&backwards, guest_lab_dir).await?;
+        report.checks.reverse();
+        timings.reversed_ms = ms(t);
+        reversed = Some(report);
+    }
+    Ok(assemble(
+        lab,
+        first,
+        solved,
+        reversed,
+        solve_failed,
+        timings,
+    ))
+}
+
+/// Puts the reports together check by check and judges each.
+fn assemble(
+    lab: &Lab,
+    first: GradeReport,
+    solved: Option<GradeReport>,
+    reversed: Option<GradeReport>,
+    solve_failed: Option<SolveFailure>,
+    timings: Timings,
+) -> SelfTest {
+    let nth = |r: &Option<GradeReport>, i: usize| r.as_ref().map(|r| r.checks[i].clone());
+    let checks: Vec<CheckOutcome> = lab
+        .checks
+        .iter()
+        .zip(first.checks)
+        .enumerate()
+        .map(|(i, (check, after_setup))| {
+            let (after_solve, rev) = (nth(&solved, i), nth(&reversed, i));
+            CheckOutcome {
+                name: check.name.clone(),
+                initially: match check.initially {
+                    Initially::Fail => "fail",
+                    Initially::Pass => "pass",
+                },
+                problems: judge(check, &after_setup, after_solve.as_ref(), rev.as_ref()),
+                after_setup,
+                after_solve,
+                reversed: rev,
+            }
+        })
+        .collect();
+    let mut test = SelfTest {
+        lab: lab.name.clone(),
+        ok: false,
+        checks,
+        solve_failed,
+        timings,
+    };
+    test.ok = test.verdict() == Verdict::Holds;
+    test
+}
+
+/// The solve script as root, then each check's `solve` as its user, in
+/// order; the first that does not succeed ends it.
+async fn solve(
+    client: &Client,
+    lab: &Lab,
+    guest_lab_dir: &str,
+    script: Option<&str>,
+) -> Result<Option<SolveFailure>, lab_agent_client::Error> {
+    let timeout = lab.setup_timeout_secs();
+    if let (Some(text), Some(solve)) = (script, &lab.solve) {
+        let what = format!("the solve script `{}`", solve.script.display());
+        eprintln!("running {what}");
+        let req = ExecRequest::new(SOLVE_SCRIPT_COMMAND)
+            .user(DEFAULT_USER)
+            .timeout_secs(timeout)
+            // The lab's `profile`, as its checks have by default: a
+            // solve sees the environment its checks see.
+            .profile(lab.profile)
+            .env(LAB_DIR_ENV, guest_lab_dir)
+            .stdin(text);
+        if let Some(failed) = exec_solve(client, &req, what).await? {
+            return Ok(Some(failed));
+        }
+    }
+    for check in lab.checks.iter() {
+        let Some(command) = &check.solve else {
+            continue;
+        };
+        let what = format!("check `{}`'s solve", escape(&check.name));
+        eprintln!("running {what}");
+        let mut req = ExecRequest::new(command.clone())
+            .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
+            .timeout_secs(timeout)
+            .profile(check.profile);
+        for (key, value) in &check.env {
+            req = req.env(key, value);
+        }
+        req = req.env(LAB_DIR_ENV, guest_lab_dir);
+        if let Some(cwd) = &check.cwd {
+            req = req.cwd(cwd);
+        }
+        if let Some(failed) = exec_solve(client, &req, what).await? {
+            return Ok(Some(failed));
+        }
+    }
+    Ok(None)
+}
+
+async fn exec_solve(
+    client: &Client,
+    req: &ExecRequest,
+    what: String,
+) -> Result<Option<SolveFailure>, lab_agent_client::Error> {
+    let result = match client.exec(req).await {
+        Ok(r) => r,
+        // The agent refused it (unknown user, missing cwd): the lab's.
+        Err(e) if e.status().map(|s| s.as_u16()) == Some(400) => {
+            return Ok(Some(SolveFailure {
+                what,
+                exit_code: None,
+                signal: None,
+                timed_out: false,
+                error: Some(e.to_string()),
+                log_tail: String::new(),
+            }));
+        }
+        Err(e) => return Err(e),
+    };
+    if result.exit_code == Some(0) && !result.timed_out {
+        return Ok(None);
+    }
+    let mut output = result.stdout;
+    if !result.stderr.is_empty() {
+        if !output.is_empty() && !output.ends_with('\n') {
+            output.push('\n');
+        }
+        output.push_str(&result.stderr);
+    }
+    Ok(Some(SolveFailure {
+        what,
+        exit_code: result.exit_code,
+        signal: result.signal,
+        timed_out: result.timed_out,
+        error: None,
+        log_tail: tail(&output, LOG_TAIL_BYTES).to_owned(),
+    }))
+}
+
+/// The last `max` bytes of `text` or fewer, from a character boundary.
+fn tail(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+fn ms(since: Instant) -> u64 {
+    since.elapsed().as_millis().try_into().unwrap_or(u64::MAX)
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab() -> Lab {
+        Lab::parse(
+            "name = \"t\"\n\
+             [[checks]]\nname = \"a\"\nrun = \"true\"\n\
+             [[checks]]\nname = \"b\"\nrun = \"true\"\ninitially = \"pass\"\n",
+            "/l",
+        )
+        .unwrap()
+    }
+
+    fn result(name: &str, status: CheckStatus) -> CheckResult {
+        let mut r = CheckResult::error(name, 1, "no such user `x`");
+        r.status = status;
+        r.passed = status == CheckStatus::Passed;
+        if status != CheckStatus::Error {
+            r.error = None;
+            r.exit_code = Some(if r.passed { 0 } else { 1 });
+        }
+        r
+    }
+
+    use CheckStatus::{Error as E, Failed as F, Passed as P};
+
+    fn judged(check: usize, phases: (CheckStatus, CheckStatus, CheckStatus)) -> Vec<Problem> {
+        let lab = lab();
+        let c = &lab.checks[check];
+        let r = |s| result(&c.name, s);
+        judge(c, &r(phases.0), Some(&r(phases.1)), Some(&r(phases.2)))
+    }
+
+    #[test]
+    fn a_check_must_fail_before_and_pass_after_in_either_order() {
+        assert_eq!(judged(0, (F, P, P)), []);
+        assert_eq!(judged(0, (P, P, P)), [Problem::PassesBeforeSolve]);
+        assert_eq!(
+            judged(0, (F, F, F)),
+            [Problem::FailsAfterSolve],
+            "failing in both orders is not an order problem"
+        );
+        assert_eq!(judged(0, (F, P, F)), [Problem::ChangesInReverse]);
+        assert_eq!(
+            judged(0, (F, F, P)),
+            [Problem::FailsAfterSolve, Problem::ChangesInReverse]
+        );
+    }
+
+    #[test]
+    fn initially_pass_must_pass_after_setup() {
+        assert_eq!(judged(1, (P, P, P)), []);
+        assert_eq!(judged(1, (F, P, P)), [Problem::FailsAfterSetup]);
+    }
+
+    #[test]
+    fn an_error_is_named_with_its_phase_and_nothing_else_is_read_into_it() {
+        let problems = judged(0, (E, P, P));
+        assert_eq!(
+            problems,
+            [Problem::CouldNotRun {
+                phase: "after setup",
+                error: "no such user `x`".into()
+            }]
+        );
+        assert!(problems[0].sentence().contains("could not run after setup"));
+        assert_eq!(judged(0, (F, E, E)).len(), 2);
+    }
+
+    #[test]
+    fn after_a_failed_solve_only_the_first_grade_is_judged() {
+        let lab = lab();
+        let c = &lab.checks[0];
+        assert_eq!(judge(c, &result("a", F), None, None), []);
+        assert_eq!(
+            judge(c, &result("a", P), None, None),
+            [Problem::PassesBeforeSolve]
+        );
+    }
+
+    fn report(statuses: &[CheckStatus]) -> GradeReport {
+        let checks: Vec<serde_json::Value> = statuses
+            .iter()
+            .zip(["a", "b"])
+            .map(|(s, n)| serde_json::to_value(result(n, *s)).unwrap())
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "lab": "t", "passed": 0, "failed": 0, "errors": 0, "total": 2,
+            "score": 0, "max_score": 2, "checks": checks
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn verdicts_and_what_is_printed() {
+        let holds = assemble(
+            &lab(),
+            report(&[F, P]),
+            Some(report(&[P, P])),
+            Some(report(&[P, P])),
+            None,
+            Timings {
+                setup_ms: 1234,
+                ..Timings::default()
+            },
+        );
+        assert_eq!(holds.verdict(), Verdict::Holds);
+        assert!(holds.ok);
+        let text = holds.render();
+        assert!(text.contains("b *"), "{text}");
+        assert!(text.contains("timings: setup 1.2 s,"), "{text}");
+        assert!(
+            text.contains("t: all 2 checks fail before the solve"),
+            "{text}"
+        );
+
+        let broken = assemble(
+            &lab(),
+            report(&[P, P]),
+            Some(report(&[P, F])),
+            Some(report(&[P, P])),
+            None,
+            Timings::default(),
+        );
+        assert_eq!(broken.verdict(), Verdict::Broken);
+        let text = broken.render();
+        assert!(
+            text.contains(
+                "check `a` passes before the solve: a student who did nothing gets its points"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("check `b` fails after the solve"), "{text}");
+        assert!(
+            text.contains("check `b` changes verdict when run in reverse"),
+            "{text}"
+        );
+        assert!(
+            text.contains("t: 2 of 2 checks break an expectation"),
+            "{text}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&broken.json()).unwrap();
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["checks"][0]["problems"][0]["kind"], "passes_before_solve");
+        assert_eq!(v["checks"][1]["after_solve"]["status"], "failed");
+        assert_eq!(v["checks"][1]["initially"], "pass");
+        assert!(v["timings_ms"]["reversed_ms"].is_u64(), "{v}");
+
+        let failed = SolveFailure {
+            what: "the solve script `solve.sh`".into(),
+            exit_code: Some(3),
+            signal: None,
+            timed_out: false,
+            error: None,
+            log_tail: "fixing\nfatal: nope\n".into(),
+        };
+        let solve_failed = assemble(
+            &lab(),
+            report(&[F, P]),
+            None,
+            None,
+            Some(failed.clone()),
+            Timings::default(),
+        );
+        assert_eq!(solve_failed.verdict(), Verdict::SolveFailed);
+        let text = solve_failed.render();
+        assert!(
+            text.contains("the solve script `solve.sh` failed (exit 3): nothing was graded")
+                && text.contains("  │ fatal: nope"),
+            "{text}"
+        );
+        let refused = SolveFailure {
+            error: Some("unknown user".into()),
+            ..failed
+        };
+        let lab_error = assemble(
+            &lab(),
+            report(&[F, P]),
+            None,
+            None,
+            Some(refused),
+            Timings::default(),
+        );
+        assert_eq!(lab_error.verdict(), Verdict::LabError);
+        let errors = assemble(
+            &lab(),
+            report(&[E, P]),
+            Some(report(&[P, P])),
+            Some(report(&[P, P])),
+            None,
+            Timings::default(),
+        );
+        assert_eq!(errors.verdict(), Verdict::LabError);
+    }
+
+    #[test]
+    fn a_tail_starts_on_a_character() {
+        assert_eq!(tail("héllo", 4), "llo");
+        assert_eq!(tail("abc", 10), "abc");
+    }
+}

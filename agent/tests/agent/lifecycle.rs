@@ -29,7 +29,10 @@ fn refuses_a_token_readable_by_others() {
 fn refuses_a_short_or_missing_token() {
     let (code, err) = serve_with_token("tooshort\n", 0o600);
     assert_eq!(code, 2);
-    assert!(err.contains("8 characters long") && err.contains("shorter than 32"), "{err}");
+    assert!(
+        err.contains("8 characters long") && err.contains("shorter than 32"),
+        "{err}"
+    );
     let out = agent_command()
         .args(["serve", "--token-file", "/no/such/token"])
         .output()

@@ -18,8 +18,9 @@
 //!   followed (401, an agent without the endpoint, a hostile answer) ends
 //!   the follow with a note, and the wait reports the rest.
 //! - Once the wait has ended, a VM that is ready or whose setup failed is
-//!   drained (no long-poll: the setup is over) so its last lines come
-//!   before the verdict; any other is abandoned.
+//!   drained (no long-poll: the setup is over; an agent gone by then is
+//!   not retried) so its last lines come before the verdict; any other is
+//!   abandoned.
 
 use lab_agent_client::{Client, Error};
 use lab_agent_proto::{MAX_READY_WAIT_SECS, SetupState};
@@ -35,6 +36,9 @@ pub const MAX_LINE: usize = 64 * 1024;
 
 /// Retries of an agent that does not answer, doubling up to this.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The least time between two answers with nothing new.
+const MIN_EMPTY_GAP: Duration = Duration::from_millis(200);
 
 /// What the wait tells a follower.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,13 +192,11 @@ impl Follower {
             let log = match answer {
                 Err(_) => return false,
                 Ok(Ok(log)) => log,
-                Ok(Err(e)) if retry(&e) => {
-                    let until = (Instant::now() + backoff).min(self.deadline);
+                // Draining, the VM was just seen ready or failed: an agent
+                // gone now is not waited for until the deadline.
+                Ok(Err(e)) if retry(&e) && !draining => {
+                    self.pause(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(until) => {}
-                        _ = self.stop.changed(), if !draining => {}
-                    }
                     continue;
                 }
                 Ok(Err(e)) => {
@@ -228,6 +230,22 @@ impl Follower {
                 self.send(rest).await;
                 return true;
             }
+            if log.bytes.is_empty() && !draining {
+                // An agent answers nothing new only when its long-poll
+                // ended: one that answers at once (not an agent: the
+                // student is root) is not asked again in a tight loop.
+                self.pause(MIN_EMPTY_GAP).await;
+            }
+        }
+    }
+
+    /// Sleeps `d` (not past the deadline), or until the wait ends.
+    async fn pause(&mut self, d: Duration) {
+        let until = (Instant::now() + d).min(self.deadline);
+        let draining = *self.stop.borrow() != Stop::No;
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => {}
+            _ = self.stop.changed(), if !draining => {}
         }
     }
 

@@ -186,3 +186,32 @@ fn a_replaced_log_is_followed_from_its_start() {
         "{err}"
     );
 }
+
+/// An agent without `/v1/setup/log` (an older one, or something else on
+/// its port): a note says the log cannot be followed, and the wait goes on
+/// to its own verdict.
+#[test]
+fn an_agent_without_the_setup_log_is_waited_for_all_the_same() {
+    use lab_agent_tests::hostile::{Behaviour, HostileAgent};
+    let agent = HostileAgent::start(Behaviour::Honest);
+    let dir = TempDir::new("follow-honest");
+    let token_file = dir.join("token");
+    write_token(&token_file, &new_token());
+    let out = labctl([
+        "wait",
+        "--follow",
+        "--timeout",
+        "30",
+        "--url",
+        &agent.url(),
+        "--token-file",
+        token_file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("note: the setup log cannot be followed: ") && err.contains("404"),
+        "{err}"
+    );
+    assert!(err.contains("ready after"), "{err}");
+}

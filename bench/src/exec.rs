@@ -1,11 +1,12 @@
 //! Exec round trips, every variant one sample per round in a fresh random
 //! order, so whatever the machine does meanwhile hits all of them alike.
+//! [`add_streaming`]: the streamed answer beside the plain one.
 
 use crate::floor::Floor;
 use crate::http::Conn;
 use crate::peers::Sshd;
 use crate::stats::Rng;
-use lab_agent_proto::{ExecRequest, ExecResult};
+use lab_agent_proto::{ExecRequest, ExecResult, StreamEvent};
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
@@ -89,6 +90,155 @@ impl Variant for AgentKeepAlive {
         check_exec(&resp)?;
         Ok(d)
     }
+}
+
+/// The output-heavy command of the streaming rows: 100,000 lines, 500,000
+/// bytes of stdout (under the default 1 MiB cap, so nothing is cut).
+pub const HEAVY_COMMAND: &str = "yes line | head -n 100000";
+const HEAVY_BYTES: usize = 500_000;
+
+/// What [`AgentExec`] asks for and checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The plain JSON answer.
+    Plain,
+    /// `"stream": true`: NDJSON events, the result last.
+    Streamed,
+}
+
+/// A kept-alive exec whose answer is checked whole, stdout counted: the
+/// streaming rows. The time is to the complete answer (the result line for
+/// a stream), as for the plain rows: what streaming costs a caller that
+/// waits for the end.
+pub struct AgentExec {
+    pub conn: Conn,
+    body: Vec<u8>,
+    answer: Answer,
+    stdout_bytes: usize,
+    label: &'static str,
+}
+
+impl AgentExec {
+    pub fn new(
+        conn: Conn,
+        command: &str,
+        user: &str,
+        answer: Answer,
+        stdout_bytes: usize,
+        label: &'static str,
+    ) -> AgentExec {
+        let mut req = ExecRequest::new(command).user(user);
+        req.stream = answer == Answer::Streamed;
+        AgentExec {
+            conn,
+            body: serde_json::to_vec(&req).expect("plain struct"),
+            answer,
+            stdout_bytes,
+            label,
+        }
+    }
+}
+
+impl Variant for AgentExec {
+    fn name(&self) -> String {
+        self.label.into()
+    }
+    fn sample(&mut self) -> io::Result<Duration> {
+        let t = Instant::now();
+        let resp = self.conn.request("POST", "/v1/exec", Some(&self.body))?;
+        let d = t.elapsed();
+        let stdout = match self.answer {
+            Answer::Plain => check_exec(&resp)?.stdout.len(),
+            Answer::Streamed => check_stream(&resp)?,
+        };
+        if stdout != self.stdout_bytes {
+            return Err(io::Error::other(format!(
+                "{stdout} bytes of stdout, not {}",
+                self.stdout_bytes
+            )));
+        }
+        Ok(d)
+    }
+}
+
+/// Checks a streamed answer: 200, every line an event, the result last with
+/// exit code 0. Returns the stdout bytes, streamed and in the result.
+fn check_stream(resp: &crate::http::Response) -> io::Result<usize> {
+    if resp.status != 200 {
+        return Err(io::Error::other(format!(
+            "exec answered {}: {}",
+            resp.status,
+            String::from_utf8_lossy(&resp.body)
+        )));
+    }
+    let mut stdout = 0;
+    let mut result = None;
+    for line in resp.body.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        if result.is_some() {
+            return Err(io::Error::other("an event after the result"));
+        }
+        match serde_json::from_slice(line).map_err(io::Error::other)? {
+            StreamEvent::Stdout(s) => stdout += s.len(),
+            StreamEvent::Stderr(_) => {}
+            StreamEvent::Result(r) => result = Some(r),
+        }
+    }
+    let r: ExecResult = result.ok_or_else(|| io::Error::other("no result in the stream"))?;
+    if r.exit_code != Some(0) {
+        return Err(io::Error::other(format!("exec failed: {r:?}")));
+    }
+    Ok(stdout + r.stdout.len())
+}
+
+/// Streaming's cost beside the plain answer: adds the `true` round trip
+/// streamed (paired with the plain kept-alive row at `plain_true`), and the
+/// output-heavy command both ways, each on its own kept-alive connection.
+/// Returns the pairs (streamed row, plain row, what the ratio says).
+pub fn add_streaming<'a>(
+    variants: &mut Vec<Box<dyn Variant + 'a>>,
+    plain_true: usize,
+    addr: SocketAddr,
+    token: &str,
+    user: &str,
+    command: &str,
+) -> io::Result<Vec<(usize, usize, &'static str)>> {
+    let mut row = |command: &str, answer, bytes, label| -> io::Result<usize> {
+        let conn = Conn::connect(addr, token)?;
+        variants.push(Box::new(AgentExec::new(
+            conn, command, user, answer, bytes, label,
+        )));
+        Ok(variants.len() - 1)
+    };
+    let streamed_true = row(
+        command,
+        Answer::Streamed,
+        0,
+        "lab-agent, streamed (`\"stream\": true`), kept-alive",
+    )?;
+    let heavy_plain = row(
+        HEAVY_COMMAND,
+        Answer::Plain,
+        HEAVY_BYTES,
+        "lab-agent, 500 KB of stdout, plain answer, kept-alive",
+    )?;
+    let heavy_streamed = row(
+        HEAVY_COMMAND,
+        Answer::Streamed,
+        HEAVY_BYTES,
+        "lab-agent, 500 KB of stdout, streamed, kept-alive",
+    )?;
+    Ok(vec![
+        (
+            streamed_true,
+            plain_true,
+            "lab-agent `true`: streamed ÷ plain answer",
+        ),
+        (
+            heavy_streamed,
+            heavy_plain,
+            "lab-agent, 500 KB of stdout: streamed ÷ plain answer",
+        ),
+    ])
 }
 
 /// Diagnostic: the HTTP hop alone, `GET /v1/ready` on a kept-alive

@@ -194,7 +194,7 @@ fn run(args: &Args) -> io::Result<String> {
     )?;
     let mut rows = Vec::new();
     let mut cgroup_skipped: Option<String> = None;
-    let mut cgroup_costs: Vec<CgroupCost> = Vec::new();
+    let mut paired_costs: Vec<PairedCost> = Vec::new();
     let mut idle = None;
     // (part, load average when it started, when it ended)
     let mut loads: Vec<(&str, String, String)> = Vec::new();
@@ -289,7 +289,7 @@ fn run(args: &Args) -> io::Result<String> {
                 }
             };
             let before = loadavg();
-            (rows, cgroup_costs) = exec_phase(
+            (rows, paired_costs) = exec_phase(
                 args,
                 &user,
                 w,
@@ -450,11 +450,8 @@ fn run(args: &Args) -> io::Result<String> {
                 s.median.as_secs_f64() / floor.as_secs_f64()
             );
         }
-        for (which, r) in &cgroup_costs {
-            let _ = writeln!(
-                out,
-                "\n{which}: with a per-exec cgroup ÷ without, paired by round (median): {r:.3}"
-            );
+        for (which, r) in &paired_costs {
+            let _ = writeln!(out, "\n{which}, paired by round (median): {r:.3}");
         }
         if let Some(why) = &cgroup_skipped {
             let _ = writeln!(out, "\nNo per-exec cgroup rows: {why}.");
@@ -713,7 +710,7 @@ fn exec_phase(
     agents: ExecAgents<'_>,
     token: &str,
     rng: &mut Rng,
-) -> io::Result<(Vec<ExecRow>, Vec<CgroupCost>)> {
+) -> io::Result<(Vec<ExecRow>, Vec<PairedCost>)> {
     let ExecAgents {
         agent,
         baseline,
@@ -771,8 +768,8 @@ fn exec_phase(
             &["/bin/bash", "--login", "-c", SHELL_COMMAND],
         )?));
     }
-    // (with a cgroup, the same binary without one, which binary): the
-    // cgroup's own cost, paired by round like the ratios to the floor.
+    // (a row, the row it is compared with, what the ratio says): a cgroup's
+    // own cost, streaming's, paired by round like the ratios to the floor.
     let mut pairs: Vec<(usize, usize, &str)> = Vec::new();
     let mut baseline_at = None;
     if let Some(b) = baseline {
@@ -784,7 +781,11 @@ fn exec_phase(
         }));
     }
     if let Some(a) = cgroup {
-        pairs.push((variants.len(), 1, "lab-agent"));
+        pairs.push((
+            variants.len(),
+            1,
+            "lab-agent: with a per-exec cgroup ÷ without",
+        ));
         variants.push(Box::new(AgentKeepAlive {
             conn: http::Conn::connect(a.addr, token)?,
             body: exec::exec_body(SHELL_COMMAND, &user.name, None),
@@ -792,13 +793,26 @@ fn exec_phase(
         }));
     }
     if let (Some(b), Some(off)) = (baseline_cgroup, baseline_at) {
-        pairs.push((variants.len(), off, "baseline lab-agent"));
+        pairs.push((
+            variants.len(),
+            off,
+            "baseline lab-agent: with a per-exec cgroup ÷ without",
+        ));
         variants.push(Box::new(AgentKeepAlive {
             conn: http::Conn::connect(b.addr, token)?,
             body: exec::exec_body(SHELL_COMMAND, &user.name, None),
             label: "baseline lab-agent (--baseline-agent), per-exec cgroup, kept-alive",
         }));
     }
+    // Streaming's cost beside the plain answer (row 1), in the same rounds.
+    pairs.extend(exec::add_streaming(
+        &mut variants,
+        1,
+        agent.addr,
+        token,
+        &user.name,
+        SHELL_COMMAND,
+    )?);
     if args.diagnostic {
         variants.push(Box::new(exec::TcpPingPong::start()?));
         variants.push(Box::new(exec::AgentReady {
@@ -815,7 +829,7 @@ fn exec_phase(
                 pairs.push((
                     variants.len(),
                     plain,
-                    "local spawn, no agent (the kernel's part)",
+                    "local spawn, no agent (the kernel's part): with a per-exec cgroup ÷ without",
                 ));
                 variants.push(Box::new(FloorV(floor::Floor::start_in(
                     user,
@@ -865,9 +879,9 @@ fn exec_phase(
     Ok((rows, costs))
 }
 
-/// A per-exec cgroup's cost: (which agent, median over rounds of its
-/// time with a cgroup ÷ without).
-type CgroupCost = (String, f64);
+/// One row's cost against another (a per-exec cgroup's, streaming's): (what
+/// the ratio says, median over rounds of the one's time ÷ the other's).
+type PairedCost = (String, f64);
 
 /// The median over rounds of `a[i] / b[i]`.
 fn paired_median(a: &[Duration], b: &[Duration]) -> f64 {

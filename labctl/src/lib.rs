@@ -18,7 +18,8 @@
 //!   named after what it does: [`grading`] (grade one VM, print its report:
 //!   `grade`, `try`), [`findings`] (what `lint` finds, printed: `lint`, `try`),
 //!   [`payload`] (render and write a payload: `secret`, `try --vm`, `lint`),
-//!   [`progress`] (waiting with a live display: `wait`, `grade`, `try`).
+//!   [`progress`] (waiting with a live display: `wait`, `grade`, `try`);
+//!   [`follow`] (a setup log as it grows: `wait --follow`).
 //! - [`agent_bin`] (finding the agent) and [`token`] (per-VM tokens) are
 //!   the generator's, re-exported.
 //! - [`exit`]: exit codes and how errors print; [`common`], [`report`],
@@ -35,6 +36,7 @@ pub mod common;
 pub mod exec;
 pub mod exit;
 pub mod findings;
+pub mod follow;
 pub mod grade;
 pub mod grading;
 pub mod life;
@@ -78,6 +80,9 @@ pub enum Command {
     /// Once ready, each VM's life is printed on stdout: its instance (id,
     /// boots), where the boot's time went (kernel to agent start, each
     /// cloud-init stage, setup, ready; seconds since boot) and its root disk.
+    ///
+    /// `--follow` prints each VM's setup log as it grows, above the live
+    /// lines, before the verdict (exit statuses unchanged).
     Wait(wait::WaitArgs),
     /// Run a command in a lab VM, like `ssh VM COMMAND`
     Exec(exec::ExecArgs),

@@ -6,9 +6,12 @@
 //! cloud-init stage: never a line per line of the setup log). Always on
 //! stderr.
 //! [`wait_with_display`] waits with it (`wait`, `grade --wait`, `try`);
+//! [`wait_following`] also prints each VM's setup log as it grows (`wait
+//! --follow`, [`super::follow`]), above the live lines;
 //! [`print_setup_log`] shows a failed setup's log.
 
 use super::common::human_duration;
+use super::follow::{Follow, Msg, Stop};
 use lab_agent_client::{Client, Error, Progress, WaitOutcome};
 use lab_agent_proto::{ReadyResponse, ReadyState, SetupState};
 use std::io::Write;
@@ -130,6 +133,14 @@ impl WaitDisplay {
     pub fn tick(&mut self) {
         if self.live {
             self.frame = self.frame.wrapping_add(1);
+            self.redraw();
+        }
+    }
+
+    /// Draws the live lines again after [`WaitDisplay::clear`] (other
+    /// output was printed above them).
+    pub fn resume(&mut self) {
+        if self.live {
             self.redraw();
         }
     }
@@ -296,6 +307,29 @@ pub async fn wait_with_display_hooked(
     deadline: Instant,
     hook: &mut dyn FnMut(usize, &lab_agent_client::Progress) -> Option<String>,
 ) -> Vec<WaitOutcome> {
+    wait_inner(clients, deadline, hook, None).await
+}
+
+/// [`wait_with_display`] with each VM's setup log printed as it grows
+/// (`wait --follow`), above the live lines; the VMs whose setup is over
+/// are read to the end of their log before the verdict. Also says, per
+/// VM, whether its whole log was shown.
+pub async fn wait_following(
+    clients: &[Client],
+    deadline: Instant,
+    follow: Follow,
+) -> (Vec<WaitOutcome>, Vec<bool>) {
+    let mut follow = follow;
+    let outcomes = wait_inner(clients, deadline, &mut |_, _| None, Some(&mut follow)).await;
+    (outcomes, follow.finish().await)
+}
+
+async fn wait_inner(
+    clients: &[Client],
+    deadline: Instant,
+    hook: &mut dyn FnMut(usize, &lab_agent_client::Progress) -> Option<String>,
+    mut follow: Option<&mut Follow>,
+) -> Vec<WaitOutcome> {
     let urls = clients.iter().map(|c| c.url().to_owned()).collect();
     let start = Instant::now();
     let mut display = WaitDisplay::new(urls).with_limit(deadline.saturating_duration_since(start));
@@ -303,6 +337,7 @@ pub async fn wait_with_display_hooked(
     // When each VM was first seen ready: one summary time for all would say
     // "ready after 6.0s" of a VM that was ready at once.
     let mut ready_at: Vec<Option<Duration>> = vec![None; clients.len()];
+    let mut tick = tokio::time::interval(TICK);
     let outcomes = {
         let wait = lab_agent_client::wait_all(clients, deadline, |i, p| {
             if p.state == Some(ReadyState::Ready) && ready_at[i].is_none() {
@@ -312,15 +347,46 @@ pub async fn wait_with_display_hooked(
             display_cell.borrow_mut().update_with(i, p, not_up);
         });
         tokio::pin!(wait);
-        let mut tick = tokio::time::interval(TICK);
+        let mut following = follow.is_some();
         loop {
             tokio::select! {
                 outcomes = &mut wait => break outcomes,
                 _ = tick.tick() => display_cell.borrow_mut().tick(),
+                msg = recv(&mut follow), if following => match msg {
+                    Some(msg) => show(&mut display_cell.borrow_mut(), &follow, &msg),
+                    None => following = false,
+                },
             }
         }
     };
     let display = display_cell.into_inner();
+    if let Some(f) = follow {
+        // The rest of each log whose setup is over comes before the
+        // verdict; the followers end by the deadline, as the wait did.
+        for (i, o) in outcomes.iter().enumerate() {
+            let over = o
+                .result
+                .as_ref()
+                .map_or_else(Error::is_setup_failed, |_| true);
+            f.stop(i, if over { Stop::Drain } else { Stop::Abort });
+        }
+        let drain = async {
+            loop {
+                tokio::select! {
+                    msg = f.recv() => match msg {
+                        Some(msg) => {
+                            display.clear();
+                            f.print(&msg);
+                            display.resume();
+                        }
+                        None => break,
+                    },
+                    _ = tick.tick() => display.tick(),
+                }
+            }
+        };
+        let _ = tokio::time::timeout_at(deadline.into(), drain).await;
+    }
     display.clear();
     let elapsed = start.elapsed();
     for (o, at) in outcomes.iter().zip(&ready_at) {
@@ -337,6 +403,24 @@ pub async fn wait_with_display_hooked(
         }
     }
     outcomes
+}
+
+/// The next log message, when following.
+async fn recv(follow: &mut Option<&mut Follow>) -> Option<Msg> {
+    match follow {
+        Some(f) => f.recv().await,
+        None => None,
+    }
+}
+
+/// A log message printed above the live lines (cleared, then redrawn
+/// below it), so the two never mix.
+fn show(display: &mut WaitDisplay, follow: &Option<&mut Follow>, msg: &Msg) {
+    if let Some(f) = follow {
+        display.clear();
+        f.print(msg);
+        display.resume();
+    }
 }
 
 /// For a failed setup: the tail of its log, so the author sees why.

@@ -1,10 +1,12 @@
 //! `labctl wait`: wait until one or more agents are ready, then print
-//! each VM's life ([`life`]) on stdout, or every answer with `--json`.
+//! each VM's life ([`life`]) on stdout, or every answer with `--json`;
+//! `--follow` prints the setup logs as they grow first ([`super::follow`]).
 
 use super::common;
 use super::exit::{Exit, Failure};
+use super::follow::Follow;
 use super::life;
-use super::progress::{print_setup_log, wait_with_display};
+use super::progress::{print_setup_log, wait_following, wait_with_display};
 use lab_agent_client::{Client, Error, WaitOutcome};
 use lab_agent_proto::lab::Lab;
 use serde_json::json;
@@ -32,6 +34,14 @@ pub struct WaitArgs {
     /// answer whole (instance, timeline and root disk included)
     #[arg(long)]
     pub json: bool,
+    /// Print each VM's setup log as it grows while waiting (on stdout,
+    /// before the VM's life; on stderr with `--json`), then the verdict.
+    /// The guest's control characters are shown escaped (`\r`, `\x1b`),
+    /// a pipe included; only whole lines are printed; with several
+    /// `--url`s each line starts with its VM's URL. A log replaced under
+    /// it (a new setup run) is followed again from its start, with a note
+    #[arg(long)]
+    pub follow: bool,
 }
 
 /// `--timeout` without a lab: ten minutes, a slow lab's first boot under
@@ -44,6 +54,7 @@ pub struct Config {
     clients: Vec<Client>,
     timeout: Duration,
     json: bool,
+    follow: bool,
 }
 
 impl Config {
@@ -90,6 +101,7 @@ impl Config {
             clients,
             timeout,
             json: args.json,
+            follow: args.follow,
         })
     }
 }
@@ -97,10 +109,19 @@ impl Config {
 pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
     let config = Config::from_args(args)?;
     let rt = common::runtime()?;
-    let outcomes = rt.block_on(wait_with_display(
-        &config.clients,
-        Instant::now() + config.timeout,
-    ));
+    let deadline = Instant::now() + config.timeout;
+    // Per VM, whether its whole setup log was shown (`--follow`): then a
+    // failed setup's tail is not shown again.
+    let (outcomes, shown) = if config.follow {
+        rt.block_on(async {
+            let follow = Follow::start(&config.clients, deadline.into(), config.json);
+            wait_following(&config.clients, deadline, follow).await
+        })
+    } else {
+        let outcomes = rt.block_on(wait_with_display(&config.clients, deadline));
+        let shown = vec![false; outcomes.len()];
+        (outcomes, shown)
+    };
     // A reader that stops early (`| head`) is not an error.
     let _ = if config.json {
         writeln!(
@@ -111,7 +132,7 @@ pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
     } else {
         write!(std::io::stdout(), "{}", lives(&outcomes))
     };
-    report(outcomes, config.json)
+    report(outcomes, &shown, config.json)
 }
 
 /// Each ready VM's life (instance, timeline, root disk) for people, on
@@ -137,7 +158,8 @@ fn lives(outcomes: &[WaitOutcome]) -> String {
 
 /// Prints why each VM that is not ready is not, and picks the exit status:
 /// a 401 or bad URL (2) before a failed setup (4) before the rest (3).
-fn report(outcomes: Vec<WaitOutcome>, json: bool) -> Result<Exit, Failure> {
+/// `shown`: per VM, whether its whole setup log was printed already.
+fn report(outcomes: Vec<WaitOutcome>, shown: &[bool], json: bool) -> Result<Exit, Failure> {
     let failures: Vec<&Error> = outcomes
         .iter()
         .filter_map(|o| o.result.as_ref().err())
@@ -158,9 +180,9 @@ fn report(outcomes: Vec<WaitOutcome>, json: bool) -> Result<Exit, Failure> {
     // printed and a summary becomes the error.
     let (total, not_ready) = (outcomes.len(), failures.len());
     let mut last = None;
-    for o in outcomes {
+    for (o, &shown) in outcomes.into_iter().zip(shown) {
         if let Err(e) = o.result {
-            if !json {
+            if !json && !shown {
                 print_setup_log(&e);
             }
             if let Some(f) = last.replace(Failure::client(e)) {

@@ -86,6 +86,7 @@ fn lab_folder(tag: &str, lab_toml: &str) -> TempDir {
 }
 
 mod exec;
+mod follow;
 mod grade;
 mod grading;
 mod hostile;

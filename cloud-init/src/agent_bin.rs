@@ -249,7 +249,6 @@ pub fn check(bytes: &[u8], linkage: Linkage) -> Result<(), String> {
     Ok(())
 }
 
-const EM_X86_64: u16 = 62;
 const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
 const DT_NEEDED: u64 = 1;
@@ -339,40 +338,6 @@ pub fn arch_of(path: &Path) -> Result<Option<Arch>, AgentBinError> {
         .and_then(|elf| Arch::from_elf_machine(elf.machine)))
 }
 
-/// A minimal ELF64 x86_64 executable image, for tests that need an "agent"
-/// without building one: one `PT_LOAD` header, plus `PT_INTERP` when
-/// `dynamic`, followed by `payload`. It passes [`check`] (or fails it as
-/// dynamic) but is not meant to run.
-#[doc(hidden)]
-pub fn fake_elf(dynamic: bool, payload: &[u8]) -> Vec<u8> {
-    let phnum: u16 = if dynamic { 2 } else { 1 };
-    let mut b = Vec::new();
-    b.extend_from_slice(b"\x7fELF\x02\x01\x01\x00");
-    b.extend_from_slice(&[0; 8]);
-    b.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
-    b.extend_from_slice(&EM_X86_64.to_le_bytes());
-    b.extend_from_slice(&1u32.to_le_bytes()); // EV_CURRENT
-    b.extend_from_slice(&0x40_0078u64.to_le_bytes()); // entry
-    b.extend_from_slice(&64u64.to_le_bytes()); // phoff
-    b.extend_from_slice(&0u64.to_le_bytes()); // shoff
-    b.extend_from_slice(&0u32.to_le_bytes()); // flags
-    b.extend_from_slice(&64u16.to_le_bytes()); // ehsize
-    b.extend_from_slice(&56u16.to_le_bytes()); // phentsize
-    b.extend_from_slice(&phnum.to_le_bytes());
-    b.extend_from_slice(&[0; 6]); // shentsize, shnum, shstrndx
-    let mut phdr = |p_type: u32| {
-        b.extend_from_slice(&p_type.to_le_bytes());
-        b.extend_from_slice(&5u32.to_le_bytes()); // R+X
-        b.extend_from_slice(&[0; 48]);
-    };
-    phdr(1); // PT_LOAD
-    if dynamic {
-        phdr(PT_INTERP);
-    }
-    b.extend_from_slice(payload);
-    b
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,42 +367,6 @@ mod tests {
             .set_modified(std::time::SystemTime::now() - hour)
             .unwrap();
         assert_eq!(newer_source(&elsewhere, tree.path()), None);
-    }
-
-    #[test]
-    fn static_and_dynamic_fakes() {
-        let amd64 = Linkage::Static(Arch::Amd64);
-        assert_eq!(check(&fake_elf(false, b"x"), amd64), Ok(()));
-        let err = check(&fake_elf(true, b"x"), amd64).unwrap_err();
-        assert!(err.contains("dynamically linked"), "{err}");
-        assert_eq!(check(&fake_elf(true, b"x"), Linkage::Any), Ok(()));
-    }
-
-    #[test]
-    fn not_elf_or_truncated() {
-        assert!(
-            check(b"#!/bin/sh\n", Linkage::Any)
-                .unwrap_err()
-                .contains("not an ELF")
-        );
-        let elf = fake_elf(false, b"");
-        assert!(
-            check(&elf[..40], Linkage::Any)
-                .unwrap_err()
-                .contains("truncated")
-        );
-        let mut arm = fake_elf(false, b"");
-        arm[0x12] = 183; // EM_AARCH64
-        assert_eq!(
-            check(&arm, Linkage::Static(Arch::Amd64)).unwrap_err(),
-            "it is built for arm64 (aarch64), and the lab VM is amd64 (x86_64)"
-        );
-        assert_eq!(check(&arm, Linkage::Static(Arch::Arm64)), Ok(()));
-        assert!(
-            check(&fake_elf(false, b""), Linkage::Static(Arch::Arm64))
-                .unwrap_err()
-                .contains("built for amd64 (x86_64), and the lab VM is arm64")
-        );
     }
 
     /// The system's own shell is dynamically linked on every distribution

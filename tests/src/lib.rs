@@ -1,5 +1,6 @@
 //! Test-only package: see `tests/`.
 
+pub mod elf;
 pub mod hostile;
 pub mod local;
 pub mod pydeps;

@@ -113,7 +113,7 @@ fn the_wheel_installs_into_a_clean_venv_and_its_pytest_suite_passes() {
     let fake_agent = work.join("lab-agent-static");
     std::fs::write(
         &fake_agent,
-        labctl::agent_bin::fake_elf(false, b"python render test"),
+        lab_agent_tests::elf::fake_elf(false, b"python render test"),
     )
     .unwrap();
 

@@ -2,8 +2,8 @@
 //! modes, what stdout carries (data only), and its exit statuses.
 
 use crate::support::{TempDir, deliver, fixture_lab, mode};
+use lab_agent_tests::elf::fake_elf;
 use labctl::Failure;
-use labctl::agent_bin::fake_elf;
 use labctl::secret::{Config, ManifestFormat, Report, SecretArgs, execute};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

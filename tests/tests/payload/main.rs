@@ -8,6 +8,7 @@
 //! (`tests/pydeps.sh`, found through `lab_agent_tests::pydeps`); and root,
 //! for the overlay chroot a delivery runs in (`support::deliver`).
 
+mod agent_bin;
 mod cloud_init_schema;
 mod kubernetes_validate;
 mod labctl_secret;

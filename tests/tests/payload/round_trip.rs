@@ -302,7 +302,7 @@ fn the_installer_runs_with_busybox_alone() {
 #[test]
 fn a_failing_installer_leaves_no_half_agent_and_records_why() {
     let mut spec = spec_for(&crate::support::fixture_lab());
-    spec.agent = labctl::agent_bin::fake_elf(false, b"not a real program");
+    spec.agent = lab_agent_tests::elf::fake_elf(false, b"not a real program");
     let d = deliver(&secret(&user_data(&spec), Format::Yaml));
     assert_eq!(
         d.report["per_instance_failed"]

@@ -14,7 +14,7 @@ import lab_agent
 from conftest import LABCTL_BIN, REPO, new_token
 
 HELLO = REPO / "examples/hello-lab"
-# A static ELF "agent" the harness wrote (labctl's fake_elf): rendering
+# A static ELF "agent" the harness wrote (lab_agent_tests::elf::fake_elf): rendering
 # only needs its bytes.
 STATIC_AGENT = os.environ.get("LAB_AGENT_STATIC", "")
 

@@ -15,6 +15,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
+mod vms;
+pub use vms::{
+    LAB_PARAM_PREFIX, LAB_VM_ENV, LAB_VMS_ENV, MAX_PARAM_BYTES, MAX_VM_NAME_LEN, Vm, VmError,
+    check_vm_name,
+};
+
 /// The file name of a lab's description inside its folder.
 pub const LAB_TOML: &str = "lab.toml";
 /// Default `[setup].timeout_secs`.
@@ -59,6 +65,12 @@ pub struct Lab {
     pub max_memory_bytes: Option<u64>,
     /// `[readiness]`, its defaults when the table is absent.
     pub readiness: Readiness,
+    /// `[[vms]]`: the VMs of a session; empty for a lab of one VM.
+    pub vms: Vec<Vm>,
+    /// What one VM's setup and checks get in their environment (`LAB_VM`,
+    /// `LAB_VMS`, `LAB_PARAM_<KEY>`): set by [`Lab::for_vm`] for its payload,
+    /// empty in a lab as parsed.
+    pub vm_env: BTreeMap<String, String>,
 }
 
 /// `[readiness]`: how long the backend waits for the VM, and what the VM
@@ -125,6 +137,9 @@ pub struct Check {
     /// The check's process and memory limits; `None`: the agent's defaults.
     pub max_pids: Option<u32>,
     pub max_memory_bytes: Option<u64>,
+    /// The VM it runs on: set in every check of a lab with `[[vms]]` (a lab
+    /// of one `[[vms]]` fills it in), `None` in a lab of one VM.
+    pub vm: Option<String>,
 }
 
 /// One file of `[files].source`, ready to be shipped to the guest.
@@ -206,6 +221,8 @@ struct RawLab {
     max_memory_bytes: Option<i64>,
     #[serde(default)]
     readiness: Option<RawReadiness>,
+    #[serde(default)]
+    vms: Vec<vms::RawVm>,
 }
 
 #[derive(Deserialize)]
@@ -260,6 +277,8 @@ struct RawCheck {
     max_pids: Option<i64>,
     #[serde(default)]
     max_memory_bytes: Option<i64>,
+    #[serde(default)]
+    vm: Option<String>,
 }
 
 impl Lab {
@@ -296,6 +315,22 @@ impl Lab {
                         "setup.script",
                         format!(
                             "names `{script}`, which is not a file in `{}`: create it or remove `script` from [setup]",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+            for vm in &raw.vms {
+                let Some(script) = vm.script().filter(|s| relative_path(&path, "", s).is_ok())
+                else {
+                    continue;
+                };
+                if !dir.join(script).is_file() {
+                    problems.push(invalid(
+                        &path,
+                        &format!("vm `{}`: setup", vm.name().trim()),
+                        format!(
+                            "names `{script}`, which is not a file in `{}`: create it or remove `setup` from the VM",
                             dir.display()
                         ),
                     ));
@@ -516,8 +551,10 @@ impl Lab {
                 leave_running: c.leave_running.or(raw.leave_running).unwrap_or(false),
                 max_pids,
                 max_memory_bytes,
+                vm: c.vm,
             });
         }
+        let vms = vms::resolve(&path, raw.vms, setup.as_ref(), &mut checks, &mut problems);
 
         if !problems.is_empty() {
             return Err(problems);
@@ -533,6 +570,8 @@ impl Lab {
             max_pids: lab_pids,
             max_memory_bytes: lab_memory,
             readiness,
+            vms,
+            vm_env: BTreeMap::new(),
         })
     }
 

@@ -26,6 +26,7 @@ pub use job::{Exit, Job};
 pub use oom::{AGENT_OOM_SCORE_ADJ, protect_from_oom};
 pub use session::session_members;
 
+pub use command::load_lab_env;
 use command::{argv, cstr, envp, working_dir};
 use oom::OOM_RESET;
 

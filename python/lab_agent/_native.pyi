@@ -1,7 +1,7 @@
 # Type stubs of the Rust extension (python/src/). The typed API is
 # lab_agent/__init__.py; this module is its engine.
 from os import PathLike
-from typing import Any, Awaitable, Dict, List, Optional, Union
+from typing import Any, Awaitable, Dict, List, Optional, Tuple, Union
 
 __version__: str
 EXEC_HAS_PROFILE: bool
@@ -88,6 +88,10 @@ class Lab:
     def readiness_timeout_secs(self) -> int: ...
     @property
     def min_root_bytes(self) -> Optional[int]: ...
+    @property
+    def vm_names(self) -> List[str]: ...
+    @property
+    def check_vms(self) -> List[Tuple[str, Optional[str]]]: ...
 
 class Rendered:
     text: str
@@ -97,6 +101,7 @@ class Rendered:
     agent_path: str
     budget_json: str
     arch: str
+    vm: Optional[str]
 
 class Client:
     def __init__(
@@ -141,6 +146,8 @@ def render_secret(
     token: Optional[str] = None,
     format: str = "yaml",
     arch: Optional[str] = None,
+    vm: Optional[str] = None,
+    params: Optional[Dict[str, str]] = None,
 ) -> Rendered: ...
 def _shutdown() -> None:
     """The atexit hook (registered on import): ends running async calls and

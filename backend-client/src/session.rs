@@ -154,7 +154,8 @@ impl Session {
 
     /// Grades `lab` on the session: every VM must be ready (asked of all
     /// before anything runs; one that is not is [`SessionError::Vm`] with
-    /// [`Error::is_not_ready`], nothing run anywhere), then each check runs
+    /// [`Error::is_not_ready`], nothing run anywhere; a VM whose setup
+    /// failed is named before one still setting up), then each check runs
     /// on its `vm` with `LAB_DIR` as given or as its agent reports it. One
     /// report: the lab's checks in its order, each with its `vm`, the
     /// score over all of them.
@@ -171,11 +172,27 @@ impl Session {
         // one call each and nothing runs.
         let asked = futures_join(self.vms.iter().map(|(_, c)| c.require_ready())).await;
         let mut instances = Vec::with_capacity(asked.len());
+        let mut refused: Option<(String, Error)> = None;
         for ((name, _), r) in self.vms.iter().zip(asked) {
-            instances.push(r.map_err(|error| SessionError::Vm {
-                vm: name.clone(),
+            match r {
+                Ok(instance) => instances.push(instance),
+                // The one to name: a VM whose setup failed (it will never
+                // be ready) before one that is only not ready yet.
+                Err(e) => {
+                    let keep = refused
+                        .as_ref()
+                        .is_some_and(|(_, r)| r.is_setup_failed() || !e.is_setup_failed());
+                    if !keep {
+                        refused = Some((name.clone(), e));
+                    }
+                }
+            }
+        }
+        if let Some((vm, error)) = refused {
+            return Err(SessionError::Vm {
+                vm,
                 error: Box::new(error),
-            })?);
+            });
         }
         let grades = self
             .vms

@@ -180,9 +180,15 @@ pub fn grade(
             let style = Style {
                 color: crate::color::stdout(),
             };
+            // Under each VM, a heading wherever the VM changes.
+            let mut last = None;
             for c in &report.checks {
-                let vm = c.vm.as_deref().unwrap_or("-");
-                let _ = write!(out, "[{vm}] {}", report::check(c, style));
+                if last != Some(&c.vm) {
+                    let vm = c.vm.as_deref().unwrap_or("the VM");
+                    let _ = writeln!(out, "on {vm}:");
+                    last = Some(&c.vm);
+                }
+                let _ = write!(out, "{}", report::check(c, style));
             }
             let _ = write!(out, "\n{}", report::summary(&report, style));
         }

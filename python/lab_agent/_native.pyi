@@ -149,6 +149,26 @@ def render_secret(
     vm: Optional[str] = None,
     params: Optional[Dict[str, str]] = None,
 ) -> Rendered: ...
+def session_wait_ready(
+    names: List[str], clients: List[Client], timeout: float
+) -> List[Tuple[str, str]]: ...
+def session_wait_ready_async(
+    names: List[str], clients: List[Client], timeout: float
+) -> Awaitable[List[Tuple[str, str]]]: ...
+def session_grade_json(
+    names: List[str],
+    clients: List[Client],
+    lab: Lab,
+    checks: Optional[List[str]] = None,
+    lab_dir: Optional[str] = None,
+) -> str: ...
+def session_grade_json_async(
+    names: List[str],
+    clients: List[Client],
+    lab: Lab,
+    checks: Optional[List[str]] = None,
+    lab_dir: Optional[str] = None,
+) -> Awaitable[str]: ...
 def _shutdown() -> None:
     """The atexit hook (registered on import): ends running async calls and
     keeps the runtime's threads away from the finalising interpreter."""

@@ -258,3 +258,34 @@ async fn a_vm_not_ready_means_nothing_is_graded_anywhere() {
     assert_eq!(report.total, 3);
     assert!(marker.exists());
 }
+
+/// A broken env file stops the agent (exit 2, naming the file) rather than
+/// running commands without the lab's variables; none at all is fine.
+#[test]
+fn a_broken_env_file_is_refused_and_a_missing_one_is_nothing() {
+    let dir = TempDir::new("env-file");
+    let bad = dir.write("env", "", 0o600);
+    std::fs::write(&bad, b"LAB_VM=a\0NOEQUALS\0").unwrap();
+    for cmd in ["serve", "setup"] {
+        let out = std::process::Command::new(lab_agent_tests::local::agent_bin())
+            .args([cmd, "--env-file"])
+            .arg(&bad)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {stderr}");
+        assert!(
+            stderr.contains("the lab's env file") && stderr.contains("is not NUL-ended KEY=VALUE"),
+            "{cmd}: {stderr}"
+        );
+    }
+    let missing = dir.join("no-such-env");
+    let out = std::process::Command::new(lab_agent_tests::local::agent_bin())
+        .args(["setup", "--state-dir"])
+        .arg(dir.join("state"))
+        .arg("--env-file")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

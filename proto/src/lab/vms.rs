@@ -412,6 +412,32 @@ env = { LAB_VM = "x", LAB_PARAM_A = "y" }
     }
 
     #[test]
+    fn load_names_a_vm_setup_that_is_not_a_file() {
+        let dir = std::env::temp_dir().join(format!("lab-proto-vms-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("lab.toml"),
+            "name = \"v\"\n[[vms]]\nname = \"a\"\nsetup = \"a.sh\"\n[[vms]]\nname = \"b\"\nsetup = \"b.sh\"\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("a.sh"), "true\n").unwrap();
+        let all: Vec<String> = Lab::load_all(&dir)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(
+            all[0].contains("vm `b`: setup names `b.sh`, which is not a file"),
+            "{all:?}"
+        );
+        std::fs::write(dir.join("b.sh"), "true\n").unwrap();
+        assert_eq!(Lab::load(&dir).unwrap().vm_names(), ["a", "b"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn for_vm_picks_the_setup_and_the_variables() {
         let lab = Lab::parse(TWO, "/l").unwrap();
         let params: BTreeMap<String, String> = [

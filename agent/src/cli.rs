@@ -65,6 +65,8 @@ Flags:
   --setup-timeout SECS   Timeout of the --run-setup script [default: 600]
   --lab-dir PATH         LAB_DIR for --run-setup; reported in /v1/info
                          [default: /opt/lab]
+  --env-file PATH        The lab's variables for every command: NUL-ended
+                         KEY=VALUE [default: /etc/lab-agent/env, if any]
   --min-root-bytes N     With --run-setup: fail the setup before the script
                          when the root filesystem is smaller than N bytes
   --max-execs N          Concurrent exec limit; more get 429 [default: 8]
@@ -108,6 +110,8 @@ Flags:
                      [default: 600]
   --user NAME        Run the script as this user [default: root]
   --lab-dir PATH     LAB_DIR for the script [default: /opt/lab]
+  --env-file PATH    The lab's variables for the script: NUL-ended
+                     KEY=VALUE [default: /etc/lab-agent/env, if any]
   --min-root-bytes N Fail before running the script when the root
                      filesystem is smaller than N bytes (the lab's
                      [readiness].min_root_bytes)
@@ -152,6 +156,7 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
         min_root_bytes: None,
         setup_timeout: Duration::from_secs(guest::DEFAULT_SETUP_TIMEOUT_SECS),
         lab_dir: GUEST_LAB_DIR.into(),
+        env_file: guest::ENV_PATH.into(),
         max_execs: 8,
         shutdown_grace: Duration::from_secs(10),
         output_budget: 256 * 1024 * 1024,
@@ -172,6 +177,7 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
             "--run-setup" => c.run_setup = Some(args.absolute_path(&flag, USAGE)?),
             "--setup-timeout" => c.setup_timeout = args.secs(&flag, 1, 86_400, USAGE)?,
             "--lab-dir" => c.lab_dir = args.absolute_path(&flag, USAGE)?,
+            "--env-file" => c.env_file = args.path(&flag, USAGE)?,
             "--min-root-bytes" => {
                 c.min_root_bytes = Some(args.number(&flag, 1, u64::MAX, USAGE)?);
             }
@@ -212,6 +218,7 @@ fn parse_setup(mut args: Args) -> Result<Command, UsageError> {
         lab_dir: GUEST_LAB_DIR.into(),
         echo: true,
         min_root_bytes: None,
+        env_file: guest::ENV_PATH.into(),
     };
     while let Some(flag) = args.next_flag(USAGE)? {
         match flag.as_str() {
@@ -221,6 +228,7 @@ fn parse_setup(mut args: Args) -> Result<Command, UsageError> {
             "--timeout" => c.timeout = args.secs(&flag, 1, 86_400, USAGE)?,
             "--user" => c.user = args.value::<String>(&flag, USAGE)?,
             "--lab-dir" => c.lab_dir = args.absolute_path(&flag, USAGE)?,
+            "--env-file" => c.env_file = args.path(&flag, USAGE)?,
             "--min-root-bytes" => {
                 c.min_root_bytes = Some(args.number(&flag, 1, u64::MAX, USAGE)?);
             }
@@ -387,6 +395,11 @@ mod tests {
         assert_eq!(c.lab_dir, PathBuf::from("/opt/lab"));
         assert_eq!(c.setup_timeout, Duration::from_secs(600));
         assert!(c.run_setup.is_none() && c.addr_file.is_none());
+        assert_eq!(c.env_file, PathBuf::from("/etc/lab-agent/env"));
+        assert_eq!(
+            serve(&["serve", "--env-file", "/tmp/e"]).env_file,
+            PathBuf::from("/tmp/e")
+        );
     }
 
     #[test]

@@ -13,6 +13,18 @@ fn main() -> ExitCode {
         }
     };
     lab_agent::init_logging();
+    // The lab's variables, for every command either runs.
+    let env_file = match &command {
+        Command::Serve(c) => Some(&c.env_file),
+        Command::Setup(c) => Some(&c.env_file),
+        _ => None,
+    };
+    if let Some(path) = env_file {
+        if let Err(e) = lab_agent::load_lab_env(path) {
+            eprintln!("error: the lab's env file `{}`: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
     match command {
         Command::Help(text) => {
             print!("{text}");

@@ -29,6 +29,8 @@ pub struct ServeConfig {
     pub min_root_bytes: Option<u64>,
     pub setup_timeout: Duration,
     pub lab_dir: PathBuf,
+    /// The lab's variables (`--env-file`); `main` reads it before serving.
+    pub env_file: PathBuf,
     pub max_execs: usize,
     pub shutdown_grace: Duration,
     /// Bytes of command output held at once (see [`crate::http::budget`]).
@@ -179,6 +181,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             lab_dir: cfg.lab_dir.clone(),
             echo: false,
             min_root_bytes: cfg.min_root_bytes,
+            env_file: cfg.env_file.clone(),
         };
         let jobs = jobs.clone();
         tokio::spawn(async move {

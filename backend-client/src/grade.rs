@@ -31,6 +31,7 @@ use lab_agent_proto::lab::{Check, LAB_DIR_ENV, Lab};
 use lab_agent_proto::lifecycle::Instance;
 use lab_agent_proto::{ExecRequest, ReadyResponse, ReadyState};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// The outcome of grading one lab on one VM.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +56,11 @@ pub struct GradeReport {
     /// [`Client::grade_unchecked`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<Instance>,
+    /// A session's report ([`crate::Session::grade`]): the life of each
+    /// VM graded, by its name (`instance` is then absent). Left out of the
+    /// JSON when empty, so a one-VM report is as it always was.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub instances: BTreeMap<String, Instance>,
     /// One entry per check, in the lab's order.
     pub checks: Vec<CheckResult>,
 }
@@ -70,7 +76,11 @@ impl GradeReport {
         self.errors > 0
     }
 
-    fn new(lab: String, instance: Option<Instance>, checks: Vec<CheckResult>) -> GradeReport {
+    pub(crate) fn new(
+        lab: String,
+        instance: Option<Instance>,
+        checks: Vec<CheckResult>,
+    ) -> GradeReport {
         let count = |s: CheckStatus| checks.iter().filter(|c| c.status == s).count();
         GradeReport {
             lab,
@@ -85,6 +95,7 @@ impl GradeReport {
                 .sum(),
             max_score: checks.iter().map(|c| u64::from(c.points)).sum(),
             instance,
+            instances: BTreeMap::new(),
             checks,
         }
     }
@@ -108,6 +119,10 @@ pub enum CheckStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckResult {
     pub name: String,
+    /// The VM it ran on, in a lab of several VMs (`[[vms]]`); absent from
+    /// the JSON of a lab of one VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
     pub status: CheckStatus,
     /// `status == passed`, for readers that only want a yes or no.
     pub passed: bool,
@@ -166,6 +181,7 @@ impl CheckResult {
             max_pids: None,
             max_memory_bytes: None,
             hint: None,
+            vm: None,
         }
     }
 
@@ -263,7 +279,7 @@ impl Client {
 
     /// Runs the checks on `instance` (as [`Client::require_ready`] found
     /// it): every answer must come from it.
-    async fn grade_instance(
+    pub(crate) async fn grade_instance(
         &self,
         instance: Option<Instance>,
         lab: &Lab,
@@ -376,6 +392,7 @@ impl Client {
                 max_pids: r.max_pids,
                 max_memory_bytes: r.max_memory_bytes,
                 hint: None,
+                vm: None,
             },
             false,
         ))

@@ -40,6 +40,9 @@
 //! - [`grade`]: `gradable` (a VM that is not ready is not graded),
 //!   `reported_lab_dir`, `grade`, [`GradeReport`], each check's
 //!   [`CheckStatus`]; [`grade_all`] for many VMs with a concurrency bound.
+//! - [`session`]: [`Session`], the VMs of a lab of several (`[[vms]]`),
+//!   waited for (failing fast, naming the VM) and graded as one report
+//!   whose checks carry their `vm`.
 //! - [`error`]: the [`Error`] enum.
 //! - [`timeline`]: where many VMs' preparation time went ([`distribution`]:
 //!   count, median, p90, max of each phase of their timelines).
@@ -60,6 +63,7 @@ pub mod error;
 pub mod grade;
 mod interim;
 mod reuse;
+pub mod session;
 pub mod stream;
 pub mod timeline;
 pub mod wait;
@@ -68,6 +72,7 @@ pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};
 pub use error::Error;
 pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;
+pub use session::{Session, SessionError};
 pub use stream::{ExecStream, SetupLog};
 pub use timeline::{Distribution, Phase, PhaseStats, distribution};
 pub use wait::{Progress, WaitOutcome, wait_all};

@@ -31,6 +31,10 @@ pub enum Error {
     #[error("setup timeout of {secs} s: use 1 to {max} seconds", max = lab_agent_proto::lab::MAX_TIMEOUT_SECS)]
     SetupTimeout { secs: u64 },
 
+    /// A variable of the lab's env file that no environment can hold.
+    #[error("variable `{name}` for the VM: {problem}")]
+    Env { name: String, problem: String },
+
     /// A Secret `metadata` field (name, namespace, label) Kubernetes would reject.
     #[error("invalid {field} `{value}`: {problem}")]
     Metadata {

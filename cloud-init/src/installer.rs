@@ -26,7 +26,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use lab_agent_proto::guest::{AGENT_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH};
+use lab_agent_proto::guest::{
+    AGENT_PATH, ENV_PATH, INSTALL_ERROR_PATH, SETUP_SCRIPT_PATH, render_env_file,
+};
 use lab_agent_proto::lab::GUEST_LAB_DIR;
 use std::io::Write as _;
 
@@ -64,6 +66,13 @@ pub fn render(spec: &PayloadSpec) -> Installer {
     // The agent first: without it nothing in the VM can report what else
     // went wrong.
     s.agent_bytes = s.put(AGENT_PATH, 0o755, &spec.agent, Check::Runs);
+    // Before `runcmd` starts the agent and the setup, which read it. Only
+    // when there is something in it: a lab of one VM without parameters
+    // renders as it always did.
+    if !spec.env.is_empty() {
+        let env = render_env_file(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        s.lab_bytes += s.put(ENV_PATH, 0o600, &env, Check::Size);
+    }
     if let Some(setup) = &spec.setup {
         s.lab_bytes += s.put(SETUP_SCRIPT_PATH, 0o700, &setup.contents, Check::Size);
     }

@@ -88,6 +88,7 @@ pub fn render(
         setup,
         serial_autologin: opts.serial_autologin,
         readiness: lab.readiness,
+        env: lab.vm_env.clone(),
     };
     let user_data = render_user_data(&spec)?;
     // The backend applies the Secret, not the lab folder: the deadline it

@@ -5,7 +5,7 @@
 use crate::arch::Arch;
 use crate::error::Error;
 use lab_agent_proto::lab::{LabFile, MAX_TIMEOUT_SECS, Readiness};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Everything that goes into one lab VM's user-data. Files are read by the
@@ -32,6 +32,11 @@ pub struct PayloadSpec {
     /// The lab's `[readiness]`: `lab-agent setup` checks the root
     /// filesystem against its `min_root_bytes`.
     pub readiness: Readiness,
+    /// The variables every command on this VM gets (`LAB_VM`, `LAB_VMS`,
+    /// `LAB_PARAM_<KEY>`: `Lab::vm_env`), written to the guest's
+    /// `/etc/lab-agent/env` by the installer; none: no file, and the
+    /// payload is byte for byte what it was before sessions.
+    pub env: BTreeMap<String, String>,
 }
 
 /// The setup script and how long `lab-agent setup` lets it run.
@@ -54,6 +59,7 @@ impl PayloadSpec {
             setup: None,
             serial_autologin: true,
             readiness: Readiness::default(),
+            env: BTreeMap::new(),
         }
     }
 }
@@ -70,6 +76,7 @@ impl fmt::Debug for PayloadSpec {
             .field("setup", &self.setup)
             .field("serial_autologin", &self.serial_autologin)
             .field("readiness", &self.readiness)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -92,6 +99,7 @@ impl PayloadSpec {
         check_agent_arch(&self.agent, self.arch)?;
         check_lab_name(&self.lab_name)?;
         check_lab_files(&self.files)?;
+        check_env(&self.env)?;
         if let Some(setup) = &self.setup {
             if !(1..=MAX_TIMEOUT_SECS).contains(&setup.timeout_secs) {
                 return Err(Error::SetupTimeout {
@@ -130,6 +138,30 @@ fn check_agent_arch(agent: &[u8], arch: Arch) -> Result<(), Error> {
             .map_or_else(|| format!("ELF machine {machine}"), |a| a.to_string()),
         arch,
     })
+}
+
+/// Names a shell can set (`[A-Za-z_][A-Za-z0-9_]*`), values without NUL
+/// (the env file's separator, and the one byte no environment holds).
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), Error> {
+    for (name, value) in env {
+        let shell_name = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let problem = if !shell_name {
+            "is not a variable name: use letters, digits and `_`"
+        } else if value.contains('\0') {
+            "its value has a NUL byte, which no environment variable can hold"
+        } else {
+            continue;
+        };
+        return Err(Error::Env {
+            name: name.escape_debug().to_string(),
+            problem: problem.into(),
+        });
+    }
+    Ok(())
 }
 
 fn check_lab_name(name: &str) -> Result<(), Error> {

@@ -6,7 +6,7 @@
 //! grades only that life of the VM: another instance (it was reset, the
 //! student's work is gone) is exit 6 with nothing run.
 
-use super::common::{self, AgentArgs};
+use super::common;
 use super::exit::{Exit, Failure};
 use super::grading::{exit_for, grade_and_print, select_checks};
 use super::progress::{print_setup_log, wait_with_display};
@@ -21,8 +21,20 @@ pub struct GradeArgs {
     /// The lab's folder (with its `lab.toml`)
     #[arg(value_name = "LAB_DIR")]
     pub lab: PathBuf,
-    #[command(flatten)]
-    pub agent: AgentArgs,
+    /// The agent's base URL, e.g. `http://10.0.0.5:8899`; repeat with
+    /// `--vm` for each VM of a session
+    #[arg(long = "url", value_name = "URL", required = true)]
+    pub urls: Vec<String>,
+    /// File holding the agent's token (as written by `labctl secret
+    /// --token-out`); one per `--url`, in the same order
+    #[arg(long = "token-file", value_name = "FILE", required = true)]
+    pub token_files: Vec<PathBuf>,
+    /// In a lab of several VMs (`[[vms]]`): the VM the `--url` at the same
+    /// position is, by its name; the VMs are graded as one session, one
+    /// report whose checks carry their `vm` (`--vm server --url URL1
+    /// --token-file F1 --vm client --url URL2 --token-file F2`)
+    #[arg(long = "vm", value_name = "NAME")]
+    pub vms: Vec<String>,
     /// Where the lab's files are in the guest: the checks' `LAB_DIR`
     /// (default: what the agent reports in `/v1/info`, else `/opt/lab`)
     #[arg(long = "lab-dir", value_name = "PATH")]
@@ -82,14 +94,23 @@ impl Config {
                 "`--lab-dir {dir}` is not an absolute path in the guest"
             )));
         }
-        let token = common::read_token(&args.agent.token_file)?;
+        let (url, token_file) = match (args.urls.as_slice(), args.token_files.as_slice()) {
+            ([url], [file]) => (url, file),
+            _ => {
+                return Err(Failure::usage(format!(
+                    "{} `--url`s and {} `--token-file`s: grade one VM, or name each VM of a session with `--vm`",
+                    args.urls.len(),
+                    args.token_files.len()
+                ))
+                .hint("`--vm NAME --url URL --token-file FILE` for each VM of a lab with [[vms]]"));
+            }
+        };
+        let token = common::read_token(token_file)?;
         let mut builder = Client::builder().request_timeout(answer_timeout);
         if let Some(id) = &args.instance {
             builder = builder.instance(id);
         }
-        let client = builder
-            .build(&args.agent.url, &token)
-            .map_err(Failure::client)?;
+        let client = builder.build(url, &token).map_err(Failure::client)?;
         Ok(Config {
             lab,
             client,
@@ -101,6 +122,9 @@ impl Config {
 }
 
 pub fn run(args: &GradeArgs) -> Result<Exit, Failure> {
+    if !args.vms.is_empty() {
+        return run_session(args);
+    }
     let config = Config::from_args(args)?;
     let rt = common::runtime()?;
     rt.block_on(async {
@@ -117,6 +141,44 @@ pub fn run(args: &GradeArgs) -> Result<Exit, Failure> {
             grade_and_print(&config.client, &config.lab, &guest_lab_dir, config.json).await?;
         Ok(exit_for(&report))
     })
+}
+
+/// `--vm`: the lab's VMs graded as one session ([`crate::session`]).
+fn run_session(args: &GradeArgs) -> Result<Exit, Failure> {
+    let answer_timeout = common::wait_secs("--timeout", args.timeout, 1)?;
+    let wait = args
+        .wait
+        .map(|w| {
+            w.map(|secs| common::wait_secs("--wait", secs, 0))
+                .transpose()
+        })
+        .transpose()?;
+    if args.instance.is_some() {
+        return Err(Failure::usage(
+            "`--instance` pins one VM: it does not go with `--vm` (a session's report carries each VM's `instances`)",
+        ));
+    }
+    let mut lab = Lab::load(&args.lab).map_err(Failure::lab)?;
+    let wait = wait.map(|w| w.unwrap_or(Duration::from_secs(lab.readiness.timeout_secs)));
+    select_checks(&mut lab, &args.checks)?;
+    if let Some(dir) = args.guest_lab_dir.as_ref().filter(|d| !d.starts_with('/')) {
+        return Err(Failure::usage(format!(
+            "`--lab-dir {dir}` is not an absolute path in the guest"
+        )));
+    }
+    let session = crate::session::session(
+        &args.vms,
+        &args.urls,
+        &args.token_files,
+        Some(answer_timeout),
+    )?;
+    crate::session::grade(
+        &session,
+        &lab,
+        args.guest_lab_dir.as_deref(),
+        wait,
+        args.json,
+    )
 }
 
 /// Returns when the agent is ready; else the failure to report: not ready

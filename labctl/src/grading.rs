@@ -102,7 +102,7 @@ pub async fn grade_and_print_with<X: Serialize>(
 /// the Python package's `to_json()`, which must equal it), then `extra`'s.
 /// Serialized from the types, not through a `serde_json::Value`, whose
 /// objects sort their keys.
-fn report_json<X: Serialize>(report: &GradeReport, extra: Option<X>) -> String {
+pub(crate) fn report_json<X: Serialize>(report: &GradeReport, extra: Option<X>) -> String {
     #[derive(Serialize)]
     struct WithExtra<'a, X> {
         #[serde(flatten)]

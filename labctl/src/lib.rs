@@ -45,6 +45,7 @@ pub mod payload;
 pub mod progress;
 pub mod report;
 pub mod secret;
+pub mod session;
 pub mod timeline;
 pub mod r#try;
 pub mod wait;

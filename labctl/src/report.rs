@@ -176,6 +176,7 @@ mod tests {
             score: count(CheckStatus::Passed) as u64,
             max_score: checks.len() as u64,
             instance: None,
+            instances: Default::default(),
             checks,
         }
     }

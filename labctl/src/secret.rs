@@ -16,7 +16,7 @@ use crate::payload::{
 };
 use lab_agent_cloudinit::lab_payload;
 use lab_agent_cloudinit::{Arch, Format, SecretMeta};
-use lab_agent_proto::lab::Lab;
+use lab_agent_proto::lab::{LAB_VM_ENV, Lab};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -64,6 +64,14 @@ pub struct SecretArgs {
     /// Print one JSON object on stdout (token, budget, and the Secret unless `-o`)
     #[arg(long)]
     pub json: bool,
+    /// The VM of a lab with `[[vms]]` this payload is for (required there,
+    /// refused in a lab of one VM): its setup, and LAB_VM/LAB_VMS for it
+    #[arg(long, value_name = "NAME")]
+    pub vm: Option<String>,
+    /// A value for this VM's setup and checks, as the variable
+    /// LAB_PARAM_KEY (KEY: letters, digits, `_`; VALUE: any text); repeatable
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -76,6 +84,9 @@ pub enum ManifestFormat {
 #[derive(Debug, serde::Serialize)]
 pub struct Report {
     pub lab: String,
+    /// The VM of a lab with `[[vms]]` (absent for a lab of one VM).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
     pub name: String,
     pub namespace: Option<String>,
     /// The token the agent will require; the backend needs it.
@@ -128,8 +139,12 @@ impl Config {
                     .into(),
             ));
         }
+        let params = params(&args.params)?;
+        let lab = Lab::load(&args.lab_dir)?
+            .for_vm(args.vm.as_deref(), &params)
+            .map_err(|e| PayloadError::Usage(e.to_string()))?;
         Ok(Config {
-            lab: Lab::load(&args.lab_dir)?,
+            lab,
             meta,
             format: match args.format {
                 ManifestFormat::Yaml => Format::Yaml,
@@ -214,6 +229,7 @@ pub fn execute(
 
     let report = Report {
         lab: config.lab.name.clone(),
+        vm: config.lab.vm_env.get(LAB_VM_ENV).cloned(),
         name: config.meta.name.clone(),
         namespace: config.meta.namespace.clone(),
         token,
@@ -264,6 +280,26 @@ fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, PayloadError> {
     };
     meta.validate()?;
     Ok(meta)
+}
+
+/// `--param KEY=VALUE`s; the lab's model checks keys and values.
+fn params(args: &[String]) -> Result<BTreeMap<String, String>, PayloadError> {
+    let mut params = BTreeMap::new();
+    for param in args {
+        let Some((key, value)) = param.split_once('=') else {
+            return Err(PayloadError::Usage(format!(
+                "`--param {}` has no `=`: write `--param KEY=VALUE`",
+                lab_agent_proto::text::escape(param)
+            )));
+        };
+        if params.insert(key.to_owned(), value.to_owned()).is_some() {
+            return Err(PayloadError::Usage(format!(
+                "parameter `{}` is given twice: give each key once",
+                lab_agent_proto::text::escape(key)
+            )));
+        }
+    }
+    Ok(params)
 }
 
 fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), PayloadError> {

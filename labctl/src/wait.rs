@@ -42,6 +42,12 @@ pub struct WaitArgs {
     /// it (a new setup run) is followed again from its start, with a note
     #[arg(long)]
     pub follow: bool,
+    /// The VMs of a session (a lab's `[[vms]]`), each naming the `--url`
+    /// (and `--token-file`) at the same position: waited for as one, the
+    /// first VM that fails ends the wait, named (`--vm server --url URL1
+    /// --token-file F1 --vm client --url URL2 --token-file F2`)
+    #[arg(long = "vm", value_name = "NAME")]
+    pub vms: Vec<String>,
 }
 
 /// `--timeout` without a lab: ten minutes, a slow lab's first boot under
@@ -108,6 +114,10 @@ impl Config {
 
 pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
     let config = Config::from_args(args)?;
+    if !args.vms.is_empty() {
+        let session = crate::session::session(&args.vms, &args.urls, &args.token_files, None)?;
+        return crate::session::wait(&session, config.timeout, config.json);
+    }
     let rt = common::runtime()?;
     let deadline = Instant::now() + config.timeout;
     // Per VM, whether its whole setup log was shown (`--follow`): then a

@@ -14,6 +14,11 @@ pub const AGENT_PATH: &str = "/usr/local/bin/lab-agent";
 pub const CONFIG_DIR: &str = "/etc/lab-agent";
 /// The per-VM token; `lab-agent serve`'s default `--token-file`.
 pub const TOKEN_PATH: &str = "/etc/lab-agent/token";
+/// The lab's variables for this VM (`LAB_VM`, `LAB_VMS`, `LAB_PARAM_<KEY>`):
+/// written by the payload when it has any, read by `lab-agent serve` and
+/// `setup` (`--env-file`) into every command's environment. Its format is
+/// [`parse_env_file`]'s.
+pub const ENV_PATH: &str = "/etc/lab-agent/env";
 /// The lab's setup script, run by `lab-agent setup --script`.
 pub const SETUP_SCRIPT_PATH: &str = "/etc/lab-agent/setup.sh";
 /// `lab-agent`'s default `--state-dir` (setup.json, setup.log), mode 0700.
@@ -83,6 +88,32 @@ pub fn check_token(token: &str) -> Result<(), TokenProblem> {
     Ok(())
 }
 
+/// Reads an env file ([`ENV_PATH`]): `KEY=VALUE` entries each ended by a
+/// NUL byte, as `/proc/PID/environ` is. NUL is the one byte no environment
+/// value can hold, so any text travels as it is, newlines, quotes and `$`
+/// included, with nothing to unescape (the agent's reader stays a few
+/// lines). `None` when it is not UTF-8 or an entry has no `=` or an empty
+/// name. (`tr '\0' '\n' </etc/lab-agent/env` shows it.)
+pub fn parse_env_file(bytes: &[u8]) -> Option<Vec<(&str, &str)>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    text.split_terminator('\0')
+        .map(|entry| entry.split_once('=').filter(|(k, _)| !k.is_empty()))
+        .collect()
+}
+
+/// The env file for `vars` ([`parse_env_file`]'s format); the caller keeps
+/// names free of `=` and NUL, and values free of NUL.
+pub fn render_env_file<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in vars {
+        out.extend_from_slice(k.as_bytes());
+        out.push(b'=');
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +145,20 @@ mod tests {
                 .to_string()
                 .contains("shorter than 32")
         );
+    }
+
+    #[test]
+    fn env_files_carry_any_text_and_read_back() {
+        let vars = [
+            ("LAB_VM", "cp"),
+            ("LAB_PARAM_X", "a 'b' \"c\"\n$HOME `id` \\ = é"),
+            ("LAB_PARAM_EMPTY", ""),
+        ];
+        let bytes = render_env_file(vars);
+        assert_eq!(parse_env_file(&bytes).unwrap(), vars);
+        assert_eq!(parse_env_file(b"").unwrap(), vec![]);
+        assert!(parse_env_file(b"NOEQUALS\0").is_none());
+        assert!(parse_env_file(b"=x\0").is_none());
+        assert!(parse_env_file(b"A=\xff\0").is_none());
     }
 }

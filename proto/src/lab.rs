@@ -15,6 +15,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
+mod vms;
+pub use vms::{
+    LAB_PARAM_PREFIX, LAB_VM_ENV, LAB_VMS_ENV, MAX_PARAM_BYTES, MAX_VM_NAME_LEN, Vm, VmError,
+    check_vm_name,
+};
+
 /// The file name of a lab's description inside its folder.
 pub const LAB_TOML: &str = "lab.toml";
 /// Default `[setup].timeout_secs`.
@@ -59,6 +65,12 @@ pub struct Lab {
     pub max_memory_bytes: Option<u64>,
     /// `[readiness]`, its defaults when the table is absent.
     pub readiness: Readiness,
+    /// `[[vms]]`: the VMs of a session; empty for a lab of one VM.
+    pub vms: Vec<Vm>,
+    /// What one VM's setup and checks get in their environment (`LAB_VM`,
+    /// `LAB_VMS`, `LAB_PARAM_<KEY>`): set by [`Lab::for_vm`] for its payload,
+    /// empty in a lab as parsed.
+    pub vm_env: BTreeMap<String, String>,
     /// `[solve]`: what a student would do, for `labctl test`; never
     /// shipped to the guest.
     pub solve: Option<Solve>,
@@ -148,6 +160,9 @@ pub struct Check {
     /// The check's process and memory limits; `None`: the agent's defaults.
     pub max_pids: Option<u32>,
     pub max_memory_bytes: Option<u64>,
+    /// The VM it runs on: set in every check of a lab with `[[vms]]` (a lab
+    /// of one `[[vms]]` fills it in), `None` in a lab of one VM.
+    pub vm: Option<String>,
     /// What a student would do for this check, run as its `user` by
     /// `labctl test` after the lab's `[solve]` script.
     pub solve: Option<String>,
@@ -235,6 +250,7 @@ struct RawLab {
     #[serde(default)]
     readiness: Option<RawReadiness>,
     #[serde(default)]
+    vms: Vec<vms::RawVm>,
     solve: Option<RawSolve>,
 }
 
@@ -297,6 +313,7 @@ struct RawCheck {
     #[serde(default)]
     max_memory_bytes: Option<i64>,
     #[serde(default)]
+    vm: Option<String>,
     solve: Option<String>,
     #[serde(default)]
     initially: Initially,
@@ -336,6 +353,22 @@ impl Lab {
                         "setup.script",
                         format!(
                             "names `{script}`, which is not a file in `{}`: create it or remove `script` from [setup]",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+            for vm in &raw.vms {
+                let Some(script) = vm.script().filter(|s| relative_path(&path, "", s).is_ok())
+                else {
+                    continue;
+                };
+                if !dir.join(script).is_file() {
+                    problems.push(invalid(
+                        &path,
+                        &format!("vm `{}`: setup", vm.name().trim()),
+                        format!(
+                            "names `{script}`, which is not a file in `{}`: create it or remove `setup` from the VM",
                             dir.display()
                         ),
                     ));
@@ -585,10 +618,12 @@ impl Lab {
                 leave_running: c.leave_running.or(raw.leave_running).unwrap_or(false),
                 max_pids,
                 max_memory_bytes,
+                vm: c.vm,
                 solve: c.solve,
                 initially: c.initially,
             });
         }
+        let vms = vms::resolve(&path, raw.vms, setup.as_ref(), &mut checks, &mut problems);
 
         if !problems.is_empty() {
             return Err(problems);
@@ -604,6 +639,8 @@ impl Lab {
             max_pids: lab_pids,
             max_memory_bytes: lab_memory,
             readiness,
+            vms,
+            vm_env: BTreeMap::new(),
             solve,
         })
     }

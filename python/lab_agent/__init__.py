@@ -108,6 +108,7 @@ __all__ = [
     "RenderError",
     "Rendered",
     "Report",
+    "Session",
     "RootDisk",
     "SetupFailed",
     "SetupLog",
@@ -512,6 +513,8 @@ class CheckResult:
     limits_hit: List[str] = field(default_factory=list)
     max_pids: Optional[int] = None
     max_memory_bytes: Optional[int] = None
+    #: The VM it ran on, in a lab of several VMs (``[[vms]]``); else None.
+    vm: Optional[str] = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CheckResult":
@@ -541,6 +544,9 @@ class Report:
     #: from an agent that predates instance identity.
     instance: Optional[Instance]
     _json: str = field(repr=False, compare=False)
+    #: A session's report (:class:`Session`): the life of each VM graded,
+    #: by name (``instance`` is then None); empty for one VM.
+    instances: Dict[str, Instance] = field(default_factory=dict)
 
     @property
     def all_passed(self) -> bool:
@@ -570,6 +576,9 @@ class Report:
             checks=[CheckResult.from_dict(c) for c in d["checks"]],
             instance=_maybe(Instance, d.get("instance")),
             _json=text,
+            instances={
+                vm: Instance.from_dict(i) for vm, i in (d.get("instances") or {}).items()
+            },
         )
 
 
@@ -586,6 +595,8 @@ class Rendered:
     agent_path: str
     budget: Dict[str, Any]
     arch: str = "amd64"
+    #: The VM of a lab with ``[[vms]]`` this payload is for; else None.
+    vm: Optional[str] = None
 
 
 def _ready(text: str) -> Ready:
@@ -916,6 +927,73 @@ async def grade_all_async(
     return [_report_outcome(o) for o in outcomes]
 
 
+class Session:
+    """The VMs of one lab of several (``[[vms]]`` in ``lab.toml``), by name,
+    waited for and graded as one: ``Session({"server": c1, "client": c2})``
+    with a :class:`Client` or :class:`AsyncClient` per VM.
+
+    A VM's failure is raised as that VM's own :class:`AgentError` subclass
+    (:class:`SetupFailed`, :class:`NotReady`, :class:`Unauthorized`, ...)
+    with its name in ``vm`` and at the start of the message. Names that are
+    not the lab's raise ``ValueError``.
+    """
+
+    def __init__(self, vms: Mapping[str, _Base]) -> None:
+        self._names = list(vms)
+        self._clients = [c._native for c in vms.values()]
+
+    @property
+    def vms(self) -> List[str]:
+        return list(self._names)
+
+    def __repr__(self) -> str:
+        return "Session(%r)" % (self._names,)
+
+    def wait_ready(self, timeout: float) -> Dict[str, Ready]:
+        """Waits up to ``timeout`` seconds for every VM at once; fails fast:
+        the first VM whose wait fails raises at once (the others are not
+        waited for further). Returns each VM's :class:`Ready` by name."""
+        return {
+            n: _ready(r)
+            for n, r in _native.session_wait_ready(self._names, self._clients, timeout)
+        }
+
+    async def wait_ready_async(self, timeout: float) -> Dict[str, Ready]:
+        """:meth:`wait_ready` as a coroutine."""
+        ready = await _native.session_wait_ready_async(self._names, self._clients, timeout)
+        return {n: _ready(r) for n, r in ready}
+
+    def grade(
+        self,
+        lab: Lab,
+        checks: Optional[Iterable[str]] = None,
+        lab_dir: Optional[str] = None,
+    ) -> Report:
+        """Grades ``lab`` on the session: every VM must be ready (else
+        :class:`NotReady` or :class:`SetupFailed` naming it, nothing run
+        anywhere); each check runs on its ``vm``; one :class:`Report`
+        whose checks carry their ``vm`` and whose ``instances`` name each
+        VM's life, the score over the whole session."""
+        text = _native.session_grade_json(
+            self._names, self._clients, lab,
+            checks=None if checks is None else list(checks), lab_dir=lab_dir,
+        )
+        return Report.from_json(text)
+
+    async def grade_async(
+        self,
+        lab: Lab,
+        checks: Optional[Iterable[str]] = None,
+        lab_dir: Optional[str] = None,
+    ) -> Report:
+        """:meth:`grade` as a coroutine."""
+        text = await _native.session_grade_json_async(
+            self._names, self._clients, lab,
+            checks=None if checks is None else list(checks), lab_dir=lab_dir,
+        )
+        return Report.from_json(text)
+
+
 def render_secret(
     lab: Lab,
     name: str,
@@ -925,6 +1003,8 @@ def render_secret(
     token: Optional[str] = None,
     format: str = "yaml",
     arch: Optional[str] = None,
+    vm: Optional[str] = None,
+    params: Optional[Mapping[str, str]] = None,
 ) -> Rendered:
     """Renders ``lab``'s payload into a Kubernetes Secret, exactly as
     ``labctl secret LAB --name NAME [--namespace NS] [--label K=V]...
@@ -935,6 +1015,13 @@ def render_secret(
     it picks the agent and the serial console. ``agent_path`` is the static
     ``lab-agent`` (default: where ``labctl`` looks for that architecture's);
     ``token`` is generated when not given (``.token`` has it).
+
+    In a lab of several VMs (``[[vms]]``), ``vm`` names the one this
+    payload is for (required there; refused for a lab of one VM): its
+    setup, its own token, and ``LAB_VM``/``LAB_VMS`` for its setup and
+    checks. ``params`` become ``LAB_PARAM_<KEY>`` for them (keys: letters,
+    digits, ``_``; values any text), as ``--vm NAME --param KEY=VALUE``.
+    Either wrong is a ``ValueError``.
     Raises :class:`RenderError` (agent, names, token, over 1 MiB) or
     :class:`LabError`."""
     r = _native.render_secret(
@@ -946,6 +1033,8 @@ def render_secret(
         token=token,
         format=format,
         arch=arch,
+        vm=vm,
+        params=None if params is None else dict(params),
     )
     return Rendered(
         text=r.text,
@@ -955,4 +1044,5 @@ def render_secret(
         agent_path=str(r.agent_path),
         budget=json.loads(r.budget_json),
         arch=r.arch,
+        vm=r.vm,
     )

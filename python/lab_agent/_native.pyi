@@ -88,6 +88,10 @@ class Lab:
     def readiness_timeout_secs(self) -> int: ...
     @property
     def min_root_bytes(self) -> Optional[int]: ...
+    @property
+    def vm_names(self) -> List[str]: ...
+    @property
+    def check_vms(self) -> List[Tuple[str, Optional[str]]]: ...
 
 class Rendered:
     text: str
@@ -97,6 +101,7 @@ class Rendered:
     agent_path: str
     budget_json: str
     arch: str
+    vm: Optional[str]
 
 class ExecStream:
     """A streamed exec's events (python/src/stream.rs). One read at a time:
@@ -164,7 +169,29 @@ def render_secret(
     token: Optional[str] = None,
     format: str = "yaml",
     arch: Optional[str] = None,
+    vm: Optional[str] = None,
+    params: Optional[Dict[str, str]] = None,
 ) -> Rendered: ...
+def session_wait_ready(
+    names: List[str], clients: List[Client], timeout: float
+) -> List[Tuple[str, str]]: ...
+def session_wait_ready_async(
+    names: List[str], clients: List[Client], timeout: float
+) -> Awaitable[List[Tuple[str, str]]]: ...
+def session_grade_json(
+    names: List[str],
+    clients: List[Client],
+    lab: Lab,
+    checks: Optional[List[str]] = None,
+    lab_dir: Optional[str] = None,
+) -> str: ...
+def session_grade_json_async(
+    names: List[str],
+    clients: List[Client],
+    lab: Lab,
+    checks: Optional[List[str]] = None,
+    lab_dir: Optional[str] = None,
+) -> Awaitable[str]: ...
 def _shutdown() -> None:
     """The atexit hook (registered on import): ends running async calls and
     keeps the runtime's threads away from the finalising interpreter."""

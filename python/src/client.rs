@@ -6,7 +6,7 @@
 //! pool), and `ready_async()` returns an asyncio awaitable driven by the
 //! same runtime. Answers are JSON text; `lab_agent/__init__.py` types them.
 
-use crate::error::{client_error, plain};
+use crate::error::{client_error, plain, session_error};
 use crate::lab::Lab;
 use crate::runtime;
 use crate::stream::ExecStream;
@@ -430,6 +430,115 @@ pub fn grade_all_async<'py>(
                 .into_pyobject(py)?
                 .into_any()
                 .unbind())
+        });
+        deliver
+    })
+}
+
+/// A session of `names[i]` → `clients[i]`; a bad one is a `ValueError`.
+fn rust_session(
+    py: Python<'_>,
+    names: Vec<String>,
+    clients: &[PyRef<'_, Client>],
+) -> PyResult<lab_agent_client::Session> {
+    if names.len() != clients.len() {
+        return Err(value_error(
+            py,
+            format!("{} names for {} clients", names.len(), clients.len()),
+        ));
+    }
+    lab_agent_client::Session::new(names.into_iter().zip(rust_clients(clients)))
+        .map_err(|e| session_error(py, e))
+}
+
+/// Each VM's name and readiness JSON, in the session's order.
+async fn session_wait(
+    session: lab_agent_client::Session,
+    deadline: Instant,
+) -> Result<Vec<(String, String)>, lab_agent_client::SessionError> {
+    let ready = session.wait_ready(deadline).await?;
+    Ok(ready.into_iter().map(|(n, r)| (n, json(&r))).collect())
+}
+
+/// The session's report, as `labctl grade --vm … --json` prints it.
+async fn session_grade(
+    session: lab_agent_client::Session,
+    lab: lab_agent_proto::lab::Lab,
+    lab_dir: Option<String>,
+) -> Result<String, lab_agent_client::SessionError> {
+    let report = session.grade(&lab, lab_dir.as_deref()).await?;
+    Ok(serde_json::to_string_pretty(&report).expect("a report serializes"))
+}
+
+/// `Session.wait_ready`: every VM ready, or the first that fails raised
+/// with its `vm` (`lab_agent_client::Session::wait_ready`).
+#[pyfunction]
+pub fn session_wait_ready(
+    py: Python<'_>,
+    names: Vec<String>,
+    clients: Vec<PyRef<'_, Client>>,
+    timeout: f64,
+) -> PyResult<Vec<(String, String)>> {
+    let deadline = deadline(py, timeout)?;
+    let session = rust_session(py, names, &clients)?;
+    tasks::block(py, session_wait(session, deadline))?.map_err(|e| session_error(py, e))
+}
+
+/// `session_wait_ready` as an awaitable.
+#[pyfunction]
+pub fn session_wait_ready_async<'py>(
+    py: Python<'py>,
+    names: Vec<String>,
+    clients: Vec<PyRef<'py, Client>>,
+    timeout: f64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let deadline = deadline(py, timeout)?;
+    let session = rust_session(py, names, &clients)?;
+    awaitable(py, async move {
+        let r = session_wait(session, deadline).await;
+        let deliver: Deliver = Box::new(move |py| match r {
+            Ok(v) => Ok(v.into_pyobject(py)?.into_any().unbind()),
+            Err(e) => Err(session_error(py, e)),
+        });
+        deliver
+    })
+}
+
+/// `Session.grade`: one report for the session, nothing run when a VM is
+/// not ready (`lab_agent_client::Session::grade`).
+#[pyfunction]
+#[pyo3(signature = (names, clients, lab, checks=None, lab_dir=None))]
+pub fn session_grade_json(
+    py: Python<'_>,
+    names: Vec<String>,
+    clients: Vec<PyRef<'_, Client>>,
+    lab: &Lab,
+    checks: Option<Vec<String>>,
+    lab_dir: Option<String>,
+) -> PyResult<String> {
+    let lab = Client::lab_for_grade(py, lab, checks)?;
+    let session = rust_session(py, names, &clients)?;
+    tasks::block(py, session_grade(session, lab, lab_dir))?.map_err(|e| session_error(py, e))
+}
+
+/// `session_grade_json` as an awaitable.
+#[pyfunction]
+#[pyo3(signature = (names, clients, lab, checks=None, lab_dir=None))]
+pub fn session_grade_json_async<'py>(
+    py: Python<'py>,
+    names: Vec<String>,
+    clients: Vec<PyRef<'py, Client>>,
+    lab: &Lab,
+    checks: Option<Vec<String>>,
+    lab_dir: Option<String>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let lab = Client::lab_for_grade(py, lab, checks)?;
+    let session = rust_session(py, names, &clients)?;
+    awaitable(py, async move {
+        let r = session_grade(session, lab, lab_dir).await;
+        let deliver: Deliver = Box::new(move |py| match r {
+            Ok(text) => Ok(text.into_pyobject(py)?.into_any().unbind()),
+            Err(e) => Err(session_error(py, e)),
         });
         deliver
     })

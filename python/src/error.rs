@@ -151,6 +151,29 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// escaped; the raw text is in `agent_message` (and `ready`, `log_tail`).
 pub fn client_error(py: Python<'_>, e: Error) -> PyErr {
     let message = e.to_string();
+    client_error_saying(py, e, message)
+}
+
+/// A session's error for Python: the VM's error as [`client_error`] makes
+/// it, its message starting with the VM's name and its `vm` attribute set;
+/// the session not being the lab's is a `ValueError`.
+pub fn session_error(py: Python<'_>, e: lab_agent_client::SessionError) -> PyErr {
+    match e {
+        lab_agent_client::SessionError::Vm { vm, error } => {
+            let message = format!("VM `{vm}`: {error}");
+            let err = client_error_saying(py, *error, message);
+            let vm = vm.into_pyobject(py).map(|o| o.into_any());
+            with_attrs(py, err, [("vm", vm)])
+        }
+        e @ lab_agent_client::SessionError::Mismatch(_) => plain(
+            py,
+            pyo3::exceptions::PyValueError::new_err(e.to_string()),
+            None,
+        ),
+    }
+}
+
+fn client_error_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
     let err = if e.is_unauthorized() {
         Unauthorized::new_err(message)
     } else if e.is_too_large() {

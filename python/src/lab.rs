@@ -66,6 +66,20 @@ impl Lab {
         self.inner.readiness.min_root_bytes
     }
 
+    /// `[[vms]]`: the names of the session's VMs, in order; empty for a
+    /// lab of one VM.
+    #[getter]
+    fn vm_names(&self) -> Vec<String> {
+        self.inner.vms.iter().map(|v| v.name.clone()).collect()
+    }
+
+    /// Each check's VM, by check name (`None` in a lab of one VM).
+    #[getter]
+    fn check_vms(&self) -> Vec<(String, Option<String>)> {
+        let checks = self.inner.checks.iter();
+        checks.map(|c| (c.name.clone(), c.vm.clone())).collect()
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Lab(name={:?}, dir={:?}, checks={})",

@@ -52,6 +52,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client::wait_all_async, m)?)?;
     m.add_function(wrap_pyfunction!(client::grade_all, m)?)?;
     m.add_function(wrap_pyfunction!(client::grade_all_async, m)?)?;
+    m.add_function(wrap_pyfunction!(client::session_wait_ready, m)?)?;
+    m.add_function(wrap_pyfunction!(client::session_wait_ready_async, m)?)?;
+    m.add_function(wrap_pyfunction!(client::session_grade_json, m)?)?;
+    m.add_function(wrap_pyfunction!(client::session_grade_json_async, m)?)?;
     m.add_function(wrap_pyfunction!(render::render_secret, m)?)?;
     m.add_function(wrap_pyfunction!(client::_rust_exec_timings, m)?)?;
     tasks::register(m)?;

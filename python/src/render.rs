@@ -30,6 +30,9 @@ pub struct Rendered {
     agent_path: PathBuf,
     /// The lab VM's architecture: `amd64` or `arm64`.
     arch: &'static str,
+    /// The VM of a lab with `[[vms]]` this payload is for; `None` in a lab
+    /// of one VM.
+    vm: Option<String>,
     budget_json: String,
 }
 
@@ -38,7 +41,7 @@ fn render_error(py: Python<'_>, message: String, hint: Option<String>) -> PyErr 
 }
 
 #[pyfunction]
-#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml", arch=None))]
+#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml", arch=None, vm=None, params=None))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
 pub fn render_secret(
     py: Python<'_>,
@@ -50,7 +53,15 @@ pub fn render_secret(
     token: Option<String>,
     format: &str,
     arch: Option<&str>,
+    vm: Option<&str>,
+    params: Option<BTreeMap<String, String>>,
 ) -> PyResult<Rendered> {
+    // As `labctl secret --vm --param`: the VM's setup and variables; the
+    // model says what is wrong with either.
+    let for_vm = lab
+        .inner
+        .for_vm(vm, &params.unwrap_or_default())
+        .map_err(|e| plain(py, PyValueError::new_err(e.to_string()), None))?;
     let format = match format {
         "yaml" => Format::Yaml,
         "json" => Format::Json,
@@ -95,7 +106,7 @@ pub fn render_secret(
         format,
         serial_autologin: true,
     };
-    let lab = &lab.inner;
+    let lab = &for_vm;
     let rendered = py
         .detach(|| lab_payload::render(lab, &agent, &token, &opts))
         .map_err(|e| render_error(py, e.to_string(), e.hint().map(str::to_owned)))?;
@@ -108,5 +119,6 @@ pub fn render_secret(
         token_generated,
         agent_path: agent.path,
         arch: arch.name(),
+        vm: for_vm.vm_env.get(lab_agent_proto::lab::LAB_VM_ENV).cloned(),
     })
 }

@@ -74,6 +74,7 @@ class Agents:
         lab_dir: Optional[Path] = None,
         token: Optional[str] = None,
         wait_bound: bool = True,
+        extra_args: Optional[List[str]] = None,
     ) -> Agent:
         assert AGENT_BIN, "LAB_AGENT_BIN is not set (tests/tests/python.rs sets it)"
         d = Path(tempfile.mkdtemp(prefix="agent-", dir=self.root))
@@ -94,6 +95,7 @@ class Agents:
         ]
         if lab_dir is not None:
             cmd += ["--lab-dir", str(lab_dir)]
+        cmd += extra_args or []
         log = open(d / "agent.log", "wb")
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         log.close()

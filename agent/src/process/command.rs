@@ -10,7 +10,8 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 pub(super) fn cstr(what: &str, bytes: &[u8]) -> Result<CString, SpawnError> {
     CString::new(bytes).map_err(|_| SpawnError::Invalid(format!("{what} contains a NUL byte")))
@@ -70,6 +71,30 @@ pub(super) fn argv(
     Ok(argv)
 }
 
+/// The lab's variables for this VM (`--env-file`, which the payload writes
+/// when the lab has any: `LAB_VM`, `LAB_VMS`, `LAB_PARAM_<KEY>`). Read once
+/// at start; every command of the process, setup and checks alike, gets
+/// them after its login environment and before the request's `env`.
+static LAB_ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// Reads the env file at `path` (no file: no variables) for every command
+/// this process starts; the error says what is wrong with it.
+pub fn load_lab_env(path: &Path) -> Result<(), String> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let vars = lab_agent_proto::guest::parse_env_file(&bytes)
+        .ok_or("is not NUL-ended KEY=VALUE entries in UTF-8")?;
+    let vars = vars
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let _ = LAB_ENV.set(vars);
+    Ok(())
+}
+
 /// The clean login environment of `id` plus the request's variables.
 pub(super) fn envp(
     id: &Identity,
@@ -83,6 +108,9 @@ pub(super) fn envp(
     env.insert(b"LOGNAME", id.name.as_bytes());
     env.insert(b"SHELL", id.shell.as_os_str().as_bytes());
     env.insert(b"PATH", id.default_path().as_bytes());
+    for (k, v) in LAB_ENV.get().into_iter().flatten() {
+        env.insert(k.as_bytes(), v.as_bytes());
+    }
     for (k, v) in env_vars {
         if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
             return Err(SpawnError::Invalid(format!(

@@ -29,6 +29,7 @@ pub use crate::process::cgroup::Limits;
 pub use job::{Exit, Job};
 pub use oom::protect_from_oom;
 
+pub use command::load_lab_env;
 use command::{argv, cstr, envp, working_dir};
 use oom::OOM_RESET;
 

@@ -38,6 +38,8 @@ pub struct SetupConfig {
     /// The lab's `[readiness].min_root_bytes`: a smaller root filesystem
     /// fails the setup before the script runs.
     pub min_root_bytes: Option<u64>,
+    /// The lab's variables (`--env-file`); `main` reads it before the run.
+    pub env_file: PathBuf,
 }
 
 /// What happened, for the caller's exit status.

@@ -135,6 +135,16 @@ impl Config {
         // that `labctl secret` would refuse must not pass `try`.
         let budget_agent = vm.as_ref().and(args.agent.as_deref());
         let mut lab = inspect::report(lab_dir, &inspect::lint(lab_dir, budget_agent))?;
+        // One sandbox (or VM) runs one VM's setup and checks: a session
+        // in one would run every VM's checks on it, and grade nonsense.
+        if !lab.vms.is_empty() {
+            return Err(Failure::usage(format!(
+                "lab `{}` has [[vms]] ({}): `labctl try` runs labs of one VM only, for now",
+                lab.name,
+                lab.vm_names().join(", ")
+            ))
+            .hint("render each VM with `labctl secret --vm NAME`, and grade the session with `labctl grade --vm NAME --url URL --token-file F …`"));
+        }
         select_checks(&mut lab, &args.checks)?;
         let timeout = match timeout {
             Some(t) => t,

@@ -94,5 +94,6 @@ mod lab_toml;
 mod life;
 mod lint;
 mod output;
+mod session;
 mod timeouts;
 mod wait;

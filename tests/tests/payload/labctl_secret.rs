@@ -64,6 +64,8 @@ fn args(dir: &TempDir, lab: &Path) -> (SecretArgs, Vec<u8>) {
         token_out: None,
         no_autologin: false,
         json: false,
+        vm: None,
+        params: Vec::new(),
     };
     (args, agent)
 }
@@ -349,4 +351,132 @@ fn no_autologin_leaves_the_console_alone() {
     run(&a).report();
     let ud = std::fs::read_to_string(dir.path().join("ud")).unwrap();
     assert!(!ud.contains("serial-getty"), "{ud}");
+}
+
+/// A parameter value with every byte a shell, YAML or the env file could
+/// trip on.
+const HOSTILE: &str = "it's \"quoted\"\nsecond line $HOME `id` $(id) \\ %s = é\t";
+
+/// `labctl secret --vm NAME --param …` for each VM of `examples/two-vm-lab`:
+/// each Secret has its own token and its VM's setup, and the guest gets the
+/// VM's variables byte for byte (delivered through the real cloud-init and
+/// installer); the cloud-config stays valid for cloud-init's schema.
+#[test]
+fn per_vm_secrets_differ_in_token_and_setup_and_carry_the_params() {
+    use lab_agent_proto::guest::{ENV_PATH, SETUP_SCRIPT_PATH, TOKEN_PATH, parse_env_file};
+    let lab = crate::support::workspace().join("examples/two-vm-lab");
+    let dir = TempDir::new("labctl-vms");
+    let mut tokens = Vec::new();
+    for vm in ["server", "client"] {
+        let (mut a, _) = args(&dir, &lab);
+        a.vm = Some(vm.into());
+        a.params = vec![format!("GREETING={HOSTILE}"), "n_2=a=b".into()];
+        a.json = true;
+        a.user_data_out = Some(dir.path().join(format!("{vm}.user-data")));
+        let r = run(&a);
+        let report = r.report();
+        assert_eq!(report.vm.as_deref(), Some(vm));
+        let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_eq!(json["vm"], vm);
+        let g = deliver(report.secret.as_deref().unwrap());
+        let (env, env_mode) = g.read(ENV_PATH);
+        assert_eq!(env_mode, 0o600, "the env file is root's");
+        assert_eq!(
+            parse_env_file(&env).unwrap(),
+            [
+                ("LAB_PARAM_GREETING", HOSTILE),
+                ("LAB_PARAM_n_2", "a=b"),
+                ("LAB_VM", vm),
+                ("LAB_VMS", "server client"),
+            ]
+        );
+        let (setup, _) = g.read(SETUP_SCRIPT_PATH);
+        assert_eq!(
+            setup,
+            std::fs::read(lab.join(format!("setup-{vm}.sh"))).unwrap(),
+            "{vm} got another VM's setup"
+        );
+        let (token, _) = g.read(TOKEN_PATH);
+        assert_eq!(String::from_utf8(token).unwrap().trim_end(), report.token);
+        tokens.push(report.token.clone());
+        // The setup's timeout is the VM's (client 180), else the lab's (300).
+        let want = if vm == "client" { "180" } else { "300" };
+        let timeout = &g.report["runcmd"].as_array().unwrap().last().unwrap();
+        let words: Vec<&str> = timeout
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap())
+            .collect();
+        assert!(
+            words.windows(2).any(|w| w == ["--timeout", want]),
+            "{words:?}"
+        );
+        let ud = std::fs::read_to_string(a.user_data_out.as_ref().unwrap()).unwrap();
+        let cloud_config = ud
+            .split("\n--")
+            .find(|p| p.contains("#cloud-config"))
+            .and_then(|p| p.split_once("#cloud-config"))
+            .map(|(_, rest)| format!("#cloud-config{rest}"))
+            .unwrap();
+        let file = dir.write(&format!("{vm}.cloud-config"), &cloud_config);
+        let out = crate::support::cloud_init_schema(&file);
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Valid"),
+            "{vm}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_ne!(tokens[0], tokens[1], "each VM has its own token");
+}
+
+/// What a multi-VM lab asks of `--vm` and `--param`, each an exit 2 that
+/// says what to pass; a one-VM lab with no parameters writes no env file.
+#[test]
+fn vm_and_param_mistakes_are_usage_errors() {
+    let two = crate::support::workspace().join("examples/two-vm-lab");
+    let dir = TempDir::new("labctl-vm-errors");
+    let cases: &[(&Path, Option<&str>, &[&str], &str)] = &[
+        (
+            &two,
+            None,
+            &[],
+            "lab `two-vm-lab` has several VMs (server, client): say which one this payload is for with `--vm NAME`",
+        ),
+        (
+            &two,
+            Some("db"),
+            &[],
+            "no VM named `db`: its VMs are server, client",
+        ),
+        (
+            &fixture_lab(),
+            Some("server"),
+            &[],
+            "is one VM (it has no [[vms]]): leave out `--vm server`",
+        ),
+        (&two, Some("server"), &["NOEQUALS"], "has no `=`"),
+        (&two, Some("server"), &["A-B=1"], "is not a valid key"),
+        (&two, Some("server"), &["A=1", "A=2"], "is given twice"),
+    ];
+    for (lab, vm, params, want) in cases {
+        let (mut a, _) = args(&dir, lab);
+        a.json = true;
+        a.vm = vm.map(str::to_owned);
+        a.params = params.iter().map(|p| p.to_string()).collect();
+        let (code, stderr) = run(&a).failure();
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(want), "{vm:?} {params:?}: {stderr}");
+    }
+    // One VM, no parameters: no env file, and no `vm` in the report.
+    let (mut a, _) = args(&dir, &fixture_lab());
+    a.json = true;
+    let r = run(&a);
+    assert!(!r.stdout.contains("\"vm\""), "{}", r.stdout);
+    let g = deliver(r.report().secret.as_deref().unwrap());
+    assert!(
+        !g.written()
+            .contains(&lab_agent_proto::guest::ENV_PATH.to_owned())
+    );
 }

@@ -1,0 +1,197 @@
+//! `labctl wait --vm NAME … ` and `labctl grade LAB --vm NAME …`: the VMs
+//! of a lab of several (`[[vms]]`), one session. Each `--vm NAME` names the
+//! `--url` (and `--token-file`) at the same position:
+//!
+//! ```text
+//! labctl grade two-vm-lab --vm server --url http://10.0.0.5:8899 --token-file server.token \
+//!                         --vm client --url http://10.0.0.6:8899 --token-file client.token
+//! ```
+//!
+//! The wait fails fast: the first VM that fails (its setup, its token, the
+//! deadline) ends it, named, with that VM's exit status (4 setup failed, 3
+//! not reachable, 2 token refused). Grading keeps the rule for the whole
+//! session: a VM that is not ready is exit 3 (4 when its setup failed),
+//! nothing run anywhere; then each check runs on its VM, into one report
+//! whose checks carry their `vm`.
+
+use super::common;
+use super::exit::{Exit, Failure};
+use super::grading::{exit_for, report_json};
+use super::progress::print_setup_log;
+use super::report::{self, Style};
+use super::wait::{json_text, outcomes_json};
+use lab_agent_client::{Client, Session, SessionError, WaitOutcome};
+use lab_agent_proto::lab::Lab;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// `--vm NAME`s with their `--url`s and `--token-file`s, one each, in the
+/// same order; `request_timeout` for every client.
+pub fn session(
+    vms: &[String],
+    urls: &[String],
+    token_files: &[PathBuf],
+    request_timeout: Option<Duration>,
+) -> Result<Session, Failure> {
+    if urls.len() != vms.len() || token_files.len() != vms.len() {
+        return Err(Failure::usage(format!(
+            "{} `--vm`s, {} `--url`s and {} `--token-file`s: a session gives each VM all three",
+            vms.len(),
+            urls.len(),
+            token_files.len()
+        ))
+        .hint("`--vm NAME --url URL --token-file FILE` for each VM, in that order"));
+    }
+    let mut clients = Vec::with_capacity(vms.len());
+    for ((vm, url), file) in vms.iter().zip(urls).zip(token_files) {
+        let token = common::read_token(file)?;
+        let mut builder = Client::builder();
+        if let Some(t) = request_timeout {
+            builder = builder.request_timeout(t);
+        }
+        let client = builder.build(url, &token).map_err(Failure::client)?;
+        clients.push((vm.clone(), client));
+    }
+    Session::new(clients).map_err(session_failure)
+}
+
+/// A session's error as `labctl` reports it: the VM's name first, its
+/// error's exit status and hints.
+pub fn session_failure(e: SessionError) -> Failure {
+    match e {
+        SessionError::Vm { vm, error } => {
+            let mut f = Failure::client(*error);
+            f.message = format!("VM `{vm}`: {}", f.message);
+            f
+        }
+        SessionError::Mismatch(m) => Failure::usage(m),
+    }
+}
+
+/// `labctl wait --vm …`: every VM ready (each one's life on stdout, or the
+/// `--json` object with each VM's `vm`), or the first that fails.
+pub fn wait(session: &Session, timeout: Duration, json: bool) -> Result<Exit, Failure> {
+    let rt = common::runtime()?;
+    let names: Vec<&str> = session.vms().map(|(n, _)| n).collect();
+    eprintln!(
+        "waiting for VMs {} (up to {} s)",
+        names.join(", "),
+        timeout.as_secs()
+    );
+    let url = |vm: &str| {
+        session
+            .client(vm)
+            .map_or(String::new(), |c| c.url().to_owned())
+    };
+    let outcome = |vm: &str, result| WaitOutcome {
+        url: url(vm),
+        result,
+    };
+    // Every VM when all are ready; else the one that failed, alone.
+    let (names, outcomes, failed) = match rt.block_on(session.wait_ready(Instant::now() + timeout))
+    {
+        Ok(ready) => {
+            let names: Vec<String> = ready.iter().map(|(n, _)| n.clone()).collect();
+            let outcomes = ready.into_iter().map(|(n, r)| outcome(&n, Ok(r))).collect();
+            (names, outcomes, false)
+        }
+        Err(SessionError::Vm { vm, error }) => {
+            if !json {
+                print_setup_log(&error);
+            }
+            let outcomes = vec![outcome(&vm, Err(*error))];
+            (vec![vm], outcomes, true)
+        }
+        Err(e) => return Err(session_failure(e)),
+    };
+    if json {
+        let mut v = outcomes_json(&outcomes);
+        if let Some(list) = v["vms"].as_array_mut() {
+            for (entry, vm) in list.iter_mut().zip(&names) {
+                entry["vm"] = serde_json::Value::String(vm.clone());
+            }
+        }
+        let _ = writeln!(std::io::stdout(), "{}", json_text(&v));
+    } else {
+        let mut out = String::new();
+        for (o, vm) in outcomes.iter().zip(&names) {
+            if let Ok(r) = &o.result {
+                let text = super::life::describe(r);
+                if !text.is_empty() {
+                    out.push_str(&format!("{vm} ({}):\n{text}", o.url));
+                }
+            }
+        }
+        let _ = write!(std::io::stdout(), "{out}");
+    }
+    if !failed {
+        return Ok(Exit::Success);
+    }
+    let (vm, o) = names
+        .into_iter()
+        .zip(outcomes)
+        .next()
+        .expect("the VM that failed");
+    let error = o.result.expect_err("the VM that failed");
+    Err(session_failure(SessionError::Vm {
+        vm,
+        error: Box::new(error),
+    }))
+}
+
+/// `labctl grade LAB --vm …`: the session graded as one, the report on
+/// stdout (each check under its VM, or `--json` with each check's `vm`).
+pub fn grade(
+    session: &Session,
+    lab: &Lab,
+    guest_lab_dir: Option<&str>,
+    wait: Option<Duration>,
+    json: bool,
+) -> Result<Exit, Failure> {
+    let rt = common::runtime()?;
+    rt.block_on(async {
+        if let Some(wait) = wait {
+            session
+                .wait_ready(Instant::now() + wait)
+                .await
+                .map_err(|e| {
+                    if let Some(error) = e.error() {
+                        print_setup_log(error);
+                    }
+                    session_failure(e)
+                })?;
+        }
+        eprintln!(
+            "grading `{}` ({} check{}) on VMs {}",
+            lab.name,
+            lab.checks.len(),
+            if lab.checks.len() == 1 { "" } else { "s" },
+            session.vms().map(|(n, _)| n).collect::<Vec<_>>().join(", ")
+        );
+        let report = session
+            .grade(lab, guest_lab_dir)
+            .await
+            .map_err(session_failure)?;
+        let mut out = std::io::stdout().lock();
+        if json {
+            let _ = writeln!(out, "{}", report_json(&report, None::<()>));
+        } else {
+            let style = Style {
+                color: crate::color::stdout(),
+            };
+            // Under each VM, a heading wherever the VM changes.
+            let mut last = None;
+            for c in &report.checks {
+                if last != Some(&c.vm) {
+                    let vm = c.vm.as_deref().unwrap_or("the VM");
+                    let _ = writeln!(out, "on {vm}:");
+                    last = Some(&c.vm);
+                }
+                let _ = write!(out, "{}", report::check(c, style));
+            }
+            let _ = write!(out, "\n{}", report::summary(&report, style));
+        }
+        Ok(exit_for(&report))
+    })
+}

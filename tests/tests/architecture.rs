@@ -121,3 +121,46 @@ fn the_path_reader_takes_paths_and_leaves_the_rest() {
     let spans = code_spans("a `x/y` b `c\nd` e\n\n```\n`in/fence`\n```\n`z/w`");
     assert_eq!(spans, ["x/y", "c\nd", "z/w"]);
 }
+
+/// Rooms of one job: no Rust source file of the repository (tests
+/// included) is over 800 lines. A file that grows past it does several
+/// jobs; split it along them (a folder with a `mod.rs` and a file per job,
+/// its tests in a `tests.rs`) rather than raise the number.
+#[test]
+fn no_source_file_is_over_800_lines() {
+    const MAX_LINES: usize = 800;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut big = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                // Build output and VCS data are not sources.
+                if !(name.starts_with('.') || name == "target") {
+                    stack.push(path);
+                }
+            } else if kind.is_file() && name.ends_with(".rs") {
+                let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+                if lines > MAX_LINES {
+                    let shown = path
+                        .strip_prefix(&root)
+                        .unwrap_or(&path)
+                        .display()
+                        .to_string();
+                    big.push(format!("{shown}: {lines} lines"));
+                }
+            }
+        }
+    }
+    big.sort();
+    assert!(
+        big.is_empty(),
+        "over {MAX_LINES} lines, split along their jobs:\n{}",
+        big.join("\n")
+    );
+}

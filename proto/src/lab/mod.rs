@@ -1,0 +1,319 @@
+//! The `lab.toml` model: one folder describes a lab's guest side (setup
+//! script, files copied to `/opt/lab/`) and its backend side (checks).
+//!
+//! Parsing ([`Lab::parse`]) is pure; [`Lab::load`] and [`Lab::collect_files`]
+//! are the only functions here that touch the filesystem.
+//!
+//! Layout: this file holds the model (what a parsed lab is) and its small
+//! accessors; `raw` the serde layer as written, `parse` the validation from
+//! it (every problem at once), `files` the walk of `[files].source`, `vms`
+//! a session's VMs and one VM's view (`Lab::for_vm`).
+//!
+//! Every error names the file, the field (a check by its name) and what to
+//! do about it, because the person reading it is a lab author with
+//! `lab.toml` open in an editor. The authors' reference of every key is
+//! `docs/lab-toml.md`; keep the two in step.
+
+use crate::exec::{DEFAULT_MAX_PIDS, MAX_PIDS, MIN_MEMORY_BYTES, Profile};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+mod files;
+mod parse;
+mod raw;
+#[cfg(test)]
+mod tests;
+mod vms;
+pub use vms::{
+    LAB_PARAM_PREFIX, LAB_VM_ENV, LAB_VMS_ENV, MAX_PARAM_BYTES, MAX_VM_NAME_LEN, Vm, VmError,
+    check_vm_name,
+};
+
+/// The file name of a lab's description inside its folder.
+pub const LAB_TOML: &str = "lab.toml";
+/// Default `[setup].timeout_secs`.
+pub use crate::guest::DEFAULT_SETUP_TIMEOUT_SECS;
+pub use crate::{GUEST_LAB_DIR, LAB_DIR_ENV};
+/// Default `timeout_secs` of a check.
+pub const DEFAULT_CHECK_TIMEOUT_SECS: u64 = 60;
+/// Longest timeout a lab may ask for, for setup or a check (one hour).
+pub use crate::exec::MAX_TIMEOUT_SECS;
+/// Default and largest `max_output_bytes` of a check (per stream).
+pub use crate::exec::{DEFAULT_MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES_CAP};
+/// Default `points` of a check.
+pub const DEFAULT_POINTS: u32 = 1;
+/// Most `points` one check may be worth: a typo like `points = 10000000`
+/// is caught rather than swamping the score.
+pub const MAX_POINTS: u32 = 10_000;
+/// Default `[readiness].timeout_secs`: the backend's deadline from the VM's
+/// start to ready. The seeds' labs need 82 to 269 s; 150 covers most of
+/// them without letting a stuck VM hold a student for long.
+pub const DEFAULT_READY_TIMEOUT_SECS: u64 = 150;
+/// Longest `[readiness].timeout_secs` (one hour).
+pub const MAX_READY_TIMEOUT_SECS: u64 = 3600;
+/// The Secret annotation that carries `[readiness].timeout_secs` to the
+/// backend, which reads the Secret it applies rather than the lab folder.
+pub const READY_TIMEOUT_ANNOTATION: &str = "lab-agent/ready-timeout-secs";
+
+/// A parsed and validated lab.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lab {
+    /// The lab's folder (where `lab.toml` is).
+    pub dir: PathBuf,
+    pub name: String,
+    pub setup: Option<Setup>,
+    pub files: Option<Files>,
+    pub checks: Vec<Check>,
+    /// The top-level `profile`: what a check without its own uses.
+    pub profile: Profile,
+    /// The top-level `leave_running`, `max_pids` and `max_memory_bytes`:
+    /// what a check without its own uses.
+    pub leave_running: bool,
+    pub max_pids: Option<u32>,
+    pub max_memory_bytes: Option<u64>,
+    /// `[readiness]`, its defaults when the table is absent.
+    pub readiness: Readiness,
+    /// `[[vms]]`: the VMs of a session; empty for a lab of one VM.
+    pub vms: Vec<Vm>,
+    /// What one VM's setup and checks get in their environment (`LAB_VM`,
+    /// `LAB_VMS`, `LAB_PARAM_<KEY>`): set by [`Lab::for_vm`] for its payload,
+    /// empty in a lab as parsed.
+    pub vm_env: BTreeMap<String, String>,
+    /// `[solve]`: what a student would do, for `labctl test`; never
+    /// shipped to the guest.
+    pub solve: Option<Solve>,
+}
+
+/// `[solve]`: the lab's own solution, run as root by `labctl test` after
+/// the first grade (never part of the payload: students must not find it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Solve {
+    /// The script, relative to the lab's folder.
+    pub script: PathBuf,
+}
+
+/// A check's `initially`: what it must report right after setup, before
+/// anything is solved (`labctl test`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Initially {
+    /// It must fail: a student who did nothing does not get its points.
+    #[default]
+    Fail,
+    /// It holds after setup (it checks the setup, not the student).
+    Pass,
+}
+
+/// `[readiness]`: how long the backend waits for the VM, and what the VM
+/// must have for the lab to be set up at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readiness {
+    /// The backend's deadline from the VM's start to ready (1 to
+    /// [`MAX_READY_TIMEOUT_SECS`], default [`DEFAULT_READY_TIMEOUT_SECS`]).
+    pub timeout_secs: u64,
+    /// The root filesystem's least size: a smaller one makes the setup
+    /// `failed` with the sizes, before the script runs. `None`: any size.
+    pub min_root_bytes: Option<u64>,
+}
+
+impl Default for Readiness {
+    fn default() -> Readiness {
+        Readiness {
+            timeout_secs: DEFAULT_READY_TIMEOUT_SECS,
+            min_root_bytes: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setup {
+    /// The script, relative to the lab's folder, if the lab has one.
+    pub script: Option<PathBuf>,
+    pub timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Files {
+    /// Folder (relative to the lab's) whose contents go to `/opt/lab/`.
+    pub source: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: String,
+    /// Run through `bash --login -c` in the guest, with `LAB_DIR` set.
+    pub run: String,
+    /// `None` means the agent's default (root).
+    pub user: Option<String>,
+    pub timeout_secs: u64,
+    pub fail_message: Option<String>,
+    /// What passing is worth in the score (default 1; 0 for a check that
+    /// only informs).
+    pub points: u32,
+    /// Added to the check's clean environment (besides `LAB_DIR`, which the
+    /// grader sets).
+    pub env: BTreeMap<String, String>,
+    /// Absolute working directory in the guest; `None` is the user's home.
+    pub cwd: Option<String>,
+    /// Fed to the command's standard input; `None` is `/dev/null`.
+    pub stdin: Option<String>,
+    /// Output kept per stream; the rest is dropped and reported as cut.
+    pub max_output_bytes: u64,
+    /// Which startup files the check's shell reads: the check's own
+    /// `profile`, else the lab's, else `login`.
+    pub profile: Profile,
+    /// Keep what the check leaves running after it ends (default: killed
+    /// with it); the check's own, else the lab's, else false.
+    pub leave_running: bool,
+    /// The check's process and memory limits; `None`: the agent's defaults.
+    pub max_pids: Option<u32>,
+    pub max_memory_bytes: Option<u64>,
+    /// The VM it runs on: set in every check of a lab with `[[vms]]` (a lab
+    /// of one `[[vms]]` fills it in), `None` in a lab of one VM.
+    pub vm: Option<String>,
+    /// What a student would do for this check, run as its `user` by
+    /// `labctl test` after the lab's `[solve]` script.
+    pub solve: Option<String>,
+    /// What the check must report right after setup (`labctl test`).
+    pub initially: Initially,
+}
+
+/// One file of `[files].source`, ready to be shipped to the guest.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LabFile {
+    /// Path relative to `/opt/lab/`, `/`-separated, never empty, never `..`.
+    pub path: String,
+    /// Permission bits (`0o644`, `0o755`, …).
+    pub mode: u32,
+    pub contents: Vec<u8>,
+}
+
+impl fmt::Debug for LabFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LabFile")
+            .field("path", &self.path)
+            .field("mode", &format_args!("{:o}", self.mode))
+            .field("len", &self.contents.len())
+            .finish()
+    }
+}
+
+/// Why a lab could not be loaded. Every message names the file and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error("failed to read `{path}`: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`{path}` is not valid lab.toml: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("`{path}`: {field} {problem}")]
+    Invalid {
+        path: PathBuf,
+        /// The offending key, e.g. `checks[2].run`.
+        field: String,
+        /// What is wrong and how to fix it.
+        problem: String,
+    },
+    #[error("failed to read lab files from `{path}`: {source}")]
+    Files {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`{path}`: {problem}")]
+    BadFile { path: PathBuf, problem: String },
+}
+
+impl LabError {
+    /// What to try, for a person reading the error (printed as `hint: …`
+    /// after it; not part of the message).
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            LabError::Read { .. } => Some("a lab is a folder with a `lab.toml` in it"),
+            _ => None,
+        }
+    }
+}
+
+pub use parse::{LabNameProblem, MAX_LAB_NAME_LEN, check_lab_name};
+use parse::{invalid, relative_path, timeout};
+
+impl Lab {
+    /// The sum of every check's points: the best score.
+    pub fn max_score(&self) -> u64 {
+        self.checks.iter().map(|c| u64::from(c.points)).sum()
+    }
+
+    /// The setup script's path on this machine, if the lab has one.
+    pub fn setup_script_path(&self) -> Option<PathBuf> {
+        self.setup
+            .as_ref()
+            .and_then(|s| s.script.as_ref())
+            .map(|s| self.dir.join(s))
+    }
+
+    /// The solve script's path on this machine, if the lab has one.
+    pub fn solve_script_path(&self) -> Option<PathBuf> {
+        self.solve.as_ref().map(|s| self.dir.join(&s.script))
+    }
+
+    /// The setup timeout (the default when there is no `[setup]`).
+    pub fn setup_timeout_secs(&self) -> u64 {
+        self.setup
+            .as_ref()
+            .map_or(DEFAULT_SETUP_TIMEOUT_SECS, |s| s.timeout_secs)
+    }
+}
+
+impl Lab {
+    /// Keeps only the checks named in `names` (all of them when it is
+    /// empty), in the lab's order. `labctl grade --check`, `labctl try
+    /// --check` and the Python package's `checks=` all select through this.
+    pub fn select_checks(&mut self, names: &[String]) -> Result<(), UnknownCheck> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        if let Some(unknown) = names
+            .iter()
+            .find(|n| !self.checks.iter().any(|c| &c.name == *n))
+        {
+            return Err(UnknownCheck {
+                lab: self.name.clone(),
+                name: unknown.clone(),
+                known: self.checks.iter().map(|c| c.name.clone()).collect(),
+            });
+        }
+        self.checks.retain(|c| names.contains(&c.name));
+        Ok(())
+    }
+}
+
+/// A check asked for by a name the lab does not have; see
+/// [`Lab::select_checks`]. Its text lists the names the lab has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownCheck {
+    pub lab: String,
+    pub name: String,
+    pub known: Vec<String>,
+}
+
+impl fmt::Display for UnknownCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let known: Vec<String> = self.known.iter().map(|n| format!("`{n}`")).collect();
+        let known = if known.is_empty() {
+            "it has none".to_owned()
+        } else {
+            format!("its checks are {}", known.join(", "))
+        };
+        write!(
+            f,
+            "lab `{}` has no check named `{}`: {known}",
+            self.lab, self.name
+        )
+    }
+}
+
+impl std::error::Error for UnknownCheck {}

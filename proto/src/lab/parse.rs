@@ -1,0 +1,555 @@
+//! From `lab.toml`'s text to a validated [`Lab`](super::Lab): every problem
+//! at once, each naming the file, the field and the fix.
+
+use super::raw::*;
+use super::*;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+
+impl Lab {
+    /// Reads and validates `DIR/lab.toml`, and checks that the setup script
+    /// and the files folder it names exist. The first problem is the error;
+    /// [`Lab::load_all`] has them all.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Lab, LabError> {
+        Lab::load_all(dir).map_err(first)
+    }
+
+    /// [`Lab::load`], with every problem found (at least one on `Err`), for
+    /// `labctl lint`: an author fixes them in one go.
+    pub fn load_all(dir: impl AsRef<Path>) -> Result<Lab, Vec<LabError>> {
+        let dir = dir.as_ref();
+        let path = dir.join(LAB_TOML);
+        let text = std::fs::read_to_string(&path).map_err(|source| {
+            vec![LabError::Read {
+                path: path.clone(),
+                source,
+            }]
+        })?;
+        let (lab, mut problems) = match Lab::parse_all(&text, dir) {
+            Ok(lab) => (Some(lab), Vec::new()),
+            Err(problems) => (None, problems),
+        };
+        // The named paths are checked even when other keys are wrong, as
+        // long as the file parsed at all.
+        if let Ok(raw) = toml::from_str::<RawLab>(&text) {
+            let script = raw.setup.and_then(|s| s.script);
+            if let Some(script) = script.filter(|s| relative_path(&path, "", s).is_ok()) {
+                if !dir.join(&script).is_file() {
+                    problems.push(invalid(
+                        &path,
+                        "setup.script",
+                        format!(
+                            "names `{script}`, which is not a file in `{}`: create it or remove `script` from [setup]",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+            for vm in &raw.vms {
+                let Some(script) = vm.script().filter(|s| relative_path(&path, "", s).is_ok())
+                else {
+                    continue;
+                };
+                if !dir.join(script).is_file() {
+                    problems.push(invalid(
+                        &path,
+                        &format!("vm `{}`: setup", vm.name().trim()),
+                        format!(
+                            "names `{script}`, which is not a file in `{}`: create it or remove `setup` from the VM",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+            if let Some(script) = raw
+                .solve
+                .map(|s| s.script)
+                .filter(|s| relative_path(&path, "", s).is_ok())
+            {
+                if !dir.join(&script).is_file() {
+                    problems.push(invalid(
+                        &path,
+                        "solve.script",
+                        format!(
+                            "names `{script}`, which is not a file in `{}`: create it or remove [solve]",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+            if let Some(source) = raw
+                .files
+                .map(|f| f.source)
+                .filter(|s| relative_path(&path, "", s).is_ok())
+            {
+                if !dir.join(&source).is_dir() {
+                    problems.push(invalid(
+                        &path,
+                        "files.source",
+                        format!(
+                            "names `{source}`, which is not a folder in `{}`: create it or remove [files]",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        match lab {
+            Some(lab) if problems.is_empty() => Ok(lab),
+            _ => Err(problems),
+        }
+    }
+
+    /// Parses and validates lab.toml text. `dir` is only recorded and used in
+    /// messages; nothing is read. The first problem is the error.
+    pub fn parse(text: &str, dir: impl AsRef<Path>) -> Result<Lab, LabError> {
+        Lab::parse_all(text, dir).map_err(first)
+    }
+
+    /// [`Lab::parse`], with every problem found (at least one on `Err`).
+    pub fn parse_all(text: &str, dir: impl AsRef<Path>) -> Result<Lab, Vec<LabError>> {
+        let dir = dir.as_ref().to_path_buf();
+        let path = dir.join(LAB_TOML);
+        let raw: RawLab = toml::from_str(text).map_err(|e| {
+            vec![LabError::Syntax {
+                path: path.clone(),
+                message: plain_type_names(e.to_string().trim_end()),
+            }]
+        })?;
+        let mut problems = Vec::new();
+        let mut check = |r: Result<(), LabError>| {
+            if let Err(e) = r {
+                problems.push(e);
+            }
+        };
+
+        let name = raw.name.trim().to_owned();
+        check(lab_name(&path, &name));
+
+        let setup = raw.setup.map(|s| {
+            let script = s.script.and_then(|script| {
+                relative_path(&path, "setup.script", &script)
+                    .map_err(|e| check(Err(e)))
+                    .ok()
+            });
+            let timeout_secs = timeout(
+                &path,
+                "setup.timeout_secs",
+                s.timeout_secs,
+                DEFAULT_SETUP_TIMEOUT_SECS,
+            )
+            .unwrap_or_else(|e| {
+                check(Err(e));
+                DEFAULT_SETUP_TIMEOUT_SECS
+            });
+            Setup {
+                script,
+                timeout_secs,
+            }
+        });
+
+        let readiness = raw
+            .readiness
+            .map_or_else(Readiness::default, |r| Readiness {
+                timeout_secs: ready_timeout(&path, r.timeout_secs).unwrap_or_else(|e| {
+                    check(Err(e));
+                    DEFAULT_READY_TIMEOUT_SECS
+                }),
+                min_root_bytes: min_root_bytes(&path, r.min_root_bytes).unwrap_or_else(|e| {
+                    check(Err(e));
+                    None
+                }),
+            });
+
+        let solve = raw.solve.and_then(|s| {
+            relative_path(&path, "solve.script", &s.script)
+                .map(|script| Solve { script })
+                .map_err(|e| check(Err(e)))
+                .ok()
+        });
+
+        let files = raw.files.and_then(|f| {
+            relative_path(&path, "files.source", &f.source)
+                .map(|source| Files { source })
+                .map_err(|e| check(Err(e)))
+                .ok()
+        });
+
+        let lab_pids = limit_pids(&path, "max_pids", raw.max_pids).unwrap_or_else(|e| {
+            check(Err(e));
+            None
+        });
+        let lab_memory = limit_memory(&path, "max_memory_bytes", raw.max_memory_bytes)
+            .unwrap_or_else(|e| {
+                check(Err(e));
+                None
+            });
+        let mut seen = HashSet::new();
+        let mut checks = Vec::with_capacity(raw.checks.len());
+        for (i, c) in raw.checks.into_iter().enumerate() {
+            let check_name = c.name.trim().to_owned();
+            // Errors name the check as the author knows it, by its name;
+            // only a check without one is named by its position.
+            let field = |key: &str| {
+                if check_name.is_empty() {
+                    format!("check #{} {key}", i + 1)
+                } else {
+                    format!("check `{check_name}`: {key}")
+                }
+            };
+            let mut bad =
+                |key: &str, problem: String| check(Err(invalid(&path, &field(key), problem)));
+            if check_name.is_empty() {
+                bad(
+                    "name",
+                    "is empty: every check needs a name the student will see".into(),
+                );
+            } else if !seen.insert(check_name.clone()) {
+                bad(
+                    "name",
+                    "is used by an earlier check: check names must be unique".into(),
+                );
+            }
+            if c.run.trim().is_empty() {
+                bad("run", "is empty: give the command that verifies it".into());
+            }
+            if c.solve.as_deref().is_some_and(|s| s.trim().is_empty()) {
+                bad(
+                    "solve",
+                    "is empty: give what a student would run, or remove the key".into(),
+                );
+            }
+            if c.user.as_deref().is_some_and(|u| u.trim().is_empty()) {
+                bad(
+                    "user",
+                    "is empty: name a user or remove the key (default root)".into(),
+                );
+            }
+            let timeout_secs = timeout(
+                &path,
+                &field("timeout_secs"),
+                c.timeout_secs,
+                DEFAULT_CHECK_TIMEOUT_SECS,
+            )
+            .unwrap_or_else(|e| {
+                check(Err(e));
+                DEFAULT_CHECK_TIMEOUT_SECS
+            });
+            let points = match c.points {
+                None => DEFAULT_POINTS,
+                Some(p) if (0..=i64::from(MAX_POINTS)).contains(&p) => p as u32,
+                Some(p) => {
+                    check(Err(invalid(
+                        &path,
+                        &field("points"),
+                        format!("is {p}: use a whole number from 0 to {MAX_POINTS}"),
+                    )));
+                    DEFAULT_POINTS
+                }
+            };
+            let max_output_bytes = match c.max_output_bytes {
+                None => DEFAULT_MAX_OUTPUT_BYTES,
+                Some(b) if b >= 0 && b as u64 <= MAX_OUTPUT_BYTES_CAP => b as u64,
+                Some(b) => {
+                    check(Err(invalid(
+                        &path,
+                        &field("max_output_bytes"),
+                        format!(
+                            "is {b}: use a number of bytes from 0 to {MAX_OUTPUT_BYTES_CAP} (16 MiB)"
+                        ),
+                    )));
+                    DEFAULT_MAX_OUTPUT_BYTES
+                }
+            };
+            let max_pids = limit_pids(&path, &field("max_pids"), c.max_pids)
+                .unwrap_or_else(|e| {
+                    check(Err(e));
+                    None
+                })
+                .or(lab_pids);
+            let max_memory_bytes =
+                limit_memory(&path, &field("max_memory_bytes"), c.max_memory_bytes)
+                    .unwrap_or_else(|e| {
+                        check(Err(e));
+                        None
+                    })
+                    .or(lab_memory);
+            if let Some(cwd) = &c.cwd {
+                if !cwd.starts_with('/') {
+                    check(Err(invalid(
+                        &path,
+                        &field("cwd"),
+                        format!(
+                            "`{cwd}` is not absolute: give a path in the guest starting with `/` (`$LAB_DIR` is not expanded here)"
+                        ),
+                    )));
+                }
+            }
+            for key in c.env.keys() {
+                if let Err(problem) = env_name(key) {
+                    check(Err(invalid(&path, &field(&format!("env.{key}")), problem)));
+                }
+            }
+            checks.push(Check {
+                name: check_name,
+                run: c.run,
+                user: c.user,
+                timeout_secs,
+                fail_message: c.fail_message,
+                points,
+                env: c.env,
+                cwd: c.cwd,
+                stdin: c.stdin,
+                max_output_bytes,
+                profile: c.profile.or(raw.profile).unwrap_or_default(),
+                leave_running: c.leave_running.or(raw.leave_running).unwrap_or(false),
+                max_pids,
+                max_memory_bytes,
+                vm: c.vm,
+                solve: c.solve,
+                initially: c.initially,
+            });
+        }
+        let vms = vms::resolve(&path, raw.vms, setup.as_ref(), &mut checks, &mut problems);
+
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(Lab {
+            dir,
+            name,
+            setup,
+            files,
+            checks,
+            profile: raw.profile.unwrap_or_default(),
+            leave_running: raw.leave_running.unwrap_or(false),
+            max_pids: lab_pids,
+            max_memory_bytes: lab_memory,
+            readiness,
+            vms,
+            vm_env: BTreeMap::new(),
+            solve,
+        })
+    }
+}
+
+/// A `max_pids` key: 1 to [`MAX_PIDS`], as the agent accepts it.
+fn limit_pids(path: &Path, key: &str, v: Option<i64>) -> Result<Option<u32>, LabError> {
+    match v {
+        None => Ok(None),
+        Some(n) if (1..=i64::from(MAX_PIDS)).contains(&n) => Ok(Some(n as u32)),
+        Some(n) => Err(invalid(
+            path,
+            key,
+            format!(
+                "is {n}: use 1 to {MAX_PIDS} processes, or remove the key for the agent's default ({DEFAULT_MAX_PIDS})"
+            ),
+        )),
+    }
+}
+
+/// A `max_memory_bytes` key: at least [`MIN_MEMORY_BYTES`], as the agent
+/// accepts it.
+fn limit_memory(path: &Path, key: &str, v: Option<i64>) -> Result<Option<u64>, LabError> {
+    match v {
+        None => Ok(None),
+        Some(b) if b >= MIN_MEMORY_BYTES as i64 => Ok(Some(b as u64)),
+        Some(b) => Err(invalid(
+            path,
+            key,
+            format!(
+                "is {b}: use at least {MIN_MEMORY_BYTES} bytes (16 MiB), or remove the key for the agent's default (the guest's memory less a reserve)"
+            ),
+        )),
+    }
+}
+
+fn first(mut problems: Vec<LabError>) -> LabError {
+    problems.remove(0)
+}
+
+fn lab_name(path: &Path, name: &str) -> Result<(), LabError> {
+    check_lab_name(name).map_err(|problem| invalid(path, "name", problem.to_string()))
+}
+
+/// Longest lab name: it becomes a Kubernetes label value and part of file
+/// names.
+pub const MAX_LAB_NAME_LEN: usize = 63;
+
+/// Why a lab name is refused; see [`check_lab_name`]. Its text reads after
+/// the word "name" (`name is empty: ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabNameProblem {
+    Empty,
+    /// A character outside `A-Z a-z 0-9 - _ .`.
+    BadCharacter {
+        name: String,
+        bad: char,
+    },
+    /// Longer than [`MAX_LAB_NAME_LEN`] bytes.
+    TooLong {
+        len: usize,
+    },
+}
+
+impl fmt::Display for LabNameProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LabNameProblem::Empty => f.write_str("is empty: give the lab a name"),
+            LabNameProblem::BadCharacter { name, bad } => write!(
+                f,
+                "`{name}` contains {bad:?}: use letters, digits, `-`, `_` and `.` (it ends up in labels and file names)"
+            ),
+            LabNameProblem::TooLong { len } => {
+                write!(f, "is {len} characters long: keep it to {MAX_LAB_NAME_LEN}")
+            }
+        }
+    }
+}
+
+/// The one rule for a lab's name, for `lab.toml` and for the payload
+/// generator alike: 1 to 63 of `A-Z a-z 0-9 - _ .`, so it is safe in a
+/// label, a file name and a shell comment.
+pub fn check_lab_name(name: &str) -> Result<(), LabNameProblem> {
+    if name.is_empty() {
+        return Err(LabNameProblem::Empty);
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(LabNameProblem::BadCharacter {
+            name: name.to_owned(),
+            bad,
+        });
+    }
+    if name.len() > MAX_LAB_NAME_LEN {
+        return Err(LabNameProblem::TooLong { len: name.len() });
+    }
+    Ok(())
+}
+
+/// An environment variable a check may set: a shell name, and not
+/// `LAB_DIR`, which the grader sets to where the lab is.
+fn env_name(key: &str) -> Result<(), String> {
+    let shell_name = key
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !shell_name {
+        return Err(
+            "is not a variable name: use letters, digits and `_`, not starting with a digit".into(),
+        );
+    }
+    if key == LAB_DIR_ENV {
+        return Err(
+            "is set by the grader to where the lab's files are: remove it from `env`".into(),
+        );
+    }
+    Ok(())
+}
+
+/// serde names Rust types in its type errors (`expected i64`); an author
+/// wrote TOML, so say it in TOML's words.
+fn plain_type_names(message: &str) -> String {
+    [
+        ("expected i64", "expected a whole number"),
+        ("expected u64", "expected a whole number"),
+        ("expected u32", "expected a whole number"),
+        ("expected a sequence", "expected an array"),
+        ("expected a map", "expected a table"),
+        ("expected a string", "expected a string in quotes"),
+        ("invalid type: map", "invalid type: table"),
+        ("invalid type: sequence", "invalid type: array"),
+    ]
+    .iter()
+    .fold(message.to_owned(), |m, (from, to)| m.replace(from, to))
+}
+
+pub(super) fn invalid(path: &Path, field: &str, problem: impl Into<String>) -> LabError {
+    LabError::Invalid {
+        path: path.to_path_buf(),
+        field: field.to_owned(),
+        problem: problem.into(),
+    }
+}
+
+pub(super) fn timeout(
+    path: &Path,
+    field: &str,
+    value: Option<i64>,
+    default: u64,
+) -> Result<u64, LabError> {
+    match value {
+        None => Ok(default),
+        Some(v) if v >= 1 && v as u64 <= MAX_TIMEOUT_SECS => Ok(v as u64),
+        Some(v) => Err(invalid(
+            path,
+            field,
+            format!("is {v}: use a number of seconds from 1 to {MAX_TIMEOUT_SECS}"),
+        )),
+    }
+}
+
+/// `[readiness].timeout_secs`: 1 to [`MAX_READY_TIMEOUT_SECS`].
+fn ready_timeout(path: &Path, value: Option<i64>) -> Result<u64, LabError> {
+    match value {
+        None => Ok(DEFAULT_READY_TIMEOUT_SECS),
+        Some(v) if v >= 1 && v as u64 <= MAX_READY_TIMEOUT_SECS => Ok(v as u64),
+        Some(v) => Err(invalid(
+            path,
+            "readiness.timeout_secs",
+            format!(
+                "is {v}: use a number of seconds from 1 to {MAX_READY_TIMEOUT_SECS}, the time from the VM's start to ready (default {DEFAULT_READY_TIMEOUT_SECS})"
+            ),
+        )),
+    }
+}
+
+/// `[readiness].min_root_bytes`: a positive number of bytes.
+fn min_root_bytes(path: &Path, value: Option<i64>) -> Result<Option<u64>, LabError> {
+    match value {
+        None => Ok(None),
+        Some(b) if b > 0 => Ok(Some(b as u64)),
+        Some(b) => Err(invalid(
+            path,
+            "readiness.min_root_bytes",
+            format!(
+                "is {b}: use the root filesystem's least size in bytes (e.g. 10737418240 for 10 GiB), or remove the key for any size"
+            ),
+        )),
+    }
+}
+
+/// A path inside the lab folder: relative, and never climbing out of it.
+pub(super) fn relative_path(path: &Path, field: &str, value: &str) -> Result<PathBuf, LabError> {
+    if value.trim().is_empty() {
+        return Err(invalid(
+            path,
+            field,
+            "is empty: name a path inside the lab folder",
+        ));
+    }
+    let p = PathBuf::from(value);
+    for c in p.components() {
+        match c {
+            Component::Normal(_) | Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(invalid(
+                    path,
+                    field,
+                    format!("`{value}` is absolute: give a path relative to the lab folder"),
+                ));
+            }
+            Component::ParentDir => {
+                return Err(invalid(
+                    path,
+                    field,
+                    format!("`{value}` leaves the lab folder: keep it inside"),
+                ));
+            }
+        }
+    }
+    Ok(p)
+}

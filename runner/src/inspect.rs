@@ -13,8 +13,8 @@
 use crate::payload::{self, PayloadError, RenderOptions};
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::{Format, SecretMeta};
-use lab_agent_proto::lab::Lab;
-use std::path::{Path, PathBuf};
+use lab_agent_proto::lab::{Lab, Scripts, scripts_of_toml};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// What linting a lab found.
@@ -41,11 +41,11 @@ pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
             }));
             // The shell syntax can still be checked, from what the file
             // says as far as it parses at all.
-            syntax(&Scripts::from_toml(dir), &mut found);
+            syntax(&scripts_of_toml(dir), &mut found);
             return found;
         }
     };
-    syntax(&Scripts::from_lab(&lab), &mut found);
+    syntax(&lab.scripts(), &mut found);
     if let (Some(solve), Some(files)) = (&lab.solve, &lab.files) {
         if lab
             .dir
@@ -68,90 +68,19 @@ pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
     found
 }
 
-/// What `bash -n` reads: the setup and solve scripts, and each check's
-/// name, `run` and `solve`.
-#[derive(Debug, Default)]
-struct Scripts {
-    setup: Option<PathBuf>,
-    solve: Option<PathBuf>,
-    checks: Vec<(String, String, Option<String>)>,
-}
-
-impl Scripts {
-    fn from_lab(lab: &Lab) -> Scripts {
-        Scripts {
-            setup: lab.setup_script_path(),
-            solve: lab.solve_script_path(),
-            checks: lab
-                .checks
-                .iter()
-                .map(|c| (c.name.clone(), c.run.clone(), c.solve.clone()))
-                .collect(),
-        }
-    }
-
-    /// From a `lab.toml` the model refused: every string that looks like a
-    /// setup script or a check, taken as it is.
-    fn from_toml(dir: &Path) -> Scripts {
-        let text = std::fs::read_to_string(dir.join(lab_agent_proto::lab::LAB_TOML));
-        let Ok(Ok(doc)) = text.map(|t| t.parse::<toml::Table>()) else {
-            return Scripts::default();
-        };
-        let script = |table: &str| {
-            doc.get(table)
-                .and_then(|s| s.get("script"))
-                .and_then(toml::Value::as_str)
-                .map(|s| dir.join(s))
-                .filter(|p| p.is_file())
-        };
-        let (setup, solve) = (script("setup"), script("solve"));
-        let checks = doc
-            .get("checks")
-            .and_then(toml::Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .filter_map(|(i, c)| {
-                let run = c.get("run")?.as_str()?.to_owned();
-                let name = c.get("name").and_then(toml::Value::as_str);
-                let solve = c.get("solve").and_then(toml::Value::as_str);
-                Some((
-                    name.map_or(format!("#{}", i + 1), str::to_owned),
-                    run,
-                    solve.map(str::to_owned),
-                ))
-            })
-            .collect();
-        Scripts {
-            setup,
-            solve,
-            checks,
-        }
-    }
-}
-
-/// `bash -n` on the setup and solve scripts and on every check's `run`
-/// and `solve`: a typo in a check would otherwise read as every student
-/// failing it.
+/// `bash -n` on every script and command of the lab
+/// ([`Scripts`](lab_agent_proto::lab::Scripts): the setup scripts, the
+/// solve script, each check's `run` and `solve`): a typo in a check would
+/// otherwise read as every student failing it.
 fn syntax(scripts: &Scripts, found: &mut Findings) {
-    let scripts_ = [("setup", &scripts.setup), ("solve", &scripts.solve)];
-    let files = scripts_.iter().filter_map(|(what, p)| {
-        let p = p.as_ref()?;
-        Some((
-            vec![p.as_os_str()],
-            format!("the {what} script `{}`", p.display()),
-        ))
-    });
-    let commands = scripts.checks.iter().flat_map(|(name, run, solve)| {
-        [("run", Some(run)), ("solve", solve.as_ref())]
-            .into_iter()
-            .filter_map(move |(key, text)| {
-                Some((
-                    vec!["-c".as_ref(), text?.as_ref()],
-                    format!("check `{name}`: `{key}`"),
-                ))
-            })
-    });
+    let files = scripts
+        .files
+        .iter()
+        .map(|(what, p)| (vec![p.as_os_str()], what));
+    let commands = scripts
+        .commands
+        .iter()
+        .map(|(what, text)| (vec!["-c".as_ref(), text.as_ref()], what));
     for (args, what) in files.chain(commands) {
         match bash_n(&args) {
             Ok(None) => {}

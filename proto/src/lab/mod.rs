@@ -7,7 +7,8 @@
 //! Layout: this file holds the model (what a parsed lab is) and its small
 //! accessors; `raw` the serde layer as written, `parse` the validation from
 //! it (every problem at once), `files` the walk of `[files].source`, `vms`
-//! a session's VMs and one VM's view (`Lab::for_vm`).
+//! a session's VMs and one VM's view (`Lab::for_vm`), `scripts` the shell
+//! a lab holds (for `bash -n`).
 //!
 //! Every error names the file, the field (a check by its name) and what to
 //! do about it, because the person reading it is a lab author with
@@ -23,6 +24,7 @@ use std::path::PathBuf;
 mod files;
 mod parse;
 mod raw;
+mod scripts;
 #[cfg(test)]
 mod tests;
 mod vms;
@@ -240,6 +242,7 @@ impl LabError {
 
 pub use parse::{LabNameProblem, MAX_LAB_NAME_LEN, check_lab_name};
 use parse::{invalid, relative_path, timeout};
+pub use scripts::{Scripts, scripts_of_toml};
 
 impl Lab {
     /// The sum of every check's points: the best score.

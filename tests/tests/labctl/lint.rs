@@ -149,3 +149,40 @@ fn solves_are_linted_and_must_not_ship() {
         assert!(err.contains(want), "{err} lacks {want:?}");
     }
 }
+
+/// Each VM's own setup script is read by `bash -n` like the lab's, in a
+/// valid lab and in one the model refuses (then from the TOML as written).
+#[test]
+fn each_vms_setup_is_linted() {
+    let toml = "name = \"v\"\n[[vms]]\nname = \"server\"\nsetup = \"server.sh\"\n\
+                [[vms]]\nname = \"client\"\nsetup = \"client.sh\"\n\
+                [[checks]]\nname = \"a\"\nvm = \"server\"\nrun = \"true\"\n";
+    for (name, extra) in [
+        ("valid", ""),
+        ("refused", "[[checks]]\nname = \"b\"\nrun = \"true\"\n"),
+    ] {
+        let lab = lab_folder(
+            &format!("labctl-lint-vms-{name}"),
+            &format!("{toml}{extra}"),
+        );
+        lab.write("server.sh", "echo fine\n", 0o755);
+        lab.write("client.sh", "case x in\n", 0o755);
+        let out = lint(&lab);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("vm `client`: the setup script `") && err.contains("is not valid bash"),
+            "{name}: {err}"
+        );
+        assert!(
+            !err.contains("vm `server`: the setup script"),
+            "{name}: {err}"
+        );
+        if !extra.is_empty() {
+            assert!(
+                err.contains("check `b`"),
+                "{name}: the model's problem too: {err}"
+            );
+        }
+    }
+}

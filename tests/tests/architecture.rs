@@ -2,7 +2,7 @@
 //! that names a file or folder of the repository exists, read from the
 //! repository's root (a newcomer pastes them into a shell there), and none
 //! leads out of it. A rename that forgets the map fails here, not in a
-//! reader's head.
+//! reader's head. And the map stays a map: at most 250 lines.
 
 use std::path::Path;
 
@@ -93,6 +93,22 @@ fn every_path_in_architecture_md_exists_from_the_root() {
         wrong.is_empty(),
         "ARCHITECTURE.md names paths that are not there:\n{}",
         wrong.join("\n")
+    );
+}
+
+/// A codemap a newcomer reads in ten minutes: detail belongs in the
+/// crates' `lib.rs` and the folders' `mod.rs`, which the map points to.
+const MOST_LINES: usize = 250;
+
+#[test]
+fn architecture_md_is_at_most_250_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("read ARCHITECTURE.md");
+    let lines = text.lines().count();
+    assert!(
+        lines <= MOST_LINES,
+        "ARCHITECTURE.md has {lines} lines, more than {MOST_LINES}: say it shorter, or move the \
+         detail into the `lib.rs` or `mod.rs` the map points to"
     );
 }
 

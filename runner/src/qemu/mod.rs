@@ -3,8 +3,8 @@
 //! project's VM tests (`lab_agent_tests::vm` is a thin layer over this that
 //! adds a machine-wide lock, kept logs and test conveniences).
 //!
-//! It lives under `cli/` on purpose: the client *library* speaks `/v1` to a
-//! URL and knows nothing of qemu or cloud-init.
+//! It lives in the runner on purpose: the client *library* speaks `/v1` to a
+//! URL and knows nothing of qemu or cloud-init (`tests/tests/crate_boundary.rs`).
 //!
 //! # Layout
 //! - [`argv`]: what to boot ([`Guest`]: kernel + initrd + root filesystem,

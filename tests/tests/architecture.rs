@@ -180,3 +180,33 @@ fn no_source_file_is_over_800_lines() {
         big.join("\n")
     );
 }
+
+/// The agent's layers point one way: what runs commands (`process/`) and
+/// what decides readiness (`readiness/`) know nothing of HTTP (`http/`) or
+/// the endpoints (`api/`), so either can be driven without a server
+/// (`lab-agent setup` does) and tested as plain functions.
+#[test]
+fn the_agents_process_and_readiness_know_no_http() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src");
+    let mut wrong = Vec::new();
+    for layer in ["process", "readiness"] {
+        let mut stack = vec![root.join(layer)];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or("");
+                    if code.contains("crate::http") || code.contains("crate::api") {
+                        wrong.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -47,7 +47,8 @@ pub use setup::{SetupConfig, run as run_setup};
 // The seams tests and fuzz targets drive: the state a handler sees and the
 // router it goes through, the parsers of untrusted input, the bounds they
 // assert, the records they fake.
-pub use api::exec::{KILL_GRACE, parse as parse_exec};
+pub use api::command::KILL_GRACE;
+pub use api::exec::parse as parse_exec;
 pub use api::ready::parse_wait;
 pub use app::App;
 pub use http::budget::Budget;

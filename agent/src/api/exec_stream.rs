@@ -5,11 +5,11 @@
 //! the response body sends what the queue gives. So a slow reader fills the
 //! queue, the pumps wait on it and stop reading the pipes, and the command
 //! blocks writing: memory stays at the queue's size whatever the command
-//! prints. The command's timeout and kill rules are `exec::drive`'s, as for
+//! prints. The command's timeout and kill rules are `command::drive`'s, as for
 //! a plain exec; a client that goes away drops the body, the queue closes,
 //! and the task drops the job, which kills the command.
 
-use crate::api::exec;
+use crate::api::command as exec;
 use crate::app::App;
 use crate::http::Response;
 use crate::http::api_error::ApiError;

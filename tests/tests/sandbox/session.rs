@@ -359,3 +359,36 @@ run = "true"
     assert!(!Path::new(&format!("/etc/labctl-sbx-{tag}")).exists());
     assert_eq!(Host::now(), host, "the machine changed");
 }
+
+#[test]
+fn what_a_session_does_not_do_yet_is_refused_saying_what_does() {
+    let _shells = sandboxed();
+    require_root("`labctl try` without `--vm`");
+    let lab = repo_root().join("examples/two-vm-lab");
+    let image = TempDir::new("sbx-session-image");
+    image.write("disk.img", "", 0o644);
+    let disk = image.path.join("disk.img").display().to_string();
+    for (extra, says) in [
+        (
+            vec!["--vm", disk.as_str()],
+            "a guest per VM of a session is not built yet",
+        ),
+        (
+            vec!["--host"],
+            "`--host` would run every VM's setup on this one machine",
+        ),
+        (
+            vec!["--keep"],
+            "`--keep` keeps the sandbox of a lab of one VM only",
+        ),
+    ] {
+        let out = try_lab(&lab, &extra);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("lab `two-vm-lab` has several VMs (server, client)") && err.contains(says),
+            "{extra:?}: {err}"
+        );
+        assert!(!err.contains("staged "), "nothing started: {err}");
+    }
+}

@@ -10,6 +10,5 @@ install -d -m 0755 /srv/greeting
 printf 'hello from %s\n' "$LAB_VM" >/srv/greeting/index.html
 printf 'GREETING_BIND=127.0.0.1\n' >/etc/default/greeting
 install -m 0644 "$LAB_DIR/greeting.service" /etc/systemd/system/greeting.service
-systemctl daemon-reload
-systemctl enable --now greeting.service
+greeting_restart
 log "greeting.service answers on 127.0.0.1:8080 only"

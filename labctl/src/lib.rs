@@ -129,6 +129,15 @@ pub struct KeeperArgs {
     /// The agent binary (on the host)
     #[arg(long)]
     pub agent: std::path::PathBuf,
+    /// A session's VM: the sandbox's hostname
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// A session's VM: bind the try dir's `hosts` on `/etc/hosts`
+    #[arg(long)]
+    pub hosts: bool,
+    /// A session's VM: start nothing until SIGUSR1 (its network is wired)
+    #[arg(long)]
+    pub hold: bool,
     /// The agent's arguments
     #[arg(last = true)]
     pub args: Vec<std::ffi::OsString>,
@@ -140,6 +149,11 @@ impl From<&KeeperArgs> for lab_runner::sandbox::KeeperArgs {
             dir: args.dir.clone(),
             agent: args.agent.clone(),
             args: args.args.clone(),
+            vm: lab_runner::sandbox::VmOptions {
+                hostname: args.hostname.clone(),
+                hosts: args.hosts,
+                hold: args.hold,
+            },
         }
     }
 }

@@ -20,7 +20,7 @@ use super::grading::{exit_for, report_json};
 use super::progress::print_setup_log;
 use super::report::{self, Style};
 use super::wait::{json_text, outcomes_json};
-use lab_agent_client::{Client, Session, SessionError, WaitOutcome};
+use lab_agent_client::{Client, GradeReport, Session, SessionError, WaitOutcome};
 use lab_agent_proto::lab::Lab;
 use std::io::Write;
 use std::path::PathBuf;
@@ -173,25 +173,32 @@ pub fn grade(
             .grade(lab, guest_lab_dir)
             .await
             .map_err(session_failure)?;
-        let mut out = std::io::stdout().lock();
-        if json {
-            let _ = writeln!(out, "{}", report_json(&report, None::<()>));
-        } else {
-            let style = Style {
-                color: crate::color::stdout(),
-            };
-            // Under each VM, a heading wherever the VM changes.
-            let mut last = None;
-            for c in &report.checks {
-                if last != Some(&c.vm) {
-                    let vm = c.vm.as_deref().unwrap_or("the VM");
-                    let _ = writeln!(out, "on {vm}:");
-                    last = Some(&c.vm);
-                }
-                let _ = write!(out, "{}", report::check(c, style));
-            }
-            let _ = write!(out, "\n{}", report::summary(&report, style));
-        }
+        print_report(&report, json, None::<()>);
         Ok(exit_for(&report))
     })
+}
+
+/// A session's report on stdout: each check under its VM's heading and the
+/// summary, or with `json` the report's JSON with `extra`'s members after
+/// its own (`try` adds each VM's `changes`).
+pub fn print_report<X: serde::Serialize>(report: &GradeReport, json: bool, extra: Option<X>) {
+    let mut out = std::io::stdout().lock();
+    if json {
+        let _ = writeln!(out, "{}", report_json(report, extra));
+        return;
+    }
+    let style = Style {
+        color: crate::color::stdout(),
+    };
+    // Under each VM, a heading wherever the VM changes.
+    let mut last = None;
+    for c in &report.checks {
+        if last != Some(&c.vm) {
+            let vm = c.vm.as_deref().unwrap_or("the VM");
+            let _ = writeln!(out, "on {vm}:");
+            last = Some(&c.vm);
+        }
+        let _ = write!(out, "{}", report::check(c, style));
+    }
+    let _ = write!(out, "\n{}", report::summary(report, style));
 }

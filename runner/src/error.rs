@@ -62,6 +62,12 @@ impl Error {
         self
     }
 
+    /// The same error, its message led by the session's VM it is about.
+    pub(crate) fn on_vm(mut self, vm: &str) -> Error {
+        self.message = format!("VM `{vm}`: {}", self.message);
+        self
+    }
+
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }

@@ -13,6 +13,10 @@
 //! - [`local`]: [`LocalAgent`], a `lab-agent serve` started with a lab
 //!   staged in a temp dir, in a sandbox or on this machine itself (`--host`);
 //!   [`local::find_agent`] finds the agent binary to run.
+//! - [`session`]: [`LocalSession`], a lab of several VMs (`[[vms]]`) in
+//!   the sandbox: one sandbox per VM (its hostname the VM's name), all on
+//!   one private switch (`switch.rs`: a bridge in a network namespace of
+//!   its own, a veth pair per VM) where the VMs' names resolve.
 //! - [`kept`]: a sandbox kept after its run (`--keep`): enter it, stop it.
 //! - [`changes`]: what a lab changed in the sandbox, from the overlays'
 //!   upper dirs.
@@ -51,9 +55,12 @@ pub mod payload;
 pub mod qemu;
 pub mod sandbox;
 pub mod selftest;
+pub mod session;
+mod switch;
 pub mod systemd;
 pub mod tempdir;
 pub mod vm;
 
 pub use error::{Error, ErrorKind};
 pub use local::LocalAgent;
+pub use session::LocalSession;

@@ -48,6 +48,18 @@ pub struct LocalAgent {
     token: String,
     /// In a sandbox: the keeper's PID and the way into its network.
     sandbox: Option<(u32, sandbox::NetnsDialer)>,
+    /// One VM of a session: its name.
+    vm: Option<String>,
+}
+
+/// One VM of a session, as [`LocalAgent::launch`] starts it (see
+/// [`crate::session`]).
+#[derive(Debug)]
+pub(crate) struct SessionVm {
+    /// Its name: the sandbox's hostname.
+    pub(crate) name: String,
+    /// The session's `/etc/hosts`: every VM's name and address.
+    pub(crate) hosts: String,
 }
 
 impl LocalAgent {
@@ -55,6 +67,20 @@ impl LocalAgent {
     /// sandbox of this machine, or on the machine itself when `in_sandbox` is
     /// false; returns once the agent listens (its setup runs on).
     pub async fn start(lab: &Lab, agent: &Path, in_sandbox: bool) -> Result<LocalAgent, Error> {
+        let mut started = LocalAgent::launch(lab, agent, in_sandbox, None)?;
+        started.listening().await?;
+        Ok(started)
+    }
+
+    /// [`LocalAgent::start`] up to the agent's start: with `vm` (one VM of
+    /// a session, always in a sandbox), its sandbox is named and held
+    /// until [`LocalAgent::release`], and nothing runs in it yet.
+    pub(crate) fn launch(
+        lab: &Lab,
+        agent: &Path,
+        in_sandbox: bool,
+        vm: Option<&SessionVm>,
+    ) -> Result<LocalAgent, Error> {
         let dir = TempDir::new()?;
         let io = |what: &str, path: &Path, e: std::io::Error| {
             Error::usage(format!("failed to {what} `{}`", path.display())).with_source(e)
@@ -99,8 +125,9 @@ impl LocalAgent {
             }
         };
 
+        let on_vm = vm.map_or(String::new(), |v| format!(" (VM `{}`)", v.name));
         eprintln!(
-            "staged `{}` in `{}`; starting `{}`",
+            "staged `{}`{on_vm} in `{}`; starting `{}`",
             lab.name,
             staged.display(),
             agent.display()
@@ -121,12 +148,37 @@ impl LocalAgent {
             ]);
         }
         args.extend(["--lab-dir".into(), staged.into()]);
+        let mut options = sandbox::VmOptions::default();
+        if let Some(vm) = vm {
+            // What the payload's `/etc/lab-agent/env` is in a VM: its
+            // `LAB_VM`, `LAB_VMS` and parameters, for the setup and every
+            // command.
+            let env_path = dir.path.join("env");
+            let vars = lab.vm_env.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&env_path)
+                .and_then(|mut f| f.write_all(&lab_agent_proto::guest::render_env_file(vars)))
+                .map_err(|e| io("write", &env_path, e))?;
+            args.extend(["--env-file".into(), env_path.into()]);
+            let hosts = dir.path.join(sandbox::HOSTS_FILE);
+            fs::write(&hosts, &vm.hosts).map_err(|e| io("write", &hosts, e))?;
+            set_mode(&hosts, 0o644)?;
+            options = sandbox::VmOptions {
+                hostname: Some(vm.name.clone()),
+                hosts: true,
+                hold: true,
+            };
+        }
+        let in_sandbox = in_sandbox || vm.is_some();
         let mut cmd = if in_sandbox {
             let mounts = dir.path.join(sandbox::MOUNT_DIR);
             fs::create_dir(&mounts).map_err(|e| io("create", &mounts, e))?;
             let agent_file = dir.path.join(sandbox::AGENT_FILE);
             fs::write(&agent_file, "").map_err(|e| io("create", &agent_file, e))?;
-            sandbox::keeper_command(&dir.path, agent, args)
+            sandbox::keeper_command(&dir.path, agent, args, &options)
         } else {
             let mut cmd = tokio::process::Command::new(agent);
             cmd.args(args);
@@ -154,21 +206,41 @@ impl LocalAgent {
             }
             None => None,
         };
-        let mut agent = LocalAgent {
+        Ok(LocalAgent {
             dir,
             child: Some(child),
             url: String::new(),
             token,
             sandbox,
-        };
-        let addr = agent.await_addr(&addr_file).await?;
-        agent.url = format!("http://{addr}");
-        if agent.sandbox.is_some() {
-            eprintln!("agent listening on {} inside the sandbox", agent.url);
-        } else {
-            eprintln!("agent listening on {}", agent.url);
+            vm: vm.map(|v| v.name.clone()),
+        })
+    }
+
+    /// The sandbox keeper's PID, where there is one.
+    pub(crate) fn keeper(&self) -> Option<u32> {
+        self.sandbox.as_ref().map(|(pid, _)| *pid)
+    }
+
+    /// Lets a sandbox held at [`LocalAgent::launch`] start its agent.
+    pub(crate) fn release(&self) {
+        if let Some(pid) = self.keeper() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGUSR1);
         }
-        Ok(agent)
+    }
+
+    /// Waits until the launched agent listens.
+    pub(crate) async fn listening(&mut self) -> Result<(), Error> {
+        let addr = self.await_addr(&self.dir.path.join("addr")).await?;
+        self.url = format!("http://{addr}");
+        match (&self.vm, &self.sandbox) {
+            (Some(vm), _) => eprintln!(
+                "VM `{vm}`: agent listening on {} inside its sandbox",
+                self.url
+            ),
+            (None, Some(_)) => eprintln!("agent listening on {} inside the sandbox", self.url),
+            (None, None) => eprintln!("agent listening on {}", self.url),
+        }
+        Ok(())
     }
 
     /// Polls for the address file, watching that the agent (or its

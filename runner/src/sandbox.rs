@@ -78,12 +78,16 @@ pub(crate) const KEEPER_PID_FILE: &str = "sandbox.pid";
 pub(crate) const INIT_PID_FILE: &str = "init.pid";
 /// In the try dir: one line per overlay, `N<TAB>MOUNTPOINT` (the keeper's).
 pub(crate) const LAYERS_FILE: &str = "layers";
+/// In the try dir: the hosts file bound on `/etc/hosts` inside
+/// ([`VmOptions::hosts`]).
+pub(crate) const HOSTS_FILE: &str = "hosts";
 /// In the try dir: written by the keeper once it no longer dies with
 /// `labctl` (`--keep`).
 pub(crate) const KEPT_FILE: &str = "kept";
 /// What the keeper is called on its command line (`labctl __sandbox`): the
 /// binary that starts a sandbox (`/proc/self/exe`) must run [`keeper_main`]
-/// for this verb, with `--dir DIR --agent PATH -- ARGS…`.
+/// for this verb, with `--dir DIR --agent PATH [--hostname NAME] [--hosts]
+/// [--hold] -- ARGS…`.
 pub const KEEPER_VERB: &str = "__sandbox";
 
 /// Capabilities init drops from the bounding set before the agent's exec:
@@ -141,6 +145,26 @@ pub struct KeeperArgs {
     pub agent: PathBuf,
     /// The agent's arguments.
     pub args: Vec<OsString>,
+    /// A VM of a session: its name, its hosts file, and the hold until
+    /// its network is wired.
+    pub vm: VmOptions,
+}
+
+/// What a sandbox that is one VM of a session adds (all off for a lab of
+/// one VM, whose sandbox is as it always was).
+#[derive(Debug, Clone, Default)]
+pub struct VmOptions {
+    /// The sandbox's hostname (its UTS namespace's): the VM's name.
+    pub hostname: Option<String>,
+    /// Bind the try dir's [`HOSTS_FILE`] on `/etc/hosts` inside: the
+    /// session's names, written beside the token, never into the overlay
+    /// (so it is not one of the lab's changes).
+    pub hosts: bool,
+    /// Start nothing until SIGUSR1: `labctl` wires the sandbox's network
+    /// namespace into the session's switch first, so that a setup finds
+    /// the network up. A SIGHUP (`labctl` died) or SIGTERM meanwhile ends
+    /// the keeper as it would end a running one.
+    pub hold: bool,
 }
 
 /// The keeper's command: this very binary (`/proc/self/exe`, so a rebuilt
@@ -150,15 +174,24 @@ pub(crate) fn keeper_command(
     dir: &Path,
     agent: &Path,
     agent_args: Vec<OsString>,
+    vm: &VmOptions,
 ) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("/proc/self/exe");
     cmd.arg(KEEPER_VERB)
         .arg("--dir")
         .arg(dir)
         .arg("--agent")
-        .arg(agent)
-        .arg("--")
-        .args(agent_args);
+        .arg(agent);
+    if let Some(name) = &vm.hostname {
+        cmd.arg("--hostname").arg(name);
+    }
+    if vm.hosts {
+        cmd.arg("--hosts");
+    }
+    if vm.hold {
+        cmd.arg("--hold");
+    }
+    cmd.arg("--").args(agent_args);
     let parent = nix::unistd::getpid();
     // SAFETY: only async-signal-safe system calls between fork and exec.
     unsafe {
@@ -169,6 +202,13 @@ pub(crate) fn keeper_command(
                 return Err(io::Error::other("labctl exited"));
             }
             unshare(NAMESPACES)?;
+            // Blocked before the exec (a mask survives it): a SIGUSR1 that
+            // releases a held keeper early waits for its `sigwait`.
+            sigprocmask(
+                SigmaskHow::SIG_BLOCK,
+                Some(&signal_set(&[Signal::SIGUSR1])),
+                None,
+            )?;
             Ok(())
         });
     }
@@ -247,12 +287,45 @@ fn keeper(args: &KeeperArgs) -> Result<i32, String> {
         Signal::SIGTERM,
         Signal::SIGINT,
         Signal::SIGHUP,
+        Signal::SIGUSR1,
         Signal::SIGUSR2,
     ]);
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&signals), None)
         .map_err(|e| format!("failed to block signals: {e}"))?;
 
     let root = prepare_root(dir, &args.agent)?;
+    if args.vm.hosts {
+        // A bind follows a symlink, which here would resolve on the host.
+        let hosts = root.join("etc/hosts");
+        if !fs::symlink_metadata(&hosts).is_ok_and(|m| m.is_file()) {
+            return Err(format!(
+                "`/etc/hosts` is not a regular file on this machine: a session's sandboxes \
+                 bind their hosts file on it (`{}`)",
+                hosts.display()
+            ));
+        }
+        bind(&dir.join(HOSTS_FILE), &hosts, MsFlags::empty())?;
+    }
+    if let Some(name) = &args.vm.hostname {
+        // The keeper's own UTS namespace, which init and the agent share.
+        nix::unistd::sethostname(name)
+            .map_err(|e| format!("failed to set the hostname `{name}`: {e}"))?;
+    }
+    if args.vm.hold {
+        loop {
+            match signals
+                .wait()
+                .map_err(|e| format!("failed to wait for signals: {e}"))?
+            {
+                Signal::SIGUSR1 => break,
+                signal @ (Signal::SIGHUP | Signal::SIGTERM) => {
+                    let _ = remove_try_dir(dir);
+                    return Ok(128 + signal as i32);
+                }
+                _ => {}
+            }
+        }
+    }
     // Init learns that the keeper died before its parent-death signal was
     // set from this pipe's end: the keeper holds the only writer.
     let (alive_r, alive_w) =

@@ -14,7 +14,7 @@
 //! run it alike.
 
 use crate::Error;
-use lab_agent_client::{CheckResult, CheckStatus, Client, GradeReport};
+use lab_agent_client::{CheckResult, CheckStatus, Client, GradeReport, Session, SessionError};
 use lab_agent_proto::ExecRequest;
 use lab_agent_proto::exec::DEFAULT_USER;
 use lab_agent_proto::lab::{Check, Initially, LAB_DIR_ENV, Lab};
@@ -372,6 +372,98 @@ pub async fn run(
     solve_script: Option<&str>,
     setup_ms: u64,
 ) -> Result<SelfTest, lab_agent_client::Error> {
+    let on = On::One {
+        client,
+        lab_dir: guest_lab_dir,
+    };
+    run_on(&on, lab, solve_script, setup_ms)
+        .await
+        .map_err(|e| match e {
+            SessionError::Vm { error, .. } => *error,
+            SessionError::Mismatch(m) => unreachable!("one agent is no session: {m}"),
+        })
+}
+
+/// One VM of a session, for [`run_session`].
+#[derive(Debug, Clone, Copy)]
+pub struct VmAgent<'a> {
+    /// Its name in the lab (`[[vms]] name`).
+    pub vm: &'a str,
+    pub client: &'a Client,
+    /// Its `LAB_DIR`.
+    pub lab_dir: &'a str,
+}
+
+/// [`run`] on a session of several VMs whose setups are all done: each
+/// grade is the session's (each check on its VM, one report), each
+/// check's `solve` runs on the check's VM, and the `[solve]` script on
+/// every VM in the lab's order (`LAB_VM` tells it where it runs). An error
+/// names the VM whose agent failed.
+pub async fn run_session(
+    vms: &[VmAgent<'_>],
+    lab: &Lab,
+    solve_script: Option<&str>,
+    setup_ms: u64,
+) -> Result<SelfTest, SessionError> {
+    let session = Session::new(vms.iter().map(|v| (v.vm.to_owned(), v.client.clone())))?;
+    run_on(&On::Session { session, vms }, lab, solve_script, setup_ms).await
+}
+
+/// Where the phases run.
+enum On<'a> {
+    /// One agent (a lab of one VM).
+    One {
+        client: &'a Client,
+        lab_dir: &'a str,
+    },
+    /// The VMs of a session.
+    Session {
+        session: Session,
+        vms: &'a [VmAgent<'a>],
+    },
+}
+
+impl On<'_> {
+    /// One grade of `lab`'s checks (the phases waited for readiness: one
+    /// agent's is not asked again; a session's rule asks every VM).
+    async fn grade(&self, lab: &Lab) -> Result<GradeReport, SessionError> {
+        match self {
+            On::One { client, lab_dir } => client
+                .grade_unchecked(lab, lab_dir)
+                .await
+                .map_err(|e| on_vm("", e)),
+            On::Session { session, .. } => session.grade(lab, None).await,
+        }
+    }
+
+    /// The agents a solve runs on: a check's VM (`Some`), or every one
+    /// (`None`: the `[solve]` script); each with its VM's name (empty for
+    /// one agent) and `LAB_DIR`.
+    fn agents(&self, vm: Option<&str>) -> Vec<(&str, &Client, &str)> {
+        match self {
+            On::One { client, lab_dir } => vec![("", *client, *lab_dir)],
+            On::Session { vms, .. } => vms
+                .iter()
+                .filter(|v| vm.is_none_or(|vm| vm == v.vm))
+                .map(|v| (v.vm, v.client, v.lab_dir))
+                .collect(),
+        }
+    }
+}
+
+fn on_vm(vm: &str, error: lab_agent_client::Error) -> SessionError {
+    SessionError::Vm {
+        vm: vm.to_owned(),
+        error: Box::new(error),
+    }
+}
+
+async fn run_on(
+    on: &On<'_>,
+    lab: &Lab,
+    solve_script: Option<&str>,
+    setup_ms: u64,
+) -> Result<SelfTest, SessionError> {
     let mut timings = Timings {
         setup_ms,
         ..Timings::default()
@@ -379,24 +471,24 @@ pub async fn run(
     let n = lab.checks.len();
     eprintln!("after setup: grading {n} check{}", plural(n));
     let t = Instant::now();
-    let first = client.grade_unchecked(lab, guest_lab_dir).await?;
+    let first = on.grade(lab).await?;
     timings.after_setup_ms = ms(t);
 
     let t = Instant::now();
-    let solve_failed = solve(client, lab, guest_lab_dir, solve_script).await?;
+    let solve_failed = solve(on, lab, solve_script).await?;
     timings.solve_ms = ms(t);
 
     let (mut solved, mut reversed) = (None, None);
     if solve_failed.is_none() {
         eprintln!("after the solve: grading {n} check{}", plural(n));
         let t = Instant::now();
-        solved = Some(client.grade_unchecked(lab, guest_lab_dir).await?);
+        solved = Some(on.grade(lab).await?);
         timings.after_solve_ms = ms(t);
         eprintln!("grading again in reverse order");
         let mut backwards = lab.clone();
         backwards.checks.reverse();
         let t = Instant::now();
-        let mut report = client.grade_unchecked(&backwards, guest_lab_dir).await?;
+        let mut report = on.grade(&backwards).await?;
         report.checks.reverse();
         timings.reversed_ms = ms(t);
         reversed = Some(report);
@@ -452,49 +544,69 @@ fn assemble(
     test
 }
 
-/// The solve script as root, then each check's `solve` as its user, in
-/// order; the first that does not succeed ends it.
+/// The solve script as root (on every VM of a session), then each
+/// check's `solve` as its user (on its VM), in order; the first that does
+/// not succeed ends it.
 async fn solve(
-    client: &Client,
+    on: &On<'_>,
     lab: &Lab,
-    guest_lab_dir: &str,
     script: Option<&str>,
-) -> Result<Option<SolveFailure>, lab_agent_client::Error> {
+) -> Result<Option<SolveFailure>, SessionError> {
     let timeout = lab.setup_timeout_secs();
+    let where_ = |vm: &str| {
+        if vm.is_empty() {
+            String::new()
+        } else {
+            format!(" on VM `{vm}`")
+        }
+    };
     if let (Some(text), Some(solve)) = (script, &lab.solve) {
-        let what = format!("the solve script `{}`", solve.script.display());
-        eprintln!("running {what}");
-        let req = ExecRequest::new(SOLVE_SCRIPT_COMMAND)
-            .user(DEFAULT_USER)
-            .timeout_secs(timeout)
-            // The lab's `profile`, as its checks have by default: a
-            // solve sees the environment its checks see.
-            .profile(lab.profile)
-            .env(LAB_DIR_ENV, guest_lab_dir)
-            .stdin(text);
-        if let Some(failed) = exec_solve(client, &req, what).await? {
-            return Ok(Some(failed));
+        for (vm, client, lab_dir) in on.agents(None) {
+            let what = format!(
+                "the solve script `{}`{}",
+                solve.script.display(),
+                where_(vm)
+            );
+            eprintln!("running {what}");
+            let req = ExecRequest::new(SOLVE_SCRIPT_COMMAND)
+                .user(DEFAULT_USER)
+                .timeout_secs(timeout)
+                // The lab's `profile`, as its checks have by default: a
+                // solve sees the environment its checks see.
+                .profile(lab.profile)
+                .env(LAB_DIR_ENV, lab_dir)
+                // What a student starts stays running: a solve's too.
+                .leave_running(true)
+                .stdin(text);
+            let failed = exec_solve(client, &req, what).await;
+            if let Some(failed) = failed.map_err(|e| on_vm(vm, e))? {
+                return Ok(Some(failed));
+            }
         }
     }
     for check in lab.checks.iter() {
         let Some(command) = &check.solve else {
             continue;
         };
-        let what = format!("check `{}`'s solve", escape(&check.name));
-        eprintln!("running {what}");
-        let mut req = ExecRequest::new(command.clone())
-            .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
-            .timeout_secs(timeout)
-            .profile(check.profile);
-        for (key, value) in &check.env {
-            req = req.env(key, value);
-        }
-        req = req.env(LAB_DIR_ENV, guest_lab_dir);
-        if let Some(cwd) = &check.cwd {
-            req = req.cwd(cwd);
-        }
-        if let Some(failed) = exec_solve(client, &req, what).await? {
-            return Ok(Some(failed));
+        for (vm, client, lab_dir) in on.agents(check.vm.as_deref()) {
+            let what = format!("check `{}`'s solve{}", escape(&check.name), where_(vm));
+            eprintln!("running {what}");
+            let mut req = ExecRequest::new(command.clone())
+                .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
+                .timeout_secs(timeout)
+                .profile(check.profile)
+                .leave_running(true);
+            for (key, value) in &check.env {
+                req = req.env(key, value);
+            }
+            req = req.env(LAB_DIR_ENV, lab_dir);
+            if let Some(cwd) = &check.cwd {
+                req = req.cwd(cwd);
+            }
+            let failed = exec_solve(client, &req, what).await;
+            if let Some(failed) = failed.map_err(|e| on_vm(vm, e))? {
+                return Ok(Some(failed));
+            }
         }
     }
     Ok(None)
@@ -558,204 +670,4 @@ fn plural(n: usize) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn lab() -> Lab {
-        Lab::parse(
-            "name = \"t\"\n\
-             [[checks]]\nname = \"a\"\nrun = \"true\"\n\
-             [[checks]]\nname = \"b\"\nrun = \"true\"\ninitially = \"pass\"\n",
-            "/l",
-        )
-        .unwrap()
-    }
-
-    fn result(name: &str, status: CheckStatus) -> CheckResult {
-        let mut r = CheckResult::error(name, 1, "no such user `x`");
-        r.status = status;
-        r.passed = status == CheckStatus::Passed;
-        if status != CheckStatus::Error {
-            r.error = None;
-            r.exit_code = Some(if r.passed { 0 } else { 1 });
-        }
-        r
-    }
-
-    use CheckStatus::{Error as E, Failed as F, Passed as P};
-
-    fn judged(check: usize, phases: (CheckStatus, CheckStatus, CheckStatus)) -> Vec<Problem> {
-        let lab = lab();
-        let c = &lab.checks[check];
-        let r = |s| result(&c.name, s);
-        judge(c, &r(phases.0), Some(&r(phases.1)), Some(&r(phases.2)))
-    }
-
-    #[test]
-    fn a_check_must_fail_before_and_pass_after_in_either_order() {
-        assert_eq!(judged(0, (F, P, P)), []);
-        assert_eq!(judged(0, (P, P, P)), [Problem::PassesBeforeSolve]);
-        assert_eq!(
-            judged(0, (F, F, F)),
-            [Problem::FailsAfterSolve],
-            "failing in both orders is not an order problem"
-        );
-        assert_eq!(judged(0, (F, P, F)), [Problem::ChangesInReverse]);
-        assert_eq!(
-            judged(0, (F, F, P)),
-            [Problem::FailsAfterSolve, Problem::ChangesInReverse]
-        );
-    }
-
-    #[test]
-    fn initially_pass_must_pass_after_setup() {
-        assert_eq!(judged(1, (P, P, P)), []);
-        assert_eq!(judged(1, (F, P, P)), [Problem::FailsAfterSetup]);
-    }
-
-    #[test]
-    fn an_error_is_named_with_its_phase_and_nothing_else_is_read_into_it() {
-        let problems = judged(0, (E, P, P));
-        assert_eq!(
-            problems,
-            [Problem::CouldNotRun {
-                phase: "after setup",
-                error: "no such user `x`".into()
-            }]
-        );
-        assert!(problems[0].sentence().contains("could not run after setup"));
-        assert_eq!(judged(0, (F, E, E)).len(), 2);
-    }
-
-    #[test]
-    fn after_a_failed_solve_only_the_first_grade_is_judged() {
-        let lab = lab();
-        let c = &lab.checks[0];
-        assert_eq!(judge(c, &result("a", F), None, None), []);
-        assert_eq!(
-            judge(c, &result("a", P), None, None),
-            [Problem::PassesBeforeSolve]
-        );
-    }
-
-    fn report(statuses: &[CheckStatus]) -> GradeReport {
-        let checks: Vec<serde_json::Value> = statuses
-            .iter()
-            .zip(["a", "b"])
-            .map(|(s, n)| serde_json::to_value(result(n, *s)).unwrap())
-            .collect();
-        serde_json::from_value(serde_json::json!({
-            "lab": "t", "passed": 0, "failed": 0, "errors": 0, "total": 2,
-            "score": 0, "max_score": 2, "checks": checks
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn verdicts_and_what_is_printed() {
-        let holds = assemble(
-            &lab(),
-            report(&[F, P]),
-            Some(report(&[P, P])),
-            Some(report(&[P, P])),
-            None,
-            Timings {
-                setup_ms: 1234,
-                ..Timings::default()
-            },
-        );
-        assert_eq!(holds.verdict(), Verdict::Holds);
-        assert!(holds.ok);
-        let text = holds.render();
-        assert!(text.contains("b *"), "{text}");
-        assert!(text.contains("timings: setup 1.2 s,"), "{text}");
-        assert!(
-            text.contains("t: all 2 checks fail before the solve"),
-            "{text}"
-        );
-
-        let broken = assemble(
-            &lab(),
-            report(&[P, P]),
-            Some(report(&[P, F])),
-            Some(report(&[P, P])),
-            None,
-            Timings::default(),
-        );
-        assert_eq!(broken.verdict(), Verdict::Broken);
-        let text = broken.render();
-        assert!(
-            text.contains(
-                "check `a` passes before the solve: a student who did nothing gets its points"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("check `b` fails after the solve"), "{text}");
-        assert!(
-            text.contains("check `b` changes verdict when run in reverse"),
-            "{text}"
-        );
-        assert!(
-            text.contains("t: 2 of 2 checks break an expectation"),
-            "{text}"
-        );
-        let v: serde_json::Value = serde_json::from_str(&broken.json()).unwrap();
-        assert_eq!(v["ok"], false);
-        assert_eq!(v["checks"][0]["problems"][0]["kind"], "passes_before_solve");
-        assert_eq!(v["checks"][1]["after_solve"]["status"], "failed");
-        assert_eq!(v["checks"][1]["initially"], "pass");
-        assert!(v["timings_ms"]["reversed_ms"].is_u64(), "{v}");
-
-        let failed = SolveFailure {
-            what: "the solve script `solve.sh`".into(),
-            exit_code: Some(3),
-            signal: None,
-            timed_out: false,
-            error: None,
-            log_tail: "fixing\nfatal: nope\n".into(),
-        };
-        let solve_failed = assemble(
-            &lab(),
-            report(&[F, P]),
-            None,
-            None,
-            Some(failed.clone()),
-            Timings::default(),
-        );
-        assert_eq!(solve_failed.verdict(), Verdict::SolveFailed);
-        let text = solve_failed.render();
-        assert!(
-            text.contains("the solve script `solve.sh` failed (exit 3): nothing was graded")
-                && text.contains("  │ fatal: nope"),
-            "{text}"
-        );
-        let refused = SolveFailure {
-            error: Some("unknown user".into()),
-            ..failed
-        };
-        let lab_error = assemble(
-            &lab(),
-            report(&[F, P]),
-            None,
-            None,
-            Some(refused),
-            Timings::default(),
-        );
-        assert_eq!(lab_error.verdict(), Verdict::LabError);
-        let errors = assemble(
-            &lab(),
-            report(&[E, P]),
-            Some(report(&[P, P])),
-            Some(report(&[P, P])),
-            None,
-            Timings::default(),
-        );
-        assert_eq!(errors.verdict(), Verdict::LabError);
-    }
-
-    #[test]
-    fn a_tail_starts_on_a_character() {
-        assert_eq!(tail("héllo", 4), "llo");
-        assert_eq!(tail("abc", 10), "abc");
-    }
-}
+mod tests;

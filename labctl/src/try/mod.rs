@@ -21,6 +21,7 @@
 //!   in production; the agent is reached through a loopback port forward.
 
 mod kept;
+mod session;
 pub mod test;
 pub mod vm;
 
@@ -135,15 +136,8 @@ impl Config {
         // that `labctl secret` would refuse must not pass `try`.
         let budget_agent = vm.as_ref().and(args.agent.as_deref());
         let mut lab = inspect::report(lab_dir, &inspect::lint(lab_dir, budget_agent))?;
-        // One sandbox (or VM) runs one VM's setup and checks: a session
-        // in one would run every VM's checks on it, and grade nonsense.
         if !lab.vms.is_empty() {
-            return Err(Failure::usage(format!(
-                "lab `{}` has [[vms]] ({}): `labctl try` runs labs of one VM only, for now",
-                lab.name,
-                lab.vm_names().join(", ")
-            ))
-            .hint("render each VM with `labctl secret --vm NAME`, and grade the session with `labctl grade --vm NAME --url URL --token-file F …`"));
+            session_args(&lab, &args.vm, args)?;
         }
         select_checks(&mut lab, &args.checks)?;
         let timeout = match timeout {
@@ -171,6 +165,41 @@ impl Config {
             test: None,
         })
     }
+}
+
+/// A lab of several VMs is tried in the sandbox, one per VM: what that
+/// does not do yet is refused, saying what does.
+fn session_args(lab: &Lab, vm: &vm::VmArgs, args: &TryArgs) -> Result<(), Failure> {
+    let vms = lab.vm_names().join(", ");
+    let refuse = |what: &str| {
+        Failure::usage(format!(
+            "lab `{}` has several VMs ({vms}): {what}",
+            lab.name
+        ))
+    };
+    if vm::config_from_args(vm)?.is_some() {
+        return Err(refuse(
+            "`--vm IMAGE` boots one VM, and a guest per VM of a session is not built yet",
+        )
+        .hint("leave out `--vm`: `labctl try` runs each VM in a sandbox of its own, on a private network"));
+    }
+    if args.host {
+        return Err(
+            refuse("`--host` would run every VM's setup on this one machine")
+                .hint("leave out `--host`: each VM gets a sandbox of its own"),
+        );
+    }
+    if args.keep {
+        return Err(refuse(
+            "`--keep` keeps the sandbox of a lab of one VM only, for now",
+        ));
+    }
+    if args.keep_going {
+        return Err(refuse(
+            "`--keep-going` grades one VM whose setup failed; a session is graded only when every VM is ready",
+        ));
+    }
+    Ok(())
 }
 
 /// What [`flow`] needs from wherever the agent runs.
@@ -224,6 +253,9 @@ pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
 fn run_config(config: Config) -> Result<Exit, Failure> {
     if let Some(vm) = &config.vm {
         return vm::run(&config, vm);
+    }
+    if !config.lab.vms.is_empty() {
+        return session::run(&config);
     }
     if !config.sandbox {
         eprintln!(

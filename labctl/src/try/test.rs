@@ -77,15 +77,20 @@ pub(super) async fn after_setup(
     )
     .await
     .map_err(Failure::client)?;
+    Ok(print_self_test(config, &test))
+}
+
+/// Prints a self-test (the table, or `--json`); the exit status it means.
+pub(super) fn print_self_test(config: &Config, test: &selftest::SelfTest) -> Exit {
     if config.json {
         println!("{}", test.json());
     } else {
         print!("{}", test.render());
     }
-    Ok(match test.verdict() {
+    match test.verdict() {
         Verdict::Holds => Exit::Success,
         Verdict::Broken => Exit::CheckFailed,
         Verdict::LabError => Exit::Usage,
         Verdict::SolveFailed => Exit::SetupFailed,
-    })
+    }
 }

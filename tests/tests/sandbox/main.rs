@@ -26,6 +26,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 mod as_author;
+mod session;
 mod test_lab;
 mod try_lab;
 

@@ -469,7 +469,7 @@ async fn solve(
             .timeout_secs(timeout)
             // The lab's `profile`, as its checks have by default: a
             // solve sees the environment its checks see.
-            .profile(lab.profile)
+            .profile(lab.defaults.profile)
             .env(LAB_DIR_ENV, guest_lab_dir)
             .stdin(text);
         if let Some(failed) = exec_solve(client, &req, what).await? {
@@ -483,14 +483,14 @@ async fn solve(
         let what = format!("check `{}`'s solve", escape(&check.name));
         eprintln!("running {what}");
         let mut req = ExecRequest::new(command.clone())
-            .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
+            .user(check.exec.user.clone())
             .timeout_secs(timeout)
-            .profile(check.profile);
-        for (key, value) in &check.env {
+            .profile(check.exec.profile);
+        for (key, value) in &check.exec.env {
             req = req.env(key, value);
         }
         req = req.env(LAB_DIR_ENV, guest_lab_dir);
-        if let Some(cwd) = &check.cwd {
+        if let Some(cwd) = &check.exec.cwd {
             req = req.cwd(cwd);
         }
         if let Some(failed) = exec_solve(client, &req, what).await? {

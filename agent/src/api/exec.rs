@@ -72,22 +72,27 @@ pub async fn handle(
     let request = parse(&body)?;
     drop((body, body_budget));
     *log = Some(ExecLog {
-        user: request.user.clone(),
+        user: request.options.user.clone(),
         command: request.command.clone(),
-        profile: request.profile.as_str(),
-        stdin_bytes: request.stdin.as_ref().map_or(0, String::len),
-        env_vars: request.env.len(),
-        env_bytes: request.env.iter().map(|(k, v)| k.len() + 1 + v.len()).sum(),
+        profile: request.options.profile.as_str(),
+        stdin_bytes: request.options.stdin.as_ref().map_or(0, String::len),
+        env_vars: request.options.env.len(),
+        env_bytes: request
+            .options
+            .env
+            .iter()
+            .map(|(k, v)| k.len() + 1 + v.len())
+            .sum(),
         ..ExecLog::default()
     });
-    let identity = Identity::cached(&request.user)?;
+    let identity = Identity::cached(&request.options.user)?;
     if request.stream {
         return crate::api::exec_stream::handle(app, request, &identity, slot);
     }
     // Both streams at their cap, and what sending the answer buffers.
-    let mut output = reserve(app, 2 * request.max_output_bytes + PER_ANSWER)?;
+    let mut output = reserve(app, 2 * request.options.max_output_bytes + PER_ANSWER)?;
     let mut job = start(app, &request, &identity)?;
-    let cap = request.max_output_bytes as usize;
+    let cap = request.options.max_output_bytes as usize;
     let (mut out, mut err) = (Capped::new(cap), Capped::new(cap));
     let (stdout, stderr) = (job.stdout.take(), job.stderr.take());
     let exit = {
@@ -241,7 +246,7 @@ async fn capture(pipe: Option<tokio::net::unix::pipe::Receiver>, sink: &mut Capp
 
 /// Starts the command (a 400 when it cannot start: unknown user, bad cwd).
 pub(crate) fn start(app: &App, req: &ExecRequest, identity: &Identity) -> Result<Job, ApiError> {
-    let cwd = match &req.cwd {
+    let cwd = match &req.options.cwd {
         Some(dir) => Cwd::Dir(Path::new(dir)),
         None => Cwd::Home,
     };
@@ -249,20 +254,20 @@ pub(crate) fn start(app: &App, req: &ExecRequest, identity: &Identity) -> Result
         ShellCommand {
             identity,
             script: Script::Command(&req.command),
-            profile: req.profile,
+            profile: req.options.profile,
             cwd,
-            env: &req.env,
-            stdin: if req.stdin.is_some() {
+            env: &req.options.env,
+            stdin: if req.options.stdin.is_some() {
                 Stdio::piped()
             } else {
                 Stdio::null()
             },
             stdout: Stdio::piped(),
             stderr: Stdio::piped(),
-            leave_running: req.leave_running,
+            leave_running: req.options.leave_running,
             limits: Some(Limits {
-                pids: req.max_pids.map(u64::from),
-                memory: req.max_memory_bytes,
+                pids: req.options.max_pids.map(u64::from),
+                memory: req.options.max_memory_bytes,
             }),
         },
         &app.jobs,
@@ -282,11 +287,11 @@ pub(crate) async fn drive(
     // A command that never reads its stdin must not block anything:
     // this future is simply dropped when the command is done.
     let in_f = async {
-        if let (Some(mut pipe), Some(data)) = (stdin, req.stdin.as_deref()) {
+        if let (Some(mut pipe), Some(data)) = (stdin, req.options.stdin.as_deref()) {
             let _ = pipe.write_all(data.as_bytes()).await;
         }
     };
-    let waited = job.wait(Duration::from_secs(req.timeout_secs), KILL_GRACE);
+    let waited = job.wait(Duration::from_secs(req.options.timeout_secs), KILL_GRACE);
     tokio::pin!(in_f, waited);
     let (mut out_done, mut in_done) = (false, false);
     let exit = loop {

@@ -213,7 +213,7 @@ impl Bounded {
             ),
             Bounded::MaxMemoryBytes => write!(
                 f,
-                "use at least {MIN_MEMORY_BYTES} bytes (16 MiB; a login shell alone needs a few), or remove the key for the agent's default (the guest's memory less a reserve)"
+                "use at least {MIN_MEMORY_BYTES} (16 MiB), as a login shell alone needs a few MiB, or remove the key for the agent's default (the guest's memory less a reserve)"
             ),
         }
     }

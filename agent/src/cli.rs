@@ -175,7 +175,9 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
             "--cloud-init-dir" => cloud_init_dir = args.path(&flag, USAGE)?,
             "--no-cloud-init" => no_cloud_init = true,
             "--run-setup" => c.run_setup = Some(args.absolute_path(&flag, USAGE)?),
-            "--setup-timeout" => c.setup_timeout = args.secs(&flag, 1, 86_400, USAGE)?,
+            "--setup-timeout" => {
+                c.setup_timeout = args.secs(&flag, 1, guest::MAX_WAIT_SECS, USAGE)?
+            }
             "--lab-dir" => c.lab_dir = args.absolute_path(&flag, USAGE)?,
             "--env-file" => c.env_file = args.path(&flag, USAGE)?,
             "--min-root-bytes" => {
@@ -225,7 +227,7 @@ fn parse_setup(mut args: Args) -> Result<Command, UsageError> {
             "-h" | "--help" => return Ok(Command::Help(SETUP_HELP)),
             "--script" => c.script = Some(args.absolute_path(&flag, USAGE)?),
             "--state-dir" => c.state_dir = args.path(&flag, USAGE)?,
-            "--timeout" => c.timeout = args.secs(&flag, 1, 86_400, USAGE)?,
+            "--timeout" => c.timeout = args.secs(&flag, 1, guest::MAX_WAIT_SECS, USAGE)?,
             "--user" => c.user = args.value::<String>(&flag, USAGE)?,
             "--lab-dir" => c.lab_dir = args.absolute_path(&flag, USAGE)?,
             "--env-file" => c.env_file = args.path(&flag, USAGE)?,

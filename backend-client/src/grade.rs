@@ -26,8 +26,7 @@
 
 use crate::client::Client;
 use crate::error::Error;
-use lab_agent_proto::exec::DEFAULT_USER;
-use lab_agent_proto::lab::{Check, LAB_DIR_ENV, Lab};
+use lab_agent_proto::lab::{Check, Lab};
 use lab_agent_proto::lifecycle::Instance;
 use lab_agent_proto::{ExecRequest, ReadyResponse, ReadyState};
 use serde::{Deserialize, Serialize};
@@ -525,28 +524,10 @@ fn error_text(e: &Error) -> String {
     text
 }
 
-/// The exec request for one check.
+/// The exec request for one check ([`Check::request`], the one place a
+/// check becomes a request).
 pub fn check_request(check: &Check, guest_lab_dir: &str) -> ExecRequest {
-    let mut req = ExecRequest::new(check.run.clone())
-        .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
-        .timeout_secs(check.timeout_secs)
-        .max_output_bytes(check.max_output_bytes)
-        .profile(check.profile)
-        .leave_running(check.leave_running)
-        .max_pids(check.max_pids)
-        .max_memory_bytes(check.max_memory_bytes);
-    for (key, value) in &check.env {
-        req = req.env(key, value);
-    }
-    // Last, so no `env` of the lab's can move it (the model refuses one).
-    req = req.env(LAB_DIR_ENV, guest_lab_dir);
-    if let Some(cwd) = &check.cwd {
-        req = req.cwd(cwd);
-    }
-    if let Some(stdin) = &check.stdin {
-        req = req.stdin(stdin);
-    }
-    req
+    check.request(guest_lab_dir)
 }
 
 #[cfg(test)]
@@ -576,42 +557,65 @@ max_output_bytes = 100
         .unwrap();
         let a = check_request(&lab.checks[0], "/opt/lab");
         assert_eq!(a.command, "test -f $LAB_DIR/x");
-        assert_eq!(a.user, "root");
-        assert_eq!(a.timeout_secs, 60);
-        assert_eq!(a.env.get("LAB_DIR").map(String::as_str), Some("/opt/lab"));
+        assert_eq!(a.options.user, "root");
+        assert_eq!(a.options.timeout_secs, 60);
         assert_eq!(
-            a.max_output_bytes,
+            a.options.env.get("LAB_DIR").map(String::as_str),
+            Some("/opt/lab")
+        );
+        assert_eq!(
+            a.options.max_output_bytes,
             lab_agent_proto::lab::DEFAULT_MAX_OUTPUT_BYTES
         );
-        assert_eq!((a.cwd.as_deref(), a.stdin.as_deref()), (None, None));
-        let b = check_request(&lab.checks[1], "/tmp/staged");
-        assert_eq!((b.user.as_str(), b.timeout_secs), ("student", 5));
         assert_eq!(
-            b.env.get("LAB_DIR").map(String::as_str),
+            (a.options.cwd.as_deref(), a.options.stdin.as_deref()),
+            (None, None)
+        );
+        let b = check_request(&lab.checks[1], "/tmp/staged");
+        assert_eq!(
+            (b.options.user.as_str(), b.options.timeout_secs),
+            ("student", 5)
+        );
+        assert_eq!(
+            b.options.env.get("LAB_DIR").map(String::as_str),
             Some("/tmp/staged")
         );
-        assert_eq!(b.env.get("GREETING").map(String::as_str), Some("hi"));
         assert_eq!(
-            (b.cwd.as_deref(), b.stdin.as_deref(), b.max_output_bytes),
+            b.options.env.get("GREETING").map(String::as_str),
+            Some("hi")
+        );
+        assert_eq!(
+            (
+                b.options.cwd.as_deref(),
+                b.options.stdin.as_deref(),
+                b.options.max_output_bytes
+            ),
             (Some("/srv"), Some("yes\n"), 100)
         );
-        assert!(b.profile.is_login());
+        assert!(b.options.profile.is_login());
         let lab = Lab::parse(
             "name = \"l\"\nprofile = \"system\"\n[[checks]]\nname = \"a\"\nrun = \"id\"\n",
             "/labs/l",
         )
         .unwrap();
         let a = check_request(&lab.checks[0], "/opt/lab");
-        assert_eq!(a.profile, lab_agent_proto::Profile::System);
-        assert!(!a.leave_running && a.max_pids.is_none() && a.max_memory_bytes.is_none());
+        assert_eq!(a.options.profile, lab_agent_proto::Profile::System);
+        assert!(
+            !a.options.leave_running
+                && a.options.max_pids.is_none()
+                && a.options.max_memory_bytes.is_none()
+        );
         let lab = Lab::parse(
             "name = \"l\"\n[[checks]]\nname = \"a\"\nrun = \"id\"\nleave_running = true\nmax_pids = 50\nmax_memory_bytes = 33554432\n",
             "/labs/l",
         )
         .unwrap();
         let a = check_request(&lab.checks[0], "/opt/lab");
-        assert!(a.leave_running);
-        assert_eq!((a.max_pids, a.max_memory_bytes), (Some(50), Some(32 << 20)));
+        assert!(a.options.leave_running);
+        assert_eq!(
+            (a.options.max_pids, a.options.max_memory_bytes),
+            (Some(50), Some(32 << 20))
+        );
     }
 
     /// A stand-in agent whose instance is `a` until it has answered

@@ -66,7 +66,8 @@ impl Client {
         let mut req = req.clone();
         req.stream = true;
         let body = Bytes::from(serde_json::to_vec(&req).expect("an ExecRequest always serializes"));
-        let budget = Duration::from_secs(req.timeout_secs).saturating_add(self.request_timeout());
+        let budget =
+            Duration::from_secs(req.options.timeout_secs).saturating_add(self.request_timeout());
         let start = Instant::now();
         let deadline = deadline_after(start, budget);
         let request = self.request(Method::POST, paths::EXEC);
@@ -92,7 +93,7 @@ impl Client {
                 let (body, queued) = if ndjson {
                     (Some(resp.into_body()), None)
                 } else {
-                    let limit = exec_response_limit(req.max_output_bytes);
+                    let limit = exec_response_limit(req.options.max_output_bytes);
                     let raw = tokio::time::timeout_at(deadline, collect(resp, &request, limit))
                         .await
                         .map_err(|_| timeout())??;
@@ -112,7 +113,7 @@ impl Client {
                     budget,
                     pending: Vec::new(),
                     read: 0,
-                    limit: exec_response_limit(req.max_output_bytes),
+                    limit: exec_response_limit(req.options.max_output_bytes),
                     req,
                     stdout: 0,
                     stderr: 0,
@@ -293,7 +294,7 @@ impl ExecStream {
             status: StatusCode::OK,
             source,
         })?;
-        let most = exec_stream_limit(self.req.max_output_bytes);
+        let most = exec_stream_limit(self.req.options.max_output_bytes);
         let (name, seen) = match &ev {
             StreamEvent::Stdout(s) => ("stdout", {
                 self.stdout += s.len() as u64;
@@ -308,7 +309,7 @@ impl ExecStream {
         if seen > most {
             return Err(self.protocol(format!(
                 "{seen} bytes of {name}, more than `max_output_bytes` {} allows",
-                self.req.max_output_bytes
+                self.req.options.max_output_bytes
             )));
         }
         match ev {

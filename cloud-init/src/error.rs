@@ -28,7 +28,7 @@ pub enum Error {
     },
 
     /// The setup timeout is outside what `lab.toml` allows.
-    #[error("setup timeout of {secs} s: use 1 to {max} seconds", max = lab_agent_proto::lab::MAX_TIMEOUT_SECS)]
+    #[error("setup timeout of {secs} s: use 1 to {max} seconds", max = lab_agent_proto::lab::MAX_SETUP_TIMEOUT_SECS)]
     SetupTimeout { secs: u64 },
 
     /// A variable of the lab's env file that no environment can hold.

@@ -4,7 +4,7 @@
 
 use crate::arch::Arch;
 use crate::error::Error;
-use lab_agent_proto::lab::{LabFile, MAX_TIMEOUT_SECS, Readiness};
+use lab_agent_proto::lab::{LabFile, MAX_SETUP_TIMEOUT_SECS, Readiness};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -101,7 +101,7 @@ impl PayloadSpec {
         check_lab_files(&self.files)?;
         check_env(&self.env)?;
         if let Some(setup) = &self.setup {
-            if !(1..=MAX_TIMEOUT_SECS).contains(&setup.timeout_secs) {
+            if !(1..=MAX_SETUP_TIMEOUT_SECS).contains(&setup.timeout_secs) {
                 return Err(Error::SetupTimeout {
                     secs: setup.timeout_secs,
                 });

@@ -12,8 +12,8 @@ fuzz_target!(|data: &[u8]| {
     };
     assert!(!req.command.trim().is_empty());
     assert!(req.command.len() <= MAX_COMMAND_BYTES);
-    assert!((1..=MAX_TIMEOUT_SECS).contains(&req.timeout_secs));
-    assert!(req.max_output_bytes <= MAX_OUTPUT_BYTES_CAP);
+    assert!((1..=MAX_TIMEOUT_SECS).contains(&req.options.timeout_secs));
+    assert!(req.options.max_output_bytes <= MAX_OUTPUT_BYTES_CAP);
     let again = serde_json::to_vec(&req).unwrap();
     let back: ExecRequest = lab_agent::parse_exec(&again).expect("a serialized request parses");
     assert_eq!(back, req);

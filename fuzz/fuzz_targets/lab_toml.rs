@@ -3,7 +3,7 @@
 //! in range.
 #![no_main]
 
-use lab_agent_proto::lab::{Lab, MAX_READY_TIMEOUT_SECS, MAX_TIMEOUT_SECS};
+use lab_agent_proto::lab::{Lab, MAX_READY_TIMEOUT_SECS, MAX_SETUP_TIMEOUT_SECS, MAX_TIMEOUT_SECS};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;
 use std::path::{Component, Path};
@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
     );
     if let Some(setup) = &lab.setup {
-        assert!((1..=MAX_TIMEOUT_SECS).contains(&setup.timeout_secs));
+        assert!((1..=MAX_SETUP_TIMEOUT_SECS).contains(&setup.timeout_secs));
         if let Some(script) = &setup.script {
             assert!(inside(script), "{script:?}");
         }
@@ -41,6 +41,6 @@ fuzz_target!(|data: &[u8]| {
     for c in &lab.checks {
         assert!(names.insert(&c.name), "duplicate check {:?}", c.name);
         assert!(!c.name.trim().is_empty() && !c.run.trim().is_empty());
-        assert!((1..=MAX_TIMEOUT_SECS).contains(&c.timeout_secs));
+        assert!((1..=MAX_TIMEOUT_SECS).contains(&c.exec.timeout_secs));
     }
 });

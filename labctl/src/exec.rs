@@ -4,6 +4,7 @@
 use super::common::{self, AgentArgs};
 use super::exit::{Exit, Failure};
 use lab_agent_client::Client;
+use lab_agent_proto::exec::{Bounded, ExecOptions, MAX_TIMEOUT_SECS};
 use lab_agent_proto::{ExecRequest, ExecResult, StreamEvent};
 use std::io::{Read, Write};
 
@@ -70,21 +71,26 @@ pub struct Config {
 impl Config {
     pub fn from_args(args: &ExecArgs) -> Result<Config, Failure> {
         let command = args.command.join(" ");
-        if args.timeout == 0 || args.timeout > lab_agent_proto::exec::MAX_TIMEOUT_SECS {
+        // The options' own range, told in the flag's terms.
+        if !Bounded::TimeoutSecs.allows(args.timeout) {
             return Err(Failure::usage(format!(
-                "`--timeout {}` is out of range: use 1 to {} seconds",
+                "`--timeout {}` is out of range: use 1 to {MAX_TIMEOUT_SECS} seconds",
                 args.timeout,
-                lab_agent_proto::exec::MAX_TIMEOUT_SECS
             )));
         }
         let answer_timeout = common::wait_secs("--answer-timeout", args.answer_timeout, 1)?;
-        let mut request = ExecRequest::new(command)
-            .user(args.user.clone())
-            .timeout_secs(args.timeout)
-            .profile(args.profile)
-            .leave_running(args.leave_running)
-            .max_pids(args.max_pids)
-            .max_memory_bytes(args.max_memory.map(|mib| mib.saturating_mul(1024 * 1024)));
+        let mut request = ExecRequest::with_options(
+            command,
+            ExecOptions {
+                user: args.user.clone(),
+                timeout_secs: args.timeout,
+                profile: args.profile,
+                leave_running: args.leave_running,
+                max_pids: args.max_pids,
+                max_memory_bytes: args.max_memory.map(|mib| mib.saturating_mul(1024 * 1024)),
+                ..ExecOptions::default()
+            },
+        );
         if let Some(cwd) = &args.cwd {
             request = request.cwd(cwd.clone());
         }
@@ -194,14 +200,14 @@ fn notes(config: &Config, result: &ExecResult) {
         if truncated {
             eprintln!(
                 "warning: the command's {stream} was cut at {} bytes",
-                config.request.max_output_bytes
+                config.request.options.max_output_bytes
             );
         }
     }
     if result.timed_out {
         eprintln!(
             "warning: the command ran past `--timeout {}` and was killed",
-            config.request.timeout_secs
+            config.request.options.timeout_secs
         );
     }
     if let Some(limits) = result.limits_text() {

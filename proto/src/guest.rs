@@ -44,6 +44,20 @@ pub const LAB_DIR: &str = "/opt/lab";
 /// Default timeout of the lab's setup script (`[setup].timeout_secs`,
 /// `lab-agent setup --timeout`).
 pub const DEFAULT_SETUP_TIMEOUT_SECS: u64 = 600;
+/// Longest setup a lab may ask for (`[setup].timeout_secs`, a VM's
+/// `setup_timeout_secs`): an hour, the longest the backend waits for a VM
+/// to be ready (`[readiness].timeout_secs`): a setup that ran longer could
+/// never be ready in time. The agent's own flags take up to
+/// [`MAX_WAIT_SECS`]: the agent carries out what it is given, and an
+/// operator running `lab-agent setup` by hand on a slow machine may need
+/// more than a lab may promise a student.
+pub const MAX_SETUP_TIMEOUT_SECS: u64 = 3600;
+/// The most seconds any flag lets a tool wait for something (a day):
+/// `lab-agent setup --timeout` and `serve --setup-timeout`, `labctl`'s
+/// `--timeout`/`--wait`/`--answer-timeout`, the Python package's
+/// `request_timeout`. A wait longer is a hang, and an unchecked count of
+/// seconds overflows the clock when added to it.
+pub const MAX_WAIT_SECS: u64 = 24 * 60 * 60;
 
 /// The shortest token the agent accepts. A generated token is 43
 /// characters (32 random bytes, base64url).

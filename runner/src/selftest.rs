@@ -573,7 +573,7 @@ async fn solve(
                 .timeout_secs(timeout)
                 // The lab's `profile`, as its checks have by default: a
                 // solve sees the environment its checks see.
-                .profile(lab.profile)
+                .profile(lab.defaults.profile)
                 .env(LAB_DIR_ENV, lab_dir)
                 // What a student starts stays running: a solve's too.
                 .leave_running(true)
@@ -592,15 +592,15 @@ async fn solve(
             let what = format!("check `{}`'s solve{}", escape(&check.name), where_(vm));
             eprintln!("running {what}");
             let mut req = ExecRequest::new(command.clone())
-                .user(check.user.as_deref().unwrap_or(DEFAULT_USER))
+                .user(check.exec.user.clone())
                 .timeout_secs(timeout)
-                .profile(check.profile)
+                .profile(check.exec.profile)
                 .leave_running(true);
-            for (key, value) in &check.env {
+            for (key, value) in &check.exec.env {
                 req = req.env(key, value);
             }
             req = req.env(LAB_DIR_ENV, lab_dir);
-            if let Some(cwd) = &check.cwd {
+            if let Some(cwd) = &check.exec.cwd {
                 req = req.cwd(cwd);
             }
             let failed = exec_solve(client, &req, what).await;

@@ -108,7 +108,7 @@ pub(crate) fn respond(r: ExecResult) -> Response {
 
 /// Starts the command (a 400 when it cannot start: unknown user, bad cwd).
 pub(crate) fn start(app: &App, req: &ExecRequest, identity: &Identity) -> Result<Job, ApiError> {
-    let cwd = match &req.cwd {
+    let cwd = match &req.options.cwd {
         Some(dir) => Cwd::Dir(Path::new(dir)),
         None => Cwd::Home,
     };
@@ -116,20 +116,20 @@ pub(crate) fn start(app: &App, req: &ExecRequest, identity: &Identity) -> Result
         ShellCommand {
             identity,
             script: Script::Command(&req.command),
-            profile: req.profile,
+            profile: req.options.profile,
             cwd,
-            env: &req.env,
-            stdin: if req.stdin.is_some() {
+            env: &req.options.env,
+            stdin: if req.options.stdin.is_some() {
                 Stdio::piped()
             } else {
                 Stdio::null()
             },
             stdout: Stdio::piped(),
             stderr: Stdio::piped(),
-            leave_running: req.leave_running,
+            leave_running: req.options.leave_running,
             limits: Some(Limits {
-                pids: req.max_pids.map(u64::from),
-                memory: req.max_memory_bytes,
+                pids: req.options.max_pids.map(u64::from),
+                memory: req.options.max_memory_bytes,
             }),
         },
         &app.jobs,
@@ -149,11 +149,11 @@ pub(crate) async fn drive(
     // A command that never reads its stdin must not block anything:
     // this future is simply dropped when the command is done.
     let in_f = async {
-        if let (Some(mut pipe), Some(data)) = (stdin, req.stdin.as_deref()) {
+        if let (Some(mut pipe), Some(data)) = (stdin, req.options.stdin.as_deref()) {
             let _ = pipe.write_all(data.as_bytes()).await;
         }
     };
-    let waited = job.wait(Duration::from_secs(req.timeout_secs), KILL_GRACE);
+    let waited = job.wait(Duration::from_secs(req.options.timeout_secs), KILL_GRACE);
     tokio::pin!(in_f, waited);
     let (mut out_done, mut in_done) = (false, false);
     let exit = loop {

@@ -60,22 +60,27 @@ pub async fn handle(
     let request = parse(&body)?;
     drop((body, body_budget));
     *log = Some(ExecLog {
-        user: request.user.clone(),
+        user: request.options.user.clone(),
         command: request.command.clone(),
-        profile: request.profile.as_str(),
-        stdin_bytes: request.stdin.as_ref().map_or(0, String::len),
-        env_vars: request.env.len(),
-        env_bytes: request.env.iter().map(|(k, v)| k.len() + 1 + v.len()).sum(),
+        profile: request.options.profile.as_str(),
+        stdin_bytes: request.options.stdin.as_ref().map_or(0, String::len),
+        env_vars: request.options.env.len(),
+        env_bytes: request
+            .options
+            .env
+            .iter()
+            .map(|(k, v)| k.len() + 1 + v.len())
+            .sum(),
         ..ExecLog::default()
     });
-    let identity = Identity::cached(&request.user)?;
+    let identity = Identity::cached(&request.options.user)?;
     if request.stream {
         return crate::api::exec_stream::handle(app, request, &identity, slot);
     }
     // Both streams at their cap, and what sending the answer buffers.
-    let mut output = reserve(app, 2 * request.max_output_bytes + PER_ANSWER)?;
+    let mut output = reserve(app, 2 * request.options.max_output_bytes + PER_ANSWER)?;
     let mut job = start(app, &request, &identity)?;
-    let cap = request.max_output_bytes as usize;
+    let cap = request.options.max_output_bytes as usize;
     let (mut out, mut err) = (Capped::new(cap), Capped::new(cap));
     let (stdout, stderr) = (job.stdout.take(), job.stderr.take());
     let exit = {

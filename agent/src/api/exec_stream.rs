@@ -67,7 +67,7 @@ pub fn handle(
 }
 
 async fn run(mut job: crate::process::Job, req: &ExecRequest, ids: exec::Ids, tx: &Sender<Bytes>) {
-    let cap = req.max_output_bytes as usize;
+    let cap = req.options.max_output_bytes as usize;
     let (mut out, mut err) = (Pumped::default(), Pumped::default());
     let (stdout, stderr) = (job.stdout.take(), job.stderr.take());
     let exit = {

@@ -188,7 +188,7 @@ fn corpus(seed: u64) -> Vec<Input> {
         // A mutation that still parses could name a real user: leave it
         // out rather than run something. (It is rare, and counted.)
         if let Ok(req) = lab_agent::parse_exec(&body)
-            && req.user != corpus::NO_USER
+            && req.options.user != corpus::NO_USER
         {
             continue;
         }

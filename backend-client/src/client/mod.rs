@@ -265,12 +265,12 @@ impl Client {
         // grace; allow for that before calling the agent unresponsive.
         // `timeout_secs` is the caller's, unchecked until the agent
         // refuses it (400): the sum must not overflow before that.
-        let timeout =
-            Duration::from_secs(req.timeout_secs).saturating_add(self.inner.request_timeout);
+        let timeout = Duration::from_secs(req.options.timeout_secs)
+            .saturating_add(self.inner.request_timeout);
         let start = Instant::now();
         let deadline = deadline_after(start, timeout);
         let limits = Limits {
-            ok: exec_response_limit(req.max_output_bytes),
+            ok: exec_response_limit(req.options.max_output_bytes),
             other: ERROR_RESPONSE_LIMIT,
         };
         let mut attempts = 0;
@@ -576,11 +576,11 @@ pub(crate) fn check_exec_result(
         format!("signal {sig} is outside 1..=64")
     } else if let Some((name, len)) = [("stdout", r.stdout.len()), ("stderr", r.stderr.len())]
         .into_iter()
-        .find(|&(_, len)| len as u64 > exec_stream_limit(req.max_output_bytes))
+        .find(|&(_, len)| len as u64 > exec_stream_limit(req.options.max_output_bytes))
     {
         format!(
             "{len} bytes of {name}, more than `max_output_bytes` {} allows",
-            req.max_output_bytes
+            req.options.max_output_bytes
         )
     } else if let Some(id) = r
         .instance_id

@@ -15,7 +15,7 @@
 //! `lab.toml` open in an editor. The authors' reference of every key is
 //! `docs/lab-toml.md`; keep the two in step.
 
-use crate::exec::{DEFAULT_MAX_PIDS, MAX_PIDS, MIN_MEMORY_BYTES, Profile};
+use crate::exec::{self, Bounded, ExecOptions, ExecRequest, Profile};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,12 +35,12 @@ pub use vms::{
 
 /// The file name of a lab's description inside its folder.
 pub const LAB_TOML: &str = "lab.toml";
-/// Default `[setup].timeout_secs`.
-pub use crate::guest::DEFAULT_SETUP_TIMEOUT_SECS;
+/// Default and longest `[setup].timeout_secs`.
+pub use crate::guest::{DEFAULT_SETUP_TIMEOUT_SECS, MAX_SETUP_TIMEOUT_SECS};
 pub use crate::{GUEST_LAB_DIR, LAB_DIR_ENV};
-/// Default `timeout_secs` of a check.
-pub const DEFAULT_CHECK_TIMEOUT_SECS: u64 = 60;
-/// Longest timeout a lab may ask for, for setup or a check (one hour).
+/// Default `timeout_secs` of a check: a command's.
+pub const DEFAULT_CHECK_TIMEOUT_SECS: u64 = exec::DEFAULT_TIMEOUT_SECS;
+/// Longest `timeout_secs` of a check: a command's (one hour).
 pub use crate::exec::MAX_TIMEOUT_SECS;
 /// Default and largest `max_output_bytes` of a check (per stream).
 pub use crate::exec::{DEFAULT_MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES_CAP};
@@ -68,13 +68,10 @@ pub struct Lab {
     pub setup: Option<Setup>,
     pub files: Option<Files>,
     pub checks: Vec<Check>,
-    /// The top-level `profile`: what a check without its own uses.
-    pub profile: Profile,
-    /// The top-level `leave_running`, `max_pids` and `max_memory_bytes`:
-    /// what a check without its own uses.
-    pub leave_running: bool,
-    pub max_pids: Option<u32>,
-    pub max_memory_bytes: Option<u64>,
+    /// The lab-wide defaults: the top-level `profile`, `leave_running`,
+    /// `max_pids` and `max_memory_bytes` (the other options at their
+    /// defaults), what a check without its own key gets.
+    pub defaults: ExecOptions,
     /// `[readiness]`, its defaults when the table is absent.
     pub readiness: Readiness,
     /// `[[vms]]`: the VMs of a session; empty for a lab of one VM.
@@ -147,31 +144,15 @@ pub struct Check {
     pub name: String,
     /// Run through `bash --login -c` in the guest, with `LAB_DIR` set.
     pub run: String,
-    /// `None` means the agent's default (root).
-    pub user: Option<String>,
-    pub timeout_secs: u64,
     pub fail_message: Option<String>,
     /// What passing is worth in the score (default 1; 0 for a check that
     /// only informs).
     pub points: u32,
-    /// Added to the check's clean environment (besides `LAB_DIR`, which the
-    /// grader sets).
-    pub env: BTreeMap<String, String>,
-    /// Absolute working directory in the guest; `None` is the user's home.
-    pub cwd: Option<String>,
-    /// Fed to the command's standard input; `None` is `/dev/null`.
-    pub stdin: Option<String>,
-    /// Output kept per stream; the rest is dropped and reported as cut.
-    pub max_output_bytes: u64,
-    /// Which startup files the check's shell reads: the check's own
-    /// `profile`, else the lab's, else `login`.
-    pub profile: Profile,
-    /// Keep what the check leaves running after it ends (default: killed
-    /// with it); the check's own, else the lab's, else false.
-    pub leave_running: bool,
-    /// The check's process and memory limits; `None`: the agent's defaults.
-    pub max_pids: Option<u32>,
-    pub max_memory_bytes: Option<u64>,
+    /// How it runs: the check's own `user`, `timeout_secs`, `env`, `cwd`,
+    /// `stdin`, `max_output_bytes`, `profile`, `leave_running`, `max_pids`,
+    /// `max_memory_bytes`, else the lab's [`Lab::defaults`]. Its `env` is
+    /// the check's (besides `LAB_DIR`, which the grader sets).
+    pub exec: ExecOptions,
     /// The VM it runs on: set in every check of a lab with `[[vms]]` (a lab
     /// of one `[[vms]]` fills it in), `None` in a lab of one VM.
     pub vm: Option<String>,
@@ -180,6 +161,22 @@ pub struct Check {
     pub solve: Option<String>,
     /// What the check must report right after setup (`labctl test`).
     pub initially: Initially,
+}
+
+impl Check {
+    /// The exec request that runs the check: its `run` as its options say,
+    /// with `LAB_DIR` set to where the lab's files are in the guest.
+    pub fn request(&self, guest_lab_dir: &str) -> ExecRequest {
+        self.request_to_run(&self.run, guest_lab_dir)
+    }
+
+    /// A request that runs `command` as the check runs (its user, profile,
+    /// environment, …): the check itself, or its `solve`.
+    pub fn request_to_run(&self, command: &str, guest_lab_dir: &str) -> ExecRequest {
+        // Set last, so no `env` of the lab's can move it (the model refuses
+        // one anyway).
+        ExecRequest::with_options(command, self.exec.clone()).env(LAB_DIR_ENV, guest_lab_dir)
+    }
 }
 
 /// One file of `[files].source`, ready to be shipped to the guest.
@@ -241,7 +238,7 @@ impl LabError {
 }
 
 pub use parse::{LabNameProblem, MAX_LAB_NAME_LEN, check_lab_name};
-use parse::{invalid, relative_path, timeout};
+use parse::{invalid, relative_path, setup_timeout};
 pub use scripts::{Scripts, scripts_of_toml};
 
 impl Lab {

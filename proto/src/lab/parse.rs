@@ -132,7 +132,7 @@ impl Lab {
                     .map_err(|e| check(Err(e)))
                     .ok()
             });
-            let timeout_secs = timeout(
+            let timeout_secs = setup_timeout(
                 &path,
                 "setup.timeout_secs",
                 s.timeout_secs,
@@ -175,28 +175,30 @@ impl Lab {
                 .ok()
         });
 
-        let lab_pids = limit_pids(&path, "max_pids", raw.max_pids).unwrap_or_else(|e| {
-            check(Err(e));
-            None
-        });
-        let lab_memory = limit_memory(&path, "max_memory_bytes", raw.max_memory_bytes)
-            .unwrap_or_else(|e| {
-                check(Err(e));
-                None
-            });
+        // The lab-wide defaults: what a check without its own key gets.
+        let mut defaults = ExecOptions {
+            profile: raw.profile.unwrap_or_default(),
+            leave_running: raw.leave_running.unwrap_or(false),
+            ..ExecOptions::default()
+        };
+        for (option, value) in [
+            (Bounded::MaxPids, raw.max_pids),
+            (Bounded::MaxMemoryBytes, raw.max_memory_bytes),
+        ] {
+            check(set(&path, "", &mut defaults, option, value));
+        }
         let mut seen = HashSet::new();
         let mut checks = Vec::with_capacity(raw.checks.len());
         for (i, c) in raw.checks.into_iter().enumerate() {
             let check_name = c.name.trim().to_owned();
             // Errors name the check as the author knows it, by its name;
             // only a check without one is named by its position.
-            let field = |key: &str| {
-                if check_name.is_empty() {
-                    format!("check #{} {key}", i + 1)
-                } else {
-                    format!("check `{check_name}`: {key}")
-                }
+            let prefix = if check_name.is_empty() {
+                format!("check #{} ", i + 1)
+            } else {
+                format!("check `{check_name}`: ")
             };
+            let field = |key: &str| format!("{prefix}{key}");
             let mut bad =
                 |key: &str, problem: String| check(Err(invalid(&path, &field(key), problem)));
             if check_name.is_empty() {
@@ -225,86 +227,61 @@ impl Lab {
                     "is empty: name a user or remove the key (default root)".into(),
                 );
             }
-            let timeout_secs = timeout(
-                &path,
-                &field("timeout_secs"),
-                c.timeout_secs,
-                DEFAULT_CHECK_TIMEOUT_SECS,
-            )
-            .unwrap_or_else(|e| {
-                check(Err(e));
-                DEFAULT_CHECK_TIMEOUT_SECS
-            });
             let points = match c.points {
                 None => DEFAULT_POINTS,
                 Some(p) if (0..=i64::from(MAX_POINTS)).contains(&p) => p as u32,
                 Some(p) => {
-                    check(Err(invalid(
-                        &path,
-                        &field("points"),
+                    bad(
+                        "points",
                         format!("is {p}: use a whole number from 0 to {MAX_POINTS}"),
-                    )));
+                    );
                     DEFAULT_POINTS
                 }
             };
-            let max_output_bytes = match c.max_output_bytes {
-                None => DEFAULT_MAX_OUTPUT_BYTES,
-                Some(b) if b >= 0 && b as u64 <= MAX_OUTPUT_BYTES_CAP => b as u64,
-                Some(b) => {
-                    check(Err(invalid(
-                        &path,
-                        &field("max_output_bytes"),
-                        format!(
-                            "is {b}: use a number of bytes from 0 to {MAX_OUTPUT_BYTES_CAP} (16 MiB)"
-                        ),
-                    )));
-                    DEFAULT_MAX_OUTPUT_BYTES
-                }
-            };
-            let max_pids = limit_pids(&path, &field("max_pids"), c.max_pids)
-                .unwrap_or_else(|e| {
-                    check(Err(e));
-                    None
-                })
-                .or(lab_pids);
-            let max_memory_bytes =
-                limit_memory(&path, &field("max_memory_bytes"), c.max_memory_bytes)
-                    .unwrap_or_else(|e| {
-                        check(Err(e));
-                        None
-                    })
-                    .or(lab_memory);
             if let Some(cwd) = &c.cwd {
                 if !cwd.starts_with('/') {
-                    check(Err(invalid(
-                        &path,
-                        &field("cwd"),
+                    bad(
+                        "cwd",
                         format!(
                             "`{cwd}` is not absolute: give a path in the guest starting with `/` (`$LAB_DIR` is not expanded here)"
                         ),
-                    )));
+                    );
                 }
             }
             for key in c.env.keys() {
                 if let Err(problem) = env_name(key) {
-                    check(Err(invalid(&path, &field(&format!("env.{key}")), problem)));
+                    bad(&format!("env.{key}"), problem);
                 }
+            }
+            // The check's own keys over the lab's defaults; the numbers by
+            // the options' own ranges, then the options' other rules.
+            let mut exec = ExecOptions {
+                user: c.user.unwrap_or_else(|| exec::DEFAULT_USER.to_owned()),
+                cwd: c.cwd,
+                env: c.env,
+                stdin: c.stdin,
+                profile: c.profile.unwrap_or(defaults.profile),
+                leave_running: c.leave_running.unwrap_or(defaults.leave_running),
+                ..defaults.clone()
+            };
+            for (option, value) in [
+                (Bounded::TimeoutSecs, c.timeout_secs),
+                (Bounded::MaxOutputBytes, c.max_output_bytes),
+                (Bounded::MaxPids, c.max_pids),
+                (Bounded::MaxMemoryBytes, c.max_memory_bytes),
+            ] {
+                check(set(&path, &prefix, &mut exec, option, value));
+            }
+            for problem in exec.validate() {
+                let field = field(&problem.key());
+                check(Err(invalid(&path, &field, problem.detail().to_string())));
             }
             checks.push(Check {
                 name: check_name,
                 run: c.run,
-                user: c.user,
-                timeout_secs,
                 fail_message: c.fail_message,
                 points,
-                env: c.env,
-                cwd: c.cwd,
-                stdin: c.stdin,
-                max_output_bytes,
-                profile: c.profile.or(raw.profile).unwrap_or_default(),
-                leave_running: c.leave_running.or(raw.leave_running).unwrap_or(false),
-                max_pids,
-                max_memory_bytes,
+                exec,
                 vm: c.vm,
                 solve: c.solve,
                 initially: c.initially,
@@ -321,10 +298,7 @@ impl Lab {
             setup,
             files,
             checks,
-            profile: raw.profile.unwrap_or_default(),
-            leave_running: raw.leave_running.unwrap_or(false),
-            max_pids: lab_pids,
-            max_memory_bytes: lab_memory,
+            defaults,
             readiness,
             vms,
             vm_env: BTreeMap::new(),
@@ -333,33 +307,33 @@ impl Lab {
     }
 }
 
-/// A `max_pids` key: 1 to [`MAX_PIDS`], as the agent accepts it.
-fn limit_pids(path: &Path, key: &str, v: Option<i64>) -> Result<Option<u32>, LabError> {
-    match v {
-        None => Ok(None),
-        Some(n) if (1..=i64::from(MAX_PIDS)).contains(&n) => Ok(Some(n as u32)),
-        Some(n) => Err(invalid(
+/// Sets a numeric option from the key an author wrote (`prefix` names its
+/// check, empty at the top level): the value when the option's range
+/// ([`Bounded`]) allows it, else the problem, reported, and the option left
+/// as it was.
+fn set(
+    path: &Path,
+    prefix: &str,
+    options: &mut ExecOptions,
+    option: Bounded,
+    value: Option<i64>,
+) -> Result<(), LabError> {
+    let Some(value) = value else { return Ok(()) };
+    match option.check(value) {
+        Ok(n) => {
+            match option {
+                Bounded::TimeoutSecs => options.timeout_secs = n,
+                Bounded::MaxOutputBytes => options.max_output_bytes = n,
+                // `check` kept it within MAX_PIDS.
+                Bounded::MaxPids => options.max_pids = Some(n as u32),
+                Bounded::MaxMemoryBytes => options.max_memory_bytes = Some(n),
+            }
+            Ok(())
+        }
+        Err(problem) => Err(invalid(
             path,
-            key,
-            format!(
-                "is {n}: use 1 to {MAX_PIDS} processes, or remove the key for the agent's default ({DEFAULT_MAX_PIDS})"
-            ),
-        )),
-    }
-}
-
-/// A `max_memory_bytes` key: at least [`MIN_MEMORY_BYTES`], as the agent
-/// accepts it.
-fn limit_memory(path: &Path, key: &str, v: Option<i64>) -> Result<Option<u64>, LabError> {
-    match v {
-        None => Ok(None),
-        Some(b) if b >= MIN_MEMORY_BYTES as i64 => Ok(Some(b as u64)),
-        Some(b) => Err(invalid(
-            path,
-            key,
-            format!(
-                "is {b}: use at least {MIN_MEMORY_BYTES} bytes (16 MiB), or remove the key for the agent's default (the guest's memory less a reserve)"
-            ),
+            &format!("{prefix}{}", problem.key()),
+            problem.detail().to_string(),
         )),
     }
 }
@@ -475,7 +449,9 @@ pub(super) fn invalid(path: &Path, field: &str, problem: impl Into<String>) -> L
     }
 }
 
-pub(super) fn timeout(
+/// A setup's timeout (`[setup].timeout_secs`, a VM's `setup_timeout_secs`):
+/// 1 to [`MAX_SETUP_TIMEOUT_SECS`].
+pub(super) fn setup_timeout(
     path: &Path,
     field: &str,
     value: Option<i64>,
@@ -483,11 +459,11 @@ pub(super) fn timeout(
 ) -> Result<u64, LabError> {
     match value {
         None => Ok(default),
-        Some(v) if v >= 1 && v as u64 <= MAX_TIMEOUT_SECS => Ok(v as u64),
+        Some(v) if v >= 1 && v as u64 <= MAX_SETUP_TIMEOUT_SECS => Ok(v as u64),
         Some(v) => Err(invalid(
             path,
             field,
-            format!("is {v}: use a number of seconds from 1 to {MAX_TIMEOUT_SECS}"),
+            format!("is {v}: use a number of seconds from 1 to {MAX_SETUP_TIMEOUT_SECS}"),
         )),
     }
 }

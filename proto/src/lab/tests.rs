@@ -32,9 +32,9 @@ fn parses_the_spec_example() {
     assert_eq!(lab.setup_script_path(), Some("/labs/hello/setup.sh".into()));
     assert_eq!(lab.files.unwrap().source, PathBuf::from("files"));
     assert_eq!(lab.checks.len(), 2);
-    assert_eq!(lab.checks[0].timeout_secs, 30);
-    assert_eq!(lab.checks[1].timeout_secs, DEFAULT_CHECK_TIMEOUT_SECS);
-    assert_eq!(lab.checks[1].user, None);
+    assert_eq!(lab.checks[0].exec.timeout_secs, 30);
+    assert_eq!(lab.checks[1].exec.timeout_secs, DEFAULT_CHECK_TIMEOUT_SECS);
+    assert_eq!(lab.checks[1].exec.user, "root");
 }
 
 #[test]
@@ -231,17 +231,21 @@ fn check_keys_and_their_defaults() {
     .unwrap();
     let a = &lab.checks[0];
     assert_eq!(a.points, 3);
-    assert_eq!(a.env.get("GREETING").map(String::as_str), Some("hi"));
+    assert_eq!(a.exec.env.get("GREETING").map(String::as_str), Some("hi"));
     assert_eq!(
-        (a.cwd.as_deref(), a.stdin.as_deref(), a.max_output_bytes),
+        (
+            a.exec.cwd.as_deref(),
+            a.exec.stdin.as_deref(),
+            a.exec.max_output_bytes
+        ),
         (Some("/tmp"), Some("in"), 10)
     );
     let c = &lab.checks[2];
     assert_eq!(
-        (c.points, c.max_output_bytes),
+        (c.points, c.exec.max_output_bytes),
         (1, DEFAULT_MAX_OUTPUT_BYTES)
     );
-    assert!(c.env.is_empty() && c.cwd.is_none() && c.stdin.is_none());
+    assert!(c.exec.env.is_empty() && c.exec.cwd.is_none() && c.exec.stdin.is_none());
     assert_eq!(lab.max_score(), 4);
 }
 
@@ -308,19 +312,22 @@ fn runaway_keys_per_check_override_the_lab_defaults() {
         [[checks]]\nname = \"a\"\nrun = \"true\"\n\
         [[checks]]\nname = \"b\"\nrun = \"true\"\nleave_running = false\nmax_pids = 7\nmax_memory_bytes = 16777216\n";
     let lab = Lab::parse(text, "/labs/p").unwrap();
-    assert!(lab.leave_running);
+    assert!(lab.defaults.leave_running);
     assert_eq!(
-        (lab.max_pids, lab.max_memory_bytes),
+        (lab.defaults.max_pids, lab.defaults.max_memory_bytes),
         (Some(100), Some(256 << 20))
     );
     let (a, b) = (&lab.checks[0], &lab.checks[1]);
-    assert!(a.leave_running);
+    assert!(a.exec.leave_running);
     assert_eq!(
-        (a.max_pids, a.max_memory_bytes),
+        (a.exec.max_pids, a.exec.max_memory_bytes),
         (Some(100), Some(256 << 20))
     );
-    assert!(!b.leave_running);
-    assert_eq!((b.max_pids, b.max_memory_bytes), (Some(7), Some(16 << 20)));
+    assert!(!b.exec.leave_running);
+    assert_eq!(
+        (b.exec.max_pids, b.exec.max_memory_bytes),
+        (Some(7), Some(16 << 20))
+    );
     // Nothing said: killed with the check, the agent's limits.
     let lab = Lab::parse(
         "name = \"p\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
@@ -328,8 +335,8 @@ fn runaway_keys_per_check_override_the_lab_defaults() {
     )
     .unwrap();
     let a = &lab.checks[0];
-    assert!(!a.leave_running);
-    assert_eq!((a.max_pids, a.max_memory_bytes), (None, None));
+    assert!(!a.exec.leave_running);
+    assert_eq!((a.exec.max_pids, a.exec.max_memory_bytes), (None, None));
     // Out of range: every problem named, with its check and the range.
     let errs = Lab::parse_all(
         "name = \"p\"\nmax_pids = 0\n[[checks]]\nname = \"a\"\nrun = \"true\"\nmax_pids = 20000\nmax_memory_bytes = 1024\n",
@@ -419,17 +426,65 @@ fn load_checks_that_the_solve_script_exists() {
 fn profile_per_check_overrides_the_lab_default() {
     let text = "name = \"p\"\nprofile = \"system\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n[[checks]]\nname = \"b\"\nrun = \"true\"\nprofile = \"none\"\n";
     let lab = Lab::parse(text, "/labs/p").unwrap();
-    assert_eq!(lab.profile, Profile::System);
-    assert_eq!(lab.checks[0].profile, Profile::System);
-    assert_eq!(lab.checks[1].profile, Profile::None);
+    assert_eq!(lab.defaults.profile, Profile::System);
+    assert_eq!(lab.checks[0].exec.profile, Profile::System);
+    assert_eq!(lab.checks[1].exec.profile, Profile::None);
     let lab = Lab::parse(
         "name = \"p\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\n",
         "/x",
     )
     .unwrap();
-    assert_eq!(lab.checks[0].profile, Profile::Login);
+    assert_eq!(lab.checks[0].exec.profile, Profile::Login);
     let err = Lab::parse("name = \"p\"\nprofile = \"user\"\n", "/x")
         .unwrap_err()
         .to_string();
     assert!(err.contains("unknown variant `user`"), "{err}");
+}
+
+/// A check is its own keys over the lab's defaults, validated by the
+/// options' one `validate` (an `env` variable longer than Linux passes to a
+/// program is the lab's problem, named under its check, not an error at
+/// grading time), and becomes a request in one place.
+#[test]
+fn a_check_is_exec_options_and_becomes_a_request() {
+    let long = "v".repeat(exec::MAX_COMMAND_BYTES);
+    let text = format!(
+        "name = \"p\"\n[[checks]]\nname = \"a\"\nrun = \"true\"\nenv = {{ V = \"{long}\" }}\ntimeout_secs = 0\n"
+    );
+    let text: Vec<String> = Lab::parse_all(&text, "/x")
+        .unwrap_err()
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert_eq!(
+        text,
+        [
+            "`/x/lab.toml`: check `a`: timeout_secs is 0: use a number of seconds from 1 to 3600",
+            "`/x/lab.toml`: check `a`: env.V is 131073 bytes with its name; Linux passes at most 131071 bytes in one variable: send large data as stdin",
+        ]
+    );
+    let lab = Lab::parse(
+        "name = \"p\"\nprofile = \"none\"\nmax_pids = 50\n[[checks]]\nname = \"a\"\nrun = \"id\"\nuser = \"student\"\nenv = { A = \"1\" }\ncwd = \"/tmp\"\n",
+        "/x",
+    )
+    .unwrap();
+    let check = &lab.checks[0];
+    assert_eq!(
+        check.exec,
+        ExecOptions {
+            user: "student".into(),
+            env: [("A".to_owned(), "1".to_owned())].into(),
+            cwd: Some("/tmp".into()),
+            ..lab.defaults.clone()
+        }
+    );
+    assert_eq!(
+        serde_json::to_string(&check.request("/opt/lab")).unwrap(),
+        r#"{"command":"id","timeout_secs":60,"user":"student","cwd":"/tmp","env":{"A":"1","LAB_DIR":"/opt/lab"},"stdin":null,"max_output_bytes":1048576,"profile":"none","max_pids":50}"#
+    );
+    assert_eq!(
+        check.request_to_run("make", "/l").command,
+        "make",
+        "a check's solve runs as the check does"
+    );
 }

@@ -86,7 +86,7 @@ pub(super) fn resolve(
                 "is used by an earlier VM: VM names must be unique",
             ));
         }
-        let timeout = super::timeout(
+        let timeout = super::setup_timeout(
             path,
             &field("setup_timeout_secs"),
             v.setup_timeout_secs,
@@ -131,7 +131,7 @@ pub(super) fn resolve(
             )),
             _ => {}
         }
-        for key in c.env.keys() {
+        for key in c.exec.env.keys() {
             if key == LAB_VM_ENV || key == LAB_VMS_ENV || key.starts_with(LAB_PARAM_PREFIX) {
                 problems.push(invalid(
                     path,

@@ -621,7 +621,7 @@ fn limits_cost(conn: &Conn, guest: GuestOs) {
             client.exec(&req).await.expect("exec");
             for i in 0..COST_EXECS {
                 if override_pids {
-                    req.max_pids = Some(100 + (i as u32 % 2));
+                    req.options.max_pids = Some(100 + (i as u32 % 2));
                 }
                 let t = Instant::now();
                 let r = client.exec(&req).await.expect("exec");

@@ -1,173 +1,118 @@
 //! `POST /v1/exec`: run one command through a login shell in the guest.
 
-use serde::{Deserialize, Deserializer, Serialize};
-use std::collections::BTreeMap;
+use serde::de::{Error as _, MapAccess};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
-/// Default `timeout_secs` when a request leaves it out.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
-/// Longest timeout a request may ask for (one hour).
-pub const MAX_TIMEOUT_SECS: u64 = 3600;
-/// Default per-stream output cap.
-pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
-/// Hard per-stream output cap: a request asking for more is rejected.
-pub const MAX_OUTPUT_BYTES_CAP: u64 = 16 * 1024 * 1024;
-/// Longest `command`: Linux limits one argument of `execve` to 128 KiB
-/// (`MAX_ARG_STRLEN`, including its NUL). Longer scripts belong in a file.
-pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
-/// Default user commands run as.
-pub const DEFAULT_USER: &str = "root";
-/// Largest `max_pids` a request may ask for: half of the smallest default
-/// `pid_max` (32768, what the kernel picks on a VM with few vCPUs), so even
-/// a command at the maximum leaves the other half to the rest of the guest
-/// (systemd, sshd, the agent's next command).
-pub const MAX_PIDS: u32 = 16_384;
-/// The agent's `pids.max` per command unless told otherwise (`lab-agent
-/// serve --pids-max`; the argument is in SECURITY.md): far above what a
-/// real check starts (a build with `make -j`, a kubeadm phase: hundreds),
-/// and low enough that a fork bomb stops at it within milliseconds while
-/// the guest still has processes to spare.
-pub const DEFAULT_MAX_PIDS: u32 = 4096;
-/// Smallest `max_memory_bytes` a request may ask for: a login shell alone
-/// takes a few MiB, and a limit below that fails every command for a reason
-/// that has nothing to do with it.
-pub const MIN_MEMORY_BYTES: u64 = 16 * 1024 * 1024;
+mod options;
+pub use options::{
+    Bounded, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_PIDS, DEFAULT_TIMEOUT_SECS, DEFAULT_USER,
+    ExecOptions, MAX_COMMAND_BYTES, MAX_OUTPUT_BYTES_CAP, MAX_PIDS, MAX_TIMEOUT_SECS,
+    MIN_MEMORY_BYTES, OptionProblem, Profile,
+};
+
 /// The values of [`ExecResult::limits_hit`].
 pub const LIMIT_PIDS: &str = "pids";
 pub const LIMIT_MEMORY: &str = "memory";
 
-/// A command to run. Only `command` is required; unknown fields are rejected
-/// so that a typo in a backend (`timeout` for `timeout_secs`) is an error,
-/// not a silently ignored setting.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A command to run: `command`, how it runs ([`ExecOptions`], its fields
+/// side by side with `command` in the JSON) and `stream`. Only `command` is
+/// required; unknown fields are rejected so that a typo in a backend
+/// (`timeout` for `timeout_secs`) is an error, not a silently ignored
+/// setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecRequest {
     /// Passed to `bash --login -c` as one argument.
     pub command: String,
-    #[serde(default = "default_timeout")]
-    pub timeout_secs: u64,
-    #[serde(default = "default_user")]
-    pub user: String,
-    /// Working directory; `null` means the user's home.
-    #[serde(default)]
-    pub cwd: Option<String>,
-    /// Added to the clean login environment. A name given twice is an
-    /// error, not last-wins: the two values say different things.
-    #[serde(default, deserialize_with = "unique_keys")]
-    pub env: BTreeMap<String, String>,
-    /// Written to the command's stdin; `null` means `/dev/null`.
-    #[serde(default)]
-    pub stdin: Option<String>,
-    /// Per-stream cap; output past it is drained and dropped.
-    #[serde(default = "default_max_output")]
-    pub max_output_bytes: u64,
-    /// Which profile files the shell reads; left out of the JSON when it is
-    /// the default, so a request stays readable by agents that predate it.
-    #[serde(default, skip_serializing_if = "Profile::is_login")]
-    pub profile: Profile,
-    /// Keep what the command leaves running after its shell exits (a server
-    /// a lab needs). By default it is killed with the command. What is left
-    /// stays in the command's cgroup, under its limits; a timeout or an
-    /// abandoned request kills it either way. Sent only when true, so a
-    /// request stays readable by agents that predate it.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub leave_running: bool,
-    /// The command's process limit (`pids.max` of its cgroup), 1 to
-    /// [`MAX_PIDS`]; `None`: the agent's default. Enforced where the guest
-    /// delegates the pids controller (else `RLIMIT_NPROC` for a non-root
-    /// user, see SECURITY.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_pids: Option<u32>,
-    /// The command's memory limit (`memory.max` of its cgroup), at least
-    /// [`MIN_MEMORY_BYTES`]; `None`: the agent's default, which is also the
-    /// most it gives (a larger value gets the default). Enforced where the
-    /// guest delegates the memory controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_memory_bytes: Option<u64>,
+    pub options: ExecOptions,
     /// Answer with the output as it comes: `application/x-ndjson`, one
     /// [`StreamEvent`] per line, the result last. Sent only when true, so a
     /// request stays readable by agents that predate it.
-    #[serde(default, skip_serializing_if = "is_false")]
     pub stream: bool,
 }
 
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-/// Which startup files the shell reads before the command.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Profile {
-    /// `bash --login -c`: the system's profile, then the user's own
-    /// (`~/.bash_profile`, `~/.profile`), which the user controls.
-    #[default]
-    Login,
-    /// The login environment from the system's files only (`/etc/profile`
-    /// and what it sources), never the user's dotfiles: the user cannot
-    /// change what the command reports by editing their profile.
-    System,
-    /// `bash --noprofile --norc -c`: no startup file at all.
-    None,
-}
-
-impl Profile {
-    pub fn is_login(&self) -> bool {
-        *self == Profile::Login
+/// The request's JSON names: `command`, the options', `stream`. Their index
+/// is also a bit in the deserializer's record of what it has seen.
+const FIELDS: [&str; 12] = {
+    let mut all = ["command"; 12];
+    let mut i = 0;
+    while i < options::FIELDS.len() {
+        all[i + 1] = options::FIELDS[i];
+        i += 1;
     }
+    all[11] = "stream";
+    all
+};
 
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Profile::Login => "login",
-            Profile::System => "system",
-            Profile::None => "none",
+impl Serialize for ExecRequest {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("ExecRequest", FIELDS.len())?;
+        st.serialize_field(FIELDS[0], &self.command)?;
+        self.options.write(&mut st)?;
+        if self.stream {
+            st.serialize_field(FIELDS[11], &true)?;
         }
+        st.end()
     }
 }
 
-impl fmt::Display for Profile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// A field name of the request, as its index in [`FIELDS`].
+struct Field(usize);
 
-impl std::str::FromStr for Profile {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Profile, String> {
-        [Profile::Login, Profile::System, Profile::None]
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| format!("`{s}` is not a profile: use `login`, `system` or `none`"))
-    }
-}
-
-/// A JSON object into a map, refusing a key that appears twice (serde's
-/// map impl keeps the last one silently).
-fn unique_keys<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    struct Visitor;
-    impl<'de> serde::de::Visitor<'de> for Visitor {
-        type Value = BTreeMap<String, String>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an object of string values")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut m: A,
-        ) -> Result<Self::Value, A::Error> {
-            let mut out = BTreeMap::new();
-            while let Some((k, v)) = m.next_entry::<String, String>()? {
-                if out.contains_key(&k) {
-                    return Err(serde::de::Error::custom(format_args!(
-                        "environment variable `{}` is given twice: send each name once",
-                        k.escape_debug()
-                    )));
-                }
-                out.insert(k, v);
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Field, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Field;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("field identifier")
             }
-            Ok(out)
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Field, E> {
+                FIELDS
+                    .iter()
+                    .position(|f| *f == v)
+                    .map(Field)
+                    .ok_or_else(|| E::unknown_field(v, &FIELDS))
+            }
         }
+        d.deserialize_identifier(Visitor)
     }
-    d.deserialize_map(Visitor)
+}
+
+impl<'de> Deserialize<'de> for ExecRequest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ExecRequest, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ExecRequest;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("struct ExecRequest")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ExecRequest, A::Error> {
+                let mut command = None;
+                let mut options = ExecOptions::default();
+                let mut stream = false;
+                let mut seen = 0u16;
+                while let Some(Field(i)) = map.next_key()? {
+                    if seen & 1 << i != 0 {
+                        return Err(A::Error::duplicate_field(FIELDS[i]));
+                    }
+                    seen |= 1 << i;
+                    match i {
+                        0 => command = Some(map.next_value()?),
+                        11 => stream = map.next_value()?,
+                        _ => options.read(i - 1, &mut map)?,
+                    }
+                }
+                Ok(ExecRequest {
+                    command: command.ok_or_else(|| A::Error::missing_field(FIELDS[0]))?,
+                    options,
+                    stream,
+                })
+            }
+        }
+        d.deserialize_struct("ExecRequest", &FIELDS, Visitor)
+    }
 }
 
 /// Why a well-formed request cannot run; the message says what to change.
@@ -182,136 +127,87 @@ impl fmt::Display for InvalidRequest {
 
 impl std::error::Error for InvalidRequest {}
 
-fn default_timeout() -> u64 {
-    DEFAULT_TIMEOUT_SECS
-}
-fn default_user() -> String {
-    DEFAULT_USER.to_owned()
-}
-fn default_max_output() -> u64 {
-    DEFAULT_MAX_OUTPUT_BYTES
-}
-
 impl ExecRequest {
-    /// A request with every optional field at its default.
+    /// A request with every option at its default.
     pub fn new(command: impl Into<String>) -> Self {
+        ExecRequest::with_options(command, ExecOptions::default())
+    }
+
+    /// A request to run `command` as `options` say.
+    pub fn with_options(command: impl Into<String>, options: ExecOptions) -> Self {
         ExecRequest {
             command: command.into(),
-            timeout_secs: DEFAULT_TIMEOUT_SECS,
-            user: DEFAULT_USER.to_owned(),
-            cwd: None,
-            env: BTreeMap::new(),
-            stdin: None,
-            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
-            profile: Profile::Login,
-            leave_running: false,
-            max_pids: None,
-            max_memory_bytes: None,
+            options,
             stream: false,
         }
     }
 
     /// The checks the agent makes before running anything (the agent
-    /// answers 400 with this message; a client can make them first).
+    /// answers 400 with this message; a client can make them first): the
+    /// command's, then [`ExecOptions::validate`]'s first problem.
     pub fn validate(&self) -> Result<(), InvalidRequest> {
-        let bad = |m: String| Err(InvalidRequest(m));
         if self.command.trim().is_empty() {
-            return bad("command is empty".into());
+            return Err(InvalidRequest("command is empty".into()));
         }
         if self.command.len() > MAX_COMMAND_BYTES {
-            return bad(format!(
+            return Err(InvalidRequest(format!(
                 "command is {} bytes; Linux passes at most {MAX_COMMAND_BYTES} bytes in one argument: put a long script in a file (or send it as stdin to `bash -s`)",
                 self.command.len()
-            ));
+            )));
         }
-        if self.timeout_secs == 0 || self.timeout_secs > MAX_TIMEOUT_SECS {
-            return bad(format!(
-                "timeout_secs is {}: use 1 to {MAX_TIMEOUT_SECS}",
-                self.timeout_secs
-            ));
+        match self.options.validate().into_iter().next() {
+            Some(problem) => Err(InvalidRequest(problem.to_string())),
+            None => Ok(()),
         }
-        // Each variable reaches execve as one `NAME=value` string, under the
-        // same limit as the command.
-        if let Some((k, v)) = self
-            .env
-            .iter()
-            .find(|(k, v)| k.len() + 1 + v.len() > MAX_COMMAND_BYTES)
-        {
-            let name: String = k.chars().take(64).collect();
-            return bad(format!(
-                "environment variable `{}` is {} bytes with its name; Linux passes at most {MAX_COMMAND_BYTES} bytes in one variable: send large data as stdin",
-                name.escape_debug(),
-                k.len() + 1 + v.len()
-            ));
-        }
-        if self.max_output_bytes > MAX_OUTPUT_BYTES_CAP {
-            return bad(format!(
-                "max_output_bytes is {}: the cap is {MAX_OUTPUT_BYTES_CAP} (16 MiB)",
-                self.max_output_bytes
-            ));
-        }
-        if let Some(n) = self.max_pids
-            && !(1..=MAX_PIDS).contains(&n)
-        {
-            return bad(format!("max_pids is {n}: use 1 to {MAX_PIDS}"));
-        }
-        if let Some(b) = self.max_memory_bytes
-            && b < MIN_MEMORY_BYTES
-        {
-            return bad(format!(
-                "max_memory_bytes is {b}: use at least {MIN_MEMORY_BYTES} (16 MiB); a login shell alone needs a few MiB"
-            ));
-        }
-        Ok(())
     }
 
     pub fn profile(mut self, profile: Profile) -> Self {
-        self.profile = profile;
+        self.options.profile = profile;
         self
     }
 
     pub fn user(mut self, user: impl Into<String>) -> Self {
-        self.user = user.into();
+        self.options.user = user.into();
         self
     }
 
     pub fn timeout_secs(mut self, secs: u64) -> Self {
-        self.timeout_secs = secs;
+        self.options.timeout_secs = secs;
         self
     }
 
     pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
-        self.cwd = Some(cwd.into());
+        self.options.cwd = Some(cwd.into());
         self
     }
 
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.env.insert(key.into(), value.into());
+        self.options.env.insert(key.into(), value.into());
         self
     }
 
     pub fn stdin(mut self, stdin: impl Into<String>) -> Self {
-        self.stdin = Some(stdin.into());
+        self.options.stdin = Some(stdin.into());
         self
     }
 
     pub fn max_output_bytes(mut self, bytes: u64) -> Self {
-        self.max_output_bytes = bytes;
+        self.options.max_output_bytes = bytes;
         self
     }
 
     pub fn leave_running(mut self, leave: bool) -> Self {
-        self.leave_running = leave;
+        self.options.leave_running = leave;
         self
     }
 
     pub fn max_pids(mut self, n: Option<u32>) -> Self {
-        self.max_pids = n;
+        self.options.max_pids = n;
         self
     }
 
     pub fn max_memory_bytes(mut self, bytes: Option<u64>) -> Self {
-        self.max_memory_bytes = bytes;
+        self.options.max_memory_bytes = bytes;
         self
     }
 
@@ -441,9 +337,9 @@ mod tests {
     fn only_command_is_required() {
         let r: ExecRequest = serde_json::from_str(r#"{"command":"true"}"#).unwrap();
         assert_eq!(r, ExecRequest::new("true"));
-        assert_eq!(r.timeout_secs, 60);
-        assert_eq!(r.user, "root");
-        assert_eq!(r.max_output_bytes, 1 << 20);
+        assert_eq!(r.options.timeout_secs, 60);
+        assert_eq!(r.options.user, "root");
+        assert_eq!(r.options.max_output_bytes, 1 << 20);
     }
 
     #[test]
@@ -487,10 +383,123 @@ mod tests {
         assert!(err.contains("unknown variant `user`"), "{err}");
         let r: ExecRequest =
             serde_json::from_str(r#"{"command":"true","profile":"system"}"#).unwrap();
-        assert_eq!(r.profile, Profile::System);
+        assert_eq!(r.options.profile, Profile::System);
         // The default stays off the wire, for agents that predate it.
         let text = serde_json::to_string(&ExecRequest::new("true")).unwrap();
         assert!(!text.contains("profile"), "{text}");
+    }
+
+    /// The JSON of a request is what the flat struct of earlier versions
+    /// wrote, byte for byte (the options are fields of the request, in the
+    /// same order, the same ones left out), and reads back.
+    #[test]
+    fn the_wire_shape_is_the_flat_one() {
+        let text = serde_json::to_string(&ExecRequest::new("true")).unwrap();
+        assert_eq!(
+            text,
+            r#"{"command":"true","timeout_secs":60,"user":"root","cwd":null,"env":{},"stdin":null,"max_output_bytes":1048576}"#
+        );
+        let full = ExecRequest::new("x")
+            .timeout_secs(5)
+            .user("student")
+            .cwd("/tmp")
+            .env("B", "2")
+            .env("A", "1")
+            .stdin("in")
+            .max_output_bytes(10)
+            .profile(Profile::System)
+            .leave_running(true)
+            .max_pids(Some(7))
+            .max_memory_bytes(Some(1 << 30))
+            .stream(true);
+        let text = serde_json::to_string(&full).unwrap();
+        assert_eq!(
+            text,
+            r#"{"command":"x","timeout_secs":5,"user":"student","cwd":"/tmp","env":{"A":"1","B":"2"},"stdin":"in","max_output_bytes":10,"profile":"system","leave_running":true,"max_pids":7,"max_memory_bytes":1073741824,"stream":true}"#
+        );
+        assert_eq!(serde_json::from_str::<ExecRequest>(&text).unwrap(), full);
+        // Fields in any order, `command` last.
+        let r: ExecRequest =
+            serde_json::from_str(r#"{"stream":true,"user":"u","command":"c"}"#).unwrap();
+        assert_eq!(r, ExecRequest::new("c").user("u").stream(true));
+    }
+
+    #[test]
+    fn unknown_repeated_and_missing_fields_are_named() {
+        let err = |text: &str| {
+            serde_json::from_str::<ExecRequest>(text)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(r#"{"command":"x","bogus":1}"#),
+            "unknown field `bogus`, expected one of `command`, `timeout_secs`, `user`, `cwd`, `env`, `stdin`, `max_output_bytes`, `profile`, `leave_running`, `max_pids`, `max_memory_bytes`, `stream` at line 1 column 22"
+        );
+        assert_eq!(
+            err(r#"{"command":"x","timeout_secs":1,"timeout_secs":2}"#),
+            "duplicate field `timeout_secs` at line 1 column 46"
+        );
+        assert_eq!(
+            err(r#"{"command":"x","command":"y"}"#),
+            "duplicate field `command` at line 1 column 24"
+        );
+        assert_eq!(
+            err(r#"{"stream":true}"#),
+            "missing field `command` at line 1 column 15"
+        );
+        assert!(
+            err(r#"{"command":"x","stream":1}"#)
+                .contains("invalid type: integer `1`, expected a boolean")
+        );
+        // An array is not a request (the derived struct of earlier versions
+        // took `["x"]` as one, field by position).
+        assert!(err(r#"["x"]"#).contains("invalid type: sequence, expected struct ExecRequest"));
+    }
+
+    #[test]
+    fn options_report_every_problem_and_the_request_the_first() {
+        let mut o = ExecOptions {
+            timeout_secs: 0,
+            max_output_bytes: MAX_OUTPUT_BYTES_CAP + 1,
+            max_pids: Some(0),
+            max_memory_bytes: Some(1),
+            ..ExecOptions::default()
+        };
+        o.env.insert("V".into(), "v".repeat(MAX_COMMAND_BYTES));
+        let problems = o.validate();
+        let keys: Vec<String> = problems.iter().map(|p| p.key()).collect();
+        assert_eq!(
+            keys,
+            [
+                "timeout_secs",
+                "max_output_bytes",
+                "max_pids",
+                "max_memory_bytes",
+                "env.V"
+            ]
+        );
+        assert_eq!(
+            problems[0].to_string(),
+            "timeout_secs is 0: use a number of seconds from 1 to 3600"
+        );
+        assert_eq!(
+            problems[4].to_string(),
+            "environment variable `V` is 131073 bytes with its name; Linux passes at most 131071 bytes in one variable: send large data as stdin"
+        );
+        assert_eq!(
+            problems[2].detail().to_string(),
+            "is 0: use 1 to 16384 processes, or remove the key for the agent's default (4096)"
+        );
+        let err = ExecRequest::with_options("x", o).validate().unwrap_err();
+        assert_eq!(err.to_string(), problems[0].to_string());
+        assert!(ExecOptions::default().validate().is_empty());
+        // An author's number: signed, its sign kept in the message.
+        assert_eq!(Bounded::TimeoutSecs.check(30), Ok(30));
+        assert_eq!(
+            Bounded::MaxOutputBytes.check(-1).unwrap_err().to_string(),
+            "max_output_bytes is -1: use a number of bytes from 0 to 16777216 (16 MiB)"
+        );
+        assert_eq!(Bounded::MaxOutputBytes.check(0), Ok(0));
     }
 
     #[test]
@@ -508,8 +517,11 @@ mod tests {
     #[test]
     fn runaway_fields_default_off_and_stay_off_the_wire() {
         let r: ExecRequest = serde_json::from_str(r#"{"command":"true"}"#).unwrap();
-        assert!(!r.leave_running);
-        assert_eq!((r.max_pids, r.max_memory_bytes), (None, None));
+        assert!(!r.options.leave_running);
+        assert_eq!(
+            (r.options.max_pids, r.options.max_memory_bytes),
+            (None, None)
+        );
         // Defaults are not sent: an older agent (deny_unknown_fields) still
         // takes the request.
         let text = serde_json::to_string(&r).unwrap();

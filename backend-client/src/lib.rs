@@ -44,6 +44,8 @@
 //!   waited for (failing fast, naming the VM) and graded as one report
 //!   whose checks carry their `vm`.
 //! - [`error`]: the [`Error`] enum.
+//! - [`follow`]: setup logs followed as they grow ([`Follow`]: whole lines,
+//!   escaped, a replaced log, bounded by a wait's deadline).
 //! - [`timeline`]: where many VMs' preparation time went ([`distribution`]:
 //!   count, median, p90, max of each phase of their timelines).
 //! - `interim`: the connection under hyper, cut at the interim (1xx)
@@ -60,6 +62,7 @@
 
 pub mod client;
 pub mod error;
+pub mod follow;
 pub mod grade;
 mod interim;
 mod reuse;
@@ -70,6 +73,7 @@ pub mod wait;
 
 pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};
 pub use error::Error;
+pub use follow::Follow;
 pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;
 pub use session::{Session, SessionError};

@@ -7,11 +7,11 @@
 //! stderr.
 //! [`wait_with_display`] waits with it (`wait`, `grade --wait`, `try`);
 //! [`wait_following`] also prints each VM's setup log as it grows (`wait
-//! --follow`, [`super::follow`]), above the live lines;
+//! --follow`: the client's [`Follow`]), above the live lines;
 //! [`print_setup_log`] shows a failed setup's log.
 
 use super::common::human_duration;
-use super::follow::{Follow, Msg, Stop};
+use lab_agent_client::follow::{Event, Follow};
 use lab_agent_client::{Client, Error, Progress, WaitOutcome};
 use lab_agent_proto::{ReadyResponse, ReadyState, SetupState};
 use std::io::Write;
@@ -313,22 +313,23 @@ pub async fn wait_with_display_hooked(
 /// [`wait_with_display`] with each VM's setup log printed as it grows
 /// (`wait --follow`), above the live lines; the VMs whose setup is over
 /// are read to the end of their log before the verdict. Also says, per
-/// VM, whether its whole log was shown.
+/// VM, whether its whole log was shown. The logs go to stdout, or to
+/// stderr when `to_stderr` (`--json`: stdout is the JSON's).
 pub async fn wait_following(
     clients: &[Client],
     deadline: Instant,
-    follow: Follow,
+    to_stderr: bool,
 ) -> (Vec<WaitOutcome>, Vec<bool>) {
-    let mut follow = follow;
+    let mut follow = (Follow::start(clients, deadline.into()), to_stderr);
     let outcomes = wait_inner(clients, deadline, &mut |_, _| None, Some(&mut follow)).await;
-    (outcomes, follow.finish().await)
+    (outcomes, follow.0.finish().await)
 }
 
 async fn wait_inner(
     clients: &[Client],
     deadline: Instant,
     hook: &mut dyn FnMut(usize, &lab_agent_client::Progress) -> Option<String>,
-    mut follow: Option<&mut Follow>,
+    mut follow: Option<&mut (Follow, bool)>,
 ) -> Vec<WaitOutcome> {
     let urls = clients.iter().map(|c| c.url().to_owned()).collect();
     let start = Instant::now();
@@ -360,23 +361,17 @@ async fn wait_inner(
         }
     };
     let display = display_cell.into_inner();
-    if let Some(f) = follow {
+    if let Some((f, to_stderr)) = follow {
         // The rest of each log whose setup is over comes before the
         // verdict; the followers end by the deadline, as the wait did.
-        for (i, o) in outcomes.iter().enumerate() {
-            let over = o
-                .result
-                .as_ref()
-                .map_or_else(Error::is_setup_failed, |_| true);
-            f.stop(i, if over { Stop::Drain } else { Stop::Abort });
-        }
+        f.stop_after(&outcomes);
         let drain = async {
             loop {
                 tokio::select! {
                     msg = f.recv() => match msg {
                         Some(msg) => {
                             display.clear();
-                            f.print(&msg);
+                            print_event(f, &msg, *to_stderr);
                             display.resume();
                         }
                         None => break,
@@ -405,21 +400,45 @@ async fn wait_inner(
     outcomes
 }
 
-/// The next log message, when following.
-async fn recv(follow: &mut Option<&mut Follow>) -> Option<Msg> {
+/// The next log event, when following.
+async fn recv(follow: &mut Option<&mut (Follow, bool)>) -> Option<Event> {
     match follow {
-        Some(f) => f.recv().await,
+        Some((f, _)) => f.recv().await,
         None => None,
     }
 }
 
-/// A log message printed above the live lines (cleared, then redrawn
+/// A log event printed above the live lines (cleared, then redrawn
 /// below it), so the two never mix.
-fn show(display: &mut WaitDisplay, follow: &Option<&mut Follow>, msg: &Msg) {
-    if let Some(f) = follow {
+fn show(display: &mut WaitDisplay, follow: &Option<&mut (Follow, bool)>, event: &Event) {
+    if let Some((f, to_stderr)) = follow {
         display.clear();
-        f.print(msg);
+        print_event(f, event, *to_stderr);
         display.resume();
+    }
+}
+
+/// Writes a log's lines (to stdout, or stderr when `to_stderr`) or
+/// labctl's note about it (stderr), flushed at once. A reader that went
+/// away (`| head`) is not an error.
+fn print_event(follow: &Follow, event: &Event, to_stderr: bool) {
+    match event {
+        Event::Lines(text) if !to_stderr => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+        Event::Lines(text) => {
+            let _ = std::io::stderr().lock().write_all(text.as_bytes());
+        }
+        Event::Replaced { vm } => eprintln!(
+            "note: {}the setup log was replaced (a new setup run): from its start",
+            follow.prefix(*vm)
+        ),
+        Event::Unfollowable { vm, error } => eprintln!(
+            "note: {}the setup log cannot be followed: {error}",
+            follow.prefix(*vm)
+        ),
     }
 }
 

@@ -1,10 +1,10 @@
 //! `labctl wait`: wait until one or more agents are ready, then print
 //! each VM's life ([`life`]) on stdout, or every answer with `--json`;
-//! `--follow` prints the setup logs as they grow first ([`super::follow`]).
+//! `--follow` prints the setup logs as they grow first (the client's
+//! [`lab_agent_client::Follow`]).
 
 use super::common;
 use super::exit::{Exit, Failure};
-use super::follow::Follow;
 use super::life;
 use super::progress::{print_setup_log, wait_following, wait_with_display};
 use lab_agent_client::{Client, Error, WaitOutcome};
@@ -123,10 +123,7 @@ pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
     // Per VM, whether its whole setup log was shown (`--follow`): then a
     // failed setup's tail is not shown again.
     let (outcomes, shown) = if config.follow {
-        rt.block_on(async {
-            let follow = Follow::start(&config.clients, deadline.into(), config.json);
-            wait_following(&config.clients, deadline, follow).await
-        })
+        rt.block_on(wait_following(&config.clients, deadline, config.json))
     } else {
         let outcomes = rt.block_on(wait_with_display(&config.clients, deadline));
         let shown = vec![false; outcomes.len()];

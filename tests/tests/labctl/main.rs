@@ -96,4 +96,5 @@ mod lint;
 mod output;
 mod session;
 mod timeouts;
+mod try_flags;
 mod wait;

@@ -44,10 +44,13 @@
 //!   waited for (failing fast, naming the VM) and graded as one report
 //!   whose checks carry their `vm`.
 //! - [`error`]: the [`Error`] enum.
+//! - [`json`]: a grade report and wait outcomes as JSON for programs (the
+//!   report's field order kept, guest text escaped), errors by kind.
 //! - [`follow`]: setup logs followed as they grow ([`Follow`]: whole lines,
 //!   escaped, a replaced log, bounded by a wait's deadline).
 //! - [`timeline`]: where many VMs' preparation time went ([`distribution`]:
-//!   count, median, p90, max of each phase of their timelines).
+//!   count, median, p90, max of each phase of their timelines; [`Answers`]:
+//!   the timelines in logged `/v1/ready` answers).
 //! - `interim`: the connection under hyper, cut at the interim (1xx)
 //!   response past the limit.
 //! - `reuse`: what each connection carried, so a call whose kept-alive
@@ -65,6 +68,7 @@ pub mod error;
 pub mod follow;
 pub mod grade;
 mod interim;
+pub mod json;
 mod reuse;
 pub mod session;
 pub mod stream;
@@ -78,5 +82,5 @@ pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, g
 pub use lab_agent_proto as proto;
 pub use session::{Session, SessionError};
 pub use stream::{ExecStream, SetupLog};
-pub use timeline::{Distribution, Phase, PhaseStats, distribution};
+pub use timeline::{Answers, AnswersError, Distribution, Phase, PhaseStats, distribution};
 pub use wait::{Progress, WaitOutcome, wait_all};

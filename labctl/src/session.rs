@@ -16,10 +16,10 @@
 
 use super::common;
 use super::exit::{Exit, Failure};
-use super::grading::{exit_for, report_json};
+use super::grading::exit_for;
 use super::progress::print_setup_log;
 use super::report::{self, Style};
-use super::wait::{json_text, outcomes_json};
+use lab_agent_client::json::{json_text, outcomes_json, report_json};
 use lab_agent_client::{Client, Session, SessionError, WaitOutcome};
 use lab_agent_proto::lab::Lab;
 use std::io::Write;

@@ -36,7 +36,8 @@
 //! # Layout
 //! - [`client`]: [`Client`], its builder and connection pool; `ready`,
 //!   `exec`, `info`, unchecked requests.
-//! - [`wait`]: `wait_ready`, [`wait_all`], [`Progress`].
+//! - [`wait`]: `wait_ready`, [`wait_all`], [`Progress`]; [`activity`]:
+//!   what a VM is doing while waited for, for a person ([`Activity`]).
 //! - [`grade`]: `gradable` (a VM that is not ready is not graded),
 //!   `reported_lab_dir`, `grade`, [`GradeReport`], each check's
 //!   [`CheckStatus`]; [`grade_all`] for many VMs with a concurrency bound.
@@ -63,6 +64,7 @@
 //! of its own, so nothing here pulls in a CLI, the payload generator or
 //! process control.
 
+pub mod activity;
 pub mod client;
 pub mod error;
 pub mod follow;
@@ -75,6 +77,7 @@ pub mod stream;
 pub mod timeline;
 pub mod wait;
 
+pub use activity::Activity;
 pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};
 pub use error::Error;
 pub use follow::Follow;

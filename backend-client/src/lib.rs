@@ -85,5 +85,7 @@ pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, g
 pub use lab_agent_proto as proto;
 pub use session::{Session, SessionError};
 pub use stream::{ExecStream, SetupLog};
-pub use timeline::{Answers, AnswersError, Distribution, Phase, PhaseStats, distribution};
+pub use timeline::{
+    Answers, AnswersError, Distribution, Phase, PhaseStats, distribution, phases_of,
+};
 pub use wait::{Progress, WaitOutcome, wait_all};

@@ -5,7 +5,7 @@
 //! Pure functions over answers a backend already has (each VM's last
 //! `/v1/ready` answer, as it logs them); `labctl timeline` prints them.
 
-use lab_agent_proto::lifecycle::Timeline;
+use lab_agent_proto::lifecycle::{Span, Timeline};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
@@ -159,6 +159,26 @@ fn round_ms(secs: f64) -> f64 {
     (secs * 1000.0).round() / 1000.0
 }
 
+/// One VM's own timeline as a table's rows, in its boot's order, each a
+/// span in seconds since the kernel booted: kernel to the agent's start,
+/// each cloud-init stage that started, setup (once it started in this
+/// boot), kernel to ready. What has not happened is `None` in its span.
+pub fn phases_of(t: &Timeline) -> Vec<(Phase, Span)> {
+    let from_boot = |end: Option<f64>| Span {
+        start_secs: end.map(|_| 0.0),
+        finished_secs: end,
+    };
+    let mut rows = vec![(Phase::AgentStart, from_boot(t.agent_started_secs))];
+    for (name, span) in t.stages() {
+        if let Some(phase) = Phase::ALL.into_iter().find(|p| p.name() == name) {
+            rows.push((phase, *span));
+        }
+    }
+    rows.extend(t.setup.map(|setup| (Phase::Setup, setup)));
+    rows.push((Phase::Ready, from_boot(t.ready_secs)));
+    rows
+}
+
 /// The `/v1/ready` answers read from what a backend logged (or `labctl
 /// wait --json` outputs): how many, and the timelines among them.
 #[derive(Debug, Default)]
@@ -272,6 +292,37 @@ impl Answers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_vms_phases_in_its_boots_order() {
+        let t: Timeline = serde_json::from_str(
+            r#"{"agent_started_secs":3.1,
+               "cloud_init":{"modules-final":{"start_secs":9.0,"finished_secs":71.5},
+                             "init-local":{"start_secs":1.9,"finished_secs":2.4},
+                             "init":{"start_secs":2.5}},
+               "ready_secs":71.6}"#,
+        )
+        .unwrap();
+        let rows = phases_of(&t);
+        let phases: Vec<Phase> = rows.iter().map(|(p, _)| *p).collect();
+        assert_eq!(
+            phases,
+            [
+                Phase::AgentStart,
+                Phase::InitLocal,
+                Phase::Init,
+                Phase::ModulesFinal,
+                Phase::Ready
+            ],
+            "no setup in this boot: no row"
+        );
+        assert_eq!(rows[0].1, span(0.0, 3.1));
+        assert_eq!(rows[2].1.finished_secs, None);
+        assert_eq!(rows[4].1, span(0.0, 71.6));
+        let none = phases_of(&Timeline::default());
+        assert_eq!(none.len(), 2);
+        assert_eq!(none[1].1, Span::default(), "not ready: nothing known");
+    }
 
     fn read(text: &str) -> Result<Answers, AnswersError> {
         let mut r = Answers::default();

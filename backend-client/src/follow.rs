@@ -18,13 +18,14 @@
 //!   followed (401, an agent without the endpoint, a hostile answer) ends
 //!   its follower with [`Event::Unfollowable`] (not for a 401: that is the
 //!   wait's to report).
-//! - Once the wait has ended ([`Follow::stop_after`]), a VM that is ready
-//!   or whose setup failed is drained (no long-poll: the setup is over; an
+//! - [`wait_following`] waits for the VMs while following them. Once the
+//!   wait has ended ([`Follow::stop_after`]), a VM that is ready or whose
+//!   setup failed is drained (no long-poll: the setup is over; an
 //!   agent gone by then is not retried) so its last lines come before the
 //!   verdict; any other is abandoned.
 //! - Memory is bounded: a few messages in flight, [`MAX_LINE`] held per VM.
 
-use crate::{Client, Error, WaitOutcome};
+use crate::{Client, Error, Progress, WaitOutcome, wait_all};
 use lab_agent_proto::{MAX_READY_WAIT_SECS, SetupState};
 use std::future::Future;
 use std::pin::pin;
@@ -161,6 +162,40 @@ impl Follow {
         }
         done
     }
+}
+
+/// Waits for `clients` ([`wait_all`]) while following their setup logs:
+/// `on_progress` gets each VM's progress, `on_event` each event of the logs
+/// (with the [`Follow`], for [`Follow::prefix`]). Once the wait has ended,
+/// each log whose setup is over is read to its end ([`Follow::stop_after`],
+/// by `deadline`), so its last lines come before the verdict. Returns each
+/// VM's outcome, and whether its whole log was yielded.
+pub async fn wait_following(
+    clients: &[Client],
+    deadline: std::time::Instant,
+    on_progress: impl FnMut(usize, &Progress),
+    mut on_event: impl FnMut(&Follow, Event),
+) -> (Vec<WaitOutcome>, Vec<bool>) {
+    let mut follow = Follow::start(clients, deadline.into());
+    let outcomes = {
+        let mut wait = pin!(wait_all(clients, deadline, on_progress));
+        let mut following = true;
+        loop {
+            match first(&mut wait, following.then(|| follow.recv())).await {
+                Either::A(outcomes) => break outcomes,
+                Either::B(Some(event)) => on_event(&follow, event),
+                Either::B(None) => following = false,
+            }
+        }
+    };
+    follow.stop_after(&outcomes);
+    let drain = async {
+        while let Some(event) = follow.recv().await {
+            on_event(&follow, event);
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline.into(), drain).await;
+    (outcomes, follow.finish().await)
 }
 
 struct Follower {

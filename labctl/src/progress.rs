@@ -13,7 +13,7 @@
 
 use super::common::human_duration;
 use lab_agent_client::activity::one_line;
-use lab_agent_client::follow::{Event, Follow};
+use lab_agent_client::follow::{self, Event, Follow};
 use lab_agent_client::{Activity, Client, Error, Progress, WaitOutcome};
 use lab_agent_proto::ReadyState;
 use std::io::Write;
@@ -252,9 +252,9 @@ pub async fn wait_with_display(clients: &[Client], deadline: Instant) -> Vec<Wai
 pub async fn wait_with_display_hooked(
     clients: &[Client],
     deadline: Instant,
-    hook: &mut dyn FnMut(usize, &lab_agent_client::Progress) -> Option<String>,
+    hook: &mut dyn FnMut(usize, &Progress) -> Option<String>,
 ) -> Vec<WaitOutcome> {
-    wait_inner(clients, deadline, hook, None).await
+    wait_inner(clients, deadline, hook, None).await.0
 }
 
 /// [`wait_with_display`] with each VM's setup log printed as it grows
@@ -267,68 +267,60 @@ pub async fn wait_following(
     deadline: Instant,
     to_stderr: bool,
 ) -> (Vec<WaitOutcome>, Vec<bool>) {
-    let mut follow = (Follow::start(clients, deadline.into()), to_stderr);
-    let outcomes = wait_inner(clients, deadline, &mut |_, _| None, Some(&mut follow)).await;
-    (outcomes, follow.0.finish().await)
+    wait_inner(clients, deadline, &mut |_, _| None, Some(to_stderr)).await
 }
 
 async fn wait_inner(
     clients: &[Client],
     deadline: Instant,
-    hook: &mut dyn FnMut(usize, &lab_agent_client::Progress) -> Option<String>,
-    mut follow: Option<&mut (Follow, bool)>,
-) -> Vec<WaitOutcome> {
+    hook: &mut dyn FnMut(usize, &Progress) -> Option<String>,
+    follow: Option<bool>,
+) -> (Vec<WaitOutcome>, Vec<bool>) {
     let urls = clients.iter().map(|c| c.url().to_owned()).collect();
     let start = Instant::now();
-    let mut display = WaitDisplay::new(urls).with_limit(deadline.saturating_duration_since(start));
-    let display_cell = std::cell::RefCell::new(&mut display);
+    let display = WaitDisplay::new(urls).with_limit(deadline.saturating_duration_since(start));
+    let display = std::cell::RefCell::new(display);
     // When each VM was first seen ready: one summary time for all would say
     // "ready after 6.0s" of a VM that was ready at once.
     let mut ready_at: Vec<Option<Duration>> = vec![None; clients.len()];
     let mut tick = tokio::time::interval(TICK);
-    let outcomes = {
-        let wait = lab_agent_client::wait_all(clients, deadline, |i, p| {
+    let (outcomes, shown) = {
+        let on_progress = |i: usize, p: &Progress| {
             if p.state == Some(ReadyState::Ready) && ready_at[i].is_none() {
                 ready_at[i] = Some(p.elapsed);
             }
             let not_up = hook(i, p);
-            display_cell.borrow_mut().update_with(i, p, not_up);
-        });
-        tokio::pin!(wait);
-        let mut following = follow.is_some();
-        loop {
-            tokio::select! {
-                outcomes = &mut wait => break outcomes,
-                _ = tick.tick() => display_cell.borrow_mut().tick(),
-                msg = recv(&mut follow), if following => match msg {
-                    Some(msg) => show(&mut display_cell.borrow_mut(), &follow, &msg),
-                    None => following = false,
-                },
-            }
-        }
-    };
-    let display = display_cell.into_inner();
-    if let Some((f, to_stderr)) = follow {
-        // The rest of each log whose setup is over comes before the
-        // verdict; the followers end by the deadline, as the wait did.
-        f.stop_after(&outcomes);
-        let drain = async {
-            loop {
-                tokio::select! {
-                    msg = f.recv() => match msg {
-                        Some(msg) => {
-                            display.clear();
-                            print_event(f, &msg, *to_stderr);
-                            display.resume();
-                        }
-                        None => break,
-                    },
-                    _ = tick.tick() => display.tick(),
+            display.borrow_mut().update_with(i, p, not_up);
+        };
+        // A log event is printed above the live lines (cleared, then
+        // redrawn below it), so the two never mix.
+        let wait = async {
+            match follow {
+                Some(to_stderr) => {
+                    let on_event = |f: &Follow, event: Event| {
+                        let mut display = display.borrow_mut();
+                        display.clear();
+                        print_event(f, &event, to_stderr);
+                        display.resume();
+                    };
+                    follow::wait_following(clients, deadline, on_progress, on_event).await
+                }
+                None => {
+                    let outcomes = lab_agent_client::wait_all(clients, deadline, on_progress).await;
+                    let shown = vec![false; outcomes.len()];
+                    (outcomes, shown)
                 }
             }
         };
-        let _ = tokio::time::timeout_at(deadline.into(), drain).await;
-    }
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                done = &mut wait => break done,
+                _ = tick.tick() => display.borrow_mut().tick(),
+            }
+        }
+    };
+    let mut display = display.into_inner();
     display.clear();
     let elapsed = start.elapsed();
     for (o, at) in outcomes.iter().zip(&ready_at) {
@@ -344,25 +336,7 @@ async fn wait_inner(
             );
         }
     }
-    outcomes
-}
-
-/// The next log event, when following.
-async fn recv(follow: &mut Option<&mut (Follow, bool)>) -> Option<Event> {
-    match follow {
-        Some((f, _)) => f.recv().await,
-        None => None,
-    }
-}
-
-/// A log event printed above the live lines (cleared, then redrawn
-/// below it), so the two never mix.
-fn show(display: &mut WaitDisplay, follow: &Option<&mut (Follow, bool)>, event: &Event) {
-    if let Some((f, to_stderr)) = follow {
-        display.clear();
-        print_event(f, event, *to_stderr);
-        display.resume();
-    }
+    (outcomes, shown)
 }
 
 /// Writes a log's lines (to stdout, or stderr when `to_stderr`) or

@@ -32,22 +32,36 @@ pub fn report_json<X: Serialize>(report: &GradeReport, extra: Option<X>) -> Stri
 /// `/v1/ready` body (or null), `error` null or `{"kind","message"}`
 /// ([`error_kind`]).
 pub fn outcomes_json(outcomes: &[WaitOutcome]) -> Value {
+    let vms: Vec<_> = outcomes.iter().map(outcome_json).collect();
+    json!({"ready": outcomes.iter().all(|o| o.result.is_ok()), "vms": vms})
+}
+
+/// [`outcomes_json`] of a session's VMs, each entry with its `vm`.
+pub fn session_outcomes_json(outcomes: &[(String, WaitOutcome)]) -> Value {
     let vms: Vec<_> = outcomes
         .iter()
-        .map(|o| match &o.result {
-            Ok(r) => json!({"url": o.url, "state": r.state, "ready": r, "error": null}),
-            Err(e) => {
-                let r = e.ready_response();
-                json!({
-                    "url": o.url,
-                    "state": r.map(|r| r.state),
-                    "ready": r,
-                    "error": {"kind": error_kind(e), "message": e.to_string()},
-                })
-            }
+        .map(|(vm, o)| {
+            let mut v = outcome_json(o);
+            v["vm"] = json!(vm);
+            v
         })
         .collect();
-    json!({"ready": outcomes.iter().all(|o| o.result.is_ok()), "vms": vms})
+    json!({"ready": outcomes.iter().all(|(_, o)| o.result.is_ok()), "vms": vms})
+}
+
+fn outcome_json(o: &WaitOutcome) -> Value {
+    match &o.result {
+        Ok(r) => json!({"url": o.url, "state": r.state, "ready": r, "error": null}),
+        Err(e) => {
+            let r = e.ready_response();
+            json!({
+                "url": o.url,
+                "state": r.map(|r| r.state),
+                "ready": r,
+                "error": {"kind": error_kind(e), "message": e.to_string()},
+            })
+        }
+    }
 }
 
 /// `v` as one line of JSON, guest text in it only as escapes.

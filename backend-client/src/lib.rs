@@ -36,7 +36,8 @@
 //! # Layout
 //! - [`client`]: [`Client`], its builder and connection pool; `ready`,
 //!   `exec`, `info`, unchecked requests.
-//! - [`wait`]: `wait_ready`, [`wait_all`], [`Progress`].
+//! - [`wait`]: `wait_ready`, [`wait_all`], [`Progress`]; [`activity`]:
+//!   what a VM is doing while waited for, for a person ([`Activity`]).
 //! - [`grade`]: `gradable` (a VM that is not ready is not graded),
 //!   `reported_lab_dir`, `grade`, [`GradeReport`], each check's
 //!   [`CheckStatus`]; [`grade_all`] for many VMs with a concurrency bound.
@@ -44,8 +45,13 @@
 //!   waited for (failing fast, naming the VM) and graded as one report
 //!   whose checks carry their `vm`.
 //! - [`error`]: the [`Error`] enum.
+//! - [`json`]: a grade report and wait outcomes as JSON for programs (the
+//!   report's field order kept, guest text escaped), errors by kind.
+//! - [`follow`]: setup logs followed as they grow ([`Follow`]: whole lines,
+//!   escaped, a replaced log, bounded by a wait's deadline).
 //! - [`timeline`]: where many VMs' preparation time went ([`distribution`]:
-//!   count, median, p90, max of each phase of their timelines).
+//!   count, median, p90, max of each phase of their timelines; [`Answers`]:
+//!   the timelines in logged `/v1/ready` answers).
 //! - `interim`: the connection under hyper, cut at the interim (1xx)
 //!   response past the limit.
 //! - `reuse`: what each connection carried, so a call whose kept-alive
@@ -58,21 +64,28 @@
 //! of its own, so nothing here pulls in a CLI, the payload generator or
 //! process control.
 
+pub mod activity;
 pub mod client;
 pub mod error;
+pub mod follow;
 pub mod grade;
 mod interim;
+pub mod json;
 mod reuse;
 pub mod session;
 pub mod stream;
 pub mod timeline;
 pub mod wait;
 
+pub use activity::Activity;
 pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};
 pub use error::Error;
+pub use follow::Follow;
 pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;
 pub use session::{Session, SessionError};
 pub use stream::{ExecStream, SetupLog};
-pub use timeline::{Distribution, Phase, PhaseStats, distribution};
+pub use timeline::{
+    Answers, AnswersError, Distribution, Phase, PhaseStats, distribution, phases_of,
+};
 pub use wait::{Progress, WaitOutcome, wait_all};

@@ -16,7 +16,7 @@
 use crate::client::Client;
 use crate::error::Error;
 use crate::grade::{CheckResult, GradeReport};
-use crate::wait::Progress;
+use crate::wait::{Progress, WaitOutcome};
 use lab_agent_proto::ReadyResponse;
 use lab_agent_proto::lab::Lab;
 use std::collections::BTreeMap;
@@ -103,6 +103,29 @@ impl Session {
         deadline: Instant,
     ) -> Result<Vec<(String, ReadyResponse)>, SessionError> {
         self.wait_ready_with(deadline, |_, _| {}).await
+    }
+
+    /// [`Session::wait_ready`] as each VM's [`WaitOutcome`] (its URL, its
+    /// answer or its error) by name: every VM when all are ready, else the
+    /// one that failed, alone. `Err` only for an error that is no VM's.
+    pub async fn wait_outcomes(
+        &self,
+        deadline: Instant,
+    ) -> Result<Vec<(String, WaitOutcome)>, SessionError> {
+        let outcome = |vm: String, result| {
+            let url = self
+                .client(&vm)
+                .map_or(String::new(), |c| c.url().to_owned());
+            (vm, WaitOutcome { url, result })
+        };
+        match self.wait_ready(deadline).await {
+            Ok(ready) => Ok(ready
+                .into_iter()
+                .map(|(vm, r)| outcome(vm, Ok(r)))
+                .collect()),
+            Err(SessionError::Vm { vm, error }) => Ok(vec![outcome(vm, Err(*error))]),
+            Err(e) => Err(e),
+        }
     }
 
     /// [`Session::wait_ready`], calling `on_progress` with a VM's name and

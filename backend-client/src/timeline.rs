@@ -5,7 +5,9 @@
 //! Pure functions over answers a backend already has (each VM's last
 //! `/v1/ready` answer, as it logs them); `labctl timeline` prints them.
 
-use lab_agent_proto::lifecycle::Timeline;
+use lab_agent_proto::lifecycle::{Span, Timeline};
+use serde::Deserialize as _;
+use serde_json::{Value, json};
 
 /// One phase of a VM's preparation, as a report over many VMs counts it.
 /// Each is a duration in seconds; the first and the last count from the
@@ -157,9 +159,223 @@ fn round_ms(secs: f64) -> f64 {
     (secs * 1000.0).round() / 1000.0
 }
 
+/// One VM's own timeline as a table's rows, in its boot's order, each a
+/// span in seconds since the kernel booted: kernel to the agent's start,
+/// each cloud-init stage that started, setup (once it started in this
+/// boot), kernel to ready. What has not happened is `None` in its span.
+pub fn phases_of(t: &Timeline) -> Vec<(Phase, Span)> {
+    let from_boot = |end: Option<f64>| Span {
+        start_secs: end.map(|_| 0.0),
+        finished_secs: end,
+    };
+    let mut rows = vec![(Phase::AgentStart, from_boot(t.agent_started_secs))];
+    for (name, span) in t.stages() {
+        if let Some(phase) = Phase::ALL.into_iter().find(|p| p.name() == name) {
+            rows.push((phase, *span));
+        }
+    }
+    rows.extend(t.setup.map(|setup| (Phase::Setup, setup)));
+    rows.push((Phase::Ready, from_boot(t.ready_secs)));
+    rows
+}
+
+/// The `/v1/ready` answers read from what a backend logged (or `labctl
+/// wait --json` outputs): how many, and the timelines among them.
+#[derive(Debug, Default)]
+pub struct Answers {
+    /// Every answer read, with a timeline or without.
+    pub answers: usize,
+    pub timelines: Vec<Timeline>,
+}
+
+/// Why a text is not answers; the index counts documents from 1.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswersError {
+    #[error("not JSON at line {line}")]
+    NotJson {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("document {index}: the timeline is malformed: {source}")]
+    MalformedTimeline {
+        index: usize,
+        source: serde_json::Error,
+    },
+    #[error("document {index}: a {kind} is no `/v1/ready` answer")]
+    NotAnAnswer { index: usize, kind: &'static str },
+}
+
+impl Answers {
+    /// Adds every answer in `text`: a stream of JSON documents (one per
+    /// line, or pretty-printed), each an answer, a `labctl wait --json`
+    /// output (its VMs' answers) or an array of either.
+    pub fn read(&mut self, text: &str) -> Result<(), AnswersError> {
+        let docs = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+        for (doc, index) in docs.zip(1..) {
+            let doc = doc.map_err(|source| AnswersError::NotJson {
+                line: source.line(),
+                source,
+            })?;
+            self.add(&doc, index)?;
+        }
+        Ok(())
+    }
+
+    /// How many answers carry no timeline (an agent that predates it, or
+    /// a VM that never answered).
+    pub fn without_timeline(&self) -> usize {
+        self.answers - self.timelines.len()
+    }
+
+    fn add(&mut self, doc: &Value, index: usize) -> Result<(), AnswersError> {
+        match doc {
+            Value::Array(items) => items.iter().try_for_each(|item| self.add(item, index)),
+            Value::Object(o) => match o.get("vms") {
+                // `labctl wait --json`: each VM's last answer, `null` for a
+                // VM that never answered (counted: it has no timeline).
+                Some(Value::Array(vms)) => vms.iter().try_for_each(|vm| match vm.get("ready") {
+                    None | Some(Value::Null) => {
+                        self.answers += 1;
+                        Ok(())
+                    }
+                    Some(answer) => self.add(answer, index),
+                }),
+                _ => {
+                    self.answers += 1;
+                    if let Some(t) = o.get("timeline").filter(|t| !t.is_null()) {
+                        let t = Timeline::deserialize(t)
+                            .map_err(|source| AnswersError::MalformedTimeline { index, source })?;
+                        self.timelines.push(t);
+                    }
+                    Ok(())
+                }
+            },
+            other => Err(AnswersError::NotAnAnswer {
+                index,
+                kind: match other {
+                    Value::String(_) => "string",
+                    Value::Number(_) => "number",
+                    Value::Bool(_) => "boolean",
+                    _ => "null",
+                },
+            }),
+        }
+    }
+
+    /// `{"answers","timelines","without_timeline","phases":[{"phase",
+    /// "count","median_secs","p90_secs","max_secs"}]}`; a phase no timeline
+    /// has is there with count 0 and nulls.
+    pub fn to_json(&self, d: &Distribution) -> Value {
+        let phases: Vec<Value> = d
+            .phases
+            .iter()
+            .map(|s| {
+                json!({
+                    "phase": s.phase.name(),
+                    "count": s.count,
+                    "median_secs": s.median_secs,
+                    "p90_secs": s.p90_secs,
+                    "max_secs": s.max_secs,
+                })
+            })
+            .collect();
+        json!({
+            "answers": self.answers,
+            "timelines": d.timelines,
+            "without_timeline": self.answers - d.timelines,
+            "phases": phases,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_vms_phases_in_its_boots_order() {
+        let t: Timeline = serde_json::from_str(
+            r#"{"agent_started_secs":3.1,
+               "cloud_init":{"modules-final":{"start_secs":9.0,"finished_secs":71.5},
+                             "init-local":{"start_secs":1.9,"finished_secs":2.4},
+                             "init":{"start_secs":2.5}},
+               "ready_secs":71.6}"#,
+        )
+        .unwrap();
+        let rows = phases_of(&t);
+        let phases: Vec<Phase> = rows.iter().map(|(p, _)| *p).collect();
+        assert_eq!(
+            phases,
+            [
+                Phase::AgentStart,
+                Phase::InitLocal,
+                Phase::Init,
+                Phase::ModulesFinal,
+                Phase::Ready
+            ],
+            "no setup in this boot: no row"
+        );
+        assert_eq!(rows[0].1, span(0.0, 3.1));
+        assert_eq!(rows[2].1.finished_secs, None);
+        assert_eq!(rows[4].1, span(0.0, 71.6));
+        let none = phases_of(&Timeline::default());
+        assert_eq!(none.len(), 2);
+        assert_eq!(none[1].1, Span::default(), "not ready: nothing known");
+    }
+
+    fn read(text: &str) -> Result<Answers, AnswersError> {
+        let mut r = Answers::default();
+        r.read(text)?;
+        Ok(r)
+    }
+
+    #[test]
+    fn lines_arrays_and_wait_outputs() {
+        let answer = |ready: f64| {
+            format!(
+                r#"{{"state":"ready","cloud_init":{{"done":true}},"setup":{{"state":"succeeded"}},"timeline":{{"ready_secs":{ready}}}}}"#
+            )
+        };
+        let old = r#"{"state":"ready","cloud_init":{"done":true},"setup":{"state":"succeeded"}}"#;
+        let wait = format!(
+            r#"{{"ready":false,"vms":[{{"url":"u","ready":{}}},{{"url":"v","ready":null}}]}}"#,
+            answer(3.0)
+        );
+        let text = format!(
+            "{}\n\n{old}\n[{}, {}]\n{wait}\n",
+            answer(1.0),
+            answer(2.0),
+            answer(4.0)
+        );
+        let r = read(&text).unwrap();
+        assert_eq!((r.answers, r.without_timeline()), (6, 2));
+        let ready: Vec<_> = r.timelines.iter().map(|t| t.ready_secs.unwrap()).collect();
+        assert_eq!(ready, [1.0, 2.0, 4.0, 3.0]);
+        let v = r.to_json(&distribution(&r.timelines));
+        assert_eq!(v["without_timeline"], 2);
+        assert_eq!(v["phases"][6]["phase"], "ready");
+        assert_eq!(v["phases"][6]["median_secs"], 2.5);
+        assert_eq!(v["phases"][0]["count"], 0);
+        assert_eq!(v["phases"][0]["max_secs"], Value::Null);
+    }
+
+    #[test]
+    fn what_is_not_an_answer_is_named() {
+        let e = read("{\"timeline\":{}}\nnot json\n").unwrap_err();
+        assert!(matches!(e, AnswersError::NotJson { line: 2, .. }), "{e}");
+        let e = read("{}\n42\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "document 2: a number is no `/v1/ready` answer"
+        );
+        let e = read(r#"{"timeline":{"ready_secs":"soon"}}"#).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("document 1: the timeline is malformed: "),
+            "{e}"
+        );
+    }
     use lab_agent_proto::lifecycle::Span;
 
     fn span(start: f64, finished: f64) -> Span {

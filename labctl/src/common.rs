@@ -99,38 +99,3 @@ impl From<lab_runner::Error> for Failure {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The one rule (`lab_agent_proto::token_file`, tested there), as a
-    /// `labctl` usage error with a hint where one helps.
-    #[test]
-    fn tokens_follow_the_one_rule() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("labctl-token-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("token");
-        let good = "a".repeat(43);
-        std::fs::write(&f, format!("{good}\n")).unwrap();
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(read_token(&f).unwrap(), good);
-        std::fs::write(&f, "abc\n").unwrap();
-        let err = read_token(&f).unwrap_err();
-        assert!(err.message.contains("3 characters long"), "{}", err.message);
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(read_token(&f).unwrap_err().message.contains("chmod 600"));
-        let err = read_token(&dir.join("missing")).unwrap_err();
-        assert_eq!(err.exit, Exit::Usage);
-        assert!(err.render(false).contains("hint:"));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn durations() {
-        use std::time::Duration;
-        assert_eq!(human_duration(Duration::from_millis(3400)), "3.4s");
-        assert_eq!(human_duration(Duration::from_secs(125)), "2m05s");
-    }
-}

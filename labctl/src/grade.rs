@@ -76,24 +76,7 @@ pub struct Config {
 
 impl Config {
     pub fn from_args(args: &GradeArgs) -> Result<Config, Failure> {
-        let answer_timeout = common::wait_secs("--timeout", args.timeout, 1)?;
-        // Checked before any I/O, as every seconds flag; `--wait` alone
-        // takes the lab's deadline once the lab is read.
-        let wait = args
-            .wait
-            .map(|w| {
-                w.map(|secs| common::wait_secs("--wait", secs, 0))
-                    .transpose()
-            })
-            .transpose()?;
-        let mut lab = Lab::load(&args.lab).map_err(Failure::lab)?;
-        let wait = wait.map(|w| w.unwrap_or(Duration::from_secs(lab.readiness.timeout_secs)));
-        select_checks(&mut lab, &args.checks)?;
-        if let Some(dir) = args.guest_lab_dir.as_ref().filter(|d| !d.starts_with('/')) {
-            return Err(Failure::usage(format!(
-                "`--lab-dir {dir}` is not an absolute path in the guest"
-            )));
-        }
+        let (answer_timeout, wait, lab) = checked(args, false)?;
         let (url, token_file) = match (args.urls.as_slice(), args.token_files.as_slice()) {
             ([url], [file]) => (url, file),
             _ => {
@@ -145,27 +128,7 @@ pub fn run(args: &GradeArgs) -> Result<Exit, Failure> {
 
 /// `--vm`: the lab's VMs graded as one session ([`crate::session`]).
 fn run_session(args: &GradeArgs) -> Result<Exit, Failure> {
-    let answer_timeout = common::wait_secs("--timeout", args.timeout, 1)?;
-    let wait = args
-        .wait
-        .map(|w| {
-            w.map(|secs| common::wait_secs("--wait", secs, 0))
-                .transpose()
-        })
-        .transpose()?;
-    if args.instance.is_some() {
-        return Err(Failure::usage(
-            "`--instance` pins one VM: it does not go with `--vm` (a session's report carries each VM's `instances`)",
-        ));
-    }
-    let mut lab = Lab::load(&args.lab).map_err(Failure::lab)?;
-    let wait = wait.map(|w| w.unwrap_or(Duration::from_secs(lab.readiness.timeout_secs)));
-    select_checks(&mut lab, &args.checks)?;
-    if let Some(dir) = args.guest_lab_dir.as_ref().filter(|d| !d.starts_with('/')) {
-        return Err(Failure::usage(format!(
-            "`--lab-dir {dir}` is not an absolute path in the guest"
-        )));
-    }
+    let (answer_timeout, wait, lab) = checked(args, true)?;
     let session = crate::session::session(
         &args.vms,
         &args.urls,
@@ -179,6 +142,35 @@ fn run_session(args: &GradeArgs) -> Result<Exit, Failure> {
         wait,
         args.json,
     )
+}
+
+/// What grading one VM and a session check alike, in this order: the
+/// seconds flags (before any I/O, as every seconds flag; `--wait` alone
+/// takes the lab's deadline once the lab is read), `--instance` (one VM
+/// only), the lab with its checks selected, `--lab-dir`.
+fn checked(args: &GradeArgs, session: bool) -> Result<(Duration, Option<Duration>, Lab), Failure> {
+    let answer_timeout = common::wait_secs("--timeout", args.timeout, 1)?;
+    let wait = args
+        .wait
+        .map(|w| {
+            w.map(|secs| common::wait_secs("--wait", secs, 0))
+                .transpose()
+        })
+        .transpose()?;
+    if session && args.instance.is_some() {
+        return Err(Failure::usage(
+            "`--instance` pins one VM: it does not go with `--vm` (a session's report carries each VM's `instances`)",
+        ));
+    }
+    let mut lab = Lab::load(&args.lab).map_err(Failure::lab)?;
+    let wait = wait.map(|w| w.unwrap_or(Duration::from_secs(lab.readiness.timeout_secs)));
+    select_checks(&mut lab, &args.checks)?;
+    if let Some(dir) = args.guest_lab_dir.as_ref().filter(|d| !d.starts_with('/')) {
+        return Err(Failure::usage(format!(
+            "`--lab-dir {dir}` is not an absolute path in the guest"
+        )));
+    }
+    Ok((answer_timeout, wait, lab))
 }
 
 /// Returns when the agent is ready; else the failure to report: not ready

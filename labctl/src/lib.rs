@@ -18,8 +18,8 @@
 //!   named after what it does: [`grading`] (grade one VM, print its report:
 //!   `grade`, `try`), [`findings`] (what `lint` finds, printed: `lint`, `try`),
 //!   [`payload`] (render and write a payload: `secret`, `try --vm`, `lint`),
-//!   [`progress`] (waiting with a live display: `wait`, `grade`, `try`);
-//!   [`follow`] (a setup log as it grows: `wait --follow`).
+//!   [`progress`] (waiting with a live display: `wait`, `grade`, `try`;
+//!   with `wait --follow`, the setup logs the client's `Follow` yields).
 //! - [`agent_bin`] (finding the agent) and [`token`] (per-VM tokens) are
 //!   the generator's, re-exported.
 //! - [`exit`]: exit codes and how errors print; [`common`], [`report`],
@@ -36,7 +36,6 @@ pub mod common;
 pub mod exec;
 pub mod exit;
 pub mod findings;
-pub mod follow;
 pub mod grade;
 pub mod grading;
 pub mod life;

@@ -4,16 +4,18 @@
 //! the agent's reason), redrawn in place and cleared at the end; otherwise
 //! a plain line each time a VM's phase changes (its state, reason or
 //! cloud-init stage: never a line per line of the setup log). Always on
-//! stderr.
+//! stderr. What a VM is doing, and its texts, are the client's
+//! ([`Activity`]).
 //! [`wait_with_display`] waits with it (`wait`, `grade --wait`, `try`);
 //! [`wait_following`] also prints each VM's setup log as it grows (`wait
-//! --follow`, [`super::follow`]), above the live lines;
+//! --follow`: the client's [`Follow`]), above the live lines;
 //! [`print_setup_log`] shows a failed setup's log.
 
 use super::common::human_duration;
-use super::follow::{Follow, Msg, Stop};
-use lab_agent_client::{Client, Error, Progress, WaitOutcome};
-use lab_agent_proto::{ReadyResponse, ReadyState, SetupState};
+use lab_agent_client::activity::one_line;
+use lab_agent_client::follow::{self, Event, Follow};
+use lab_agent_client::{Activity, Client, Error, Progress, WaitOutcome};
+use lab_agent_proto::ReadyState;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -38,15 +40,10 @@ pub struct WaitDisplay {
 #[derive(Debug, Clone)]
 struct Row {
     url: String,
-    /// `None` until the agent answers.
-    state: Option<ReadyState>,
-    reason: String,
-    /// The reason came from the caller's `not_up` text: show it alone.
+    /// Its reason the caller's `not_up` text while the agent is silent.
+    activity: Activity,
+    /// The reason is the caller's text: show it alone.
     reason_is_status: bool,
-    /// The cloud-init stage running, from the answer's timeline.
-    stage: Option<&'static str>,
-    /// Setup's last log line while it runs, escaped (the guest's text).
-    log_line: Option<String>,
     /// Set once this VM's wait has ended, with the text to show.
     done: Option<String>,
 }
@@ -66,11 +63,8 @@ impl WaitDisplay {
                 .into_iter()
                 .map(|url| Row {
                     url,
-                    state: None,
-                    reason: "connecting".to_owned(),
+                    activity: Activity::connecting(),
                     reason_is_status: false,
-                    stage: None,
-                    log_line: None,
                     done: None,
                 })
                 .collect(),
@@ -101,18 +95,13 @@ impl WaitDisplay {
     /// cloud-init: config stage" for a VM `labctl try` boots).
     pub fn update_with(&mut self, i: usize, p: &Progress, not_up: Option<String>) {
         let row = &mut self.rows[i];
-        let reason = match (p.state, not_up) {
-            (None, Some(text)) => text,
-            _ => p.reason.clone(),
-        };
-        let answer = p.answer.as_deref();
-        let stage = answer.and_then(|r| r.timeline.as_ref()?.running_stage());
-        let changed = row.state != p.state || row.reason != reason || row.stage != stage;
-        row.reason_is_status = p.state.is_none() && reason != p.reason;
-        row.state = p.state;
-        row.reason = reason;
-        row.stage = stage;
-        row.log_line = answer.and_then(last_log_line);
+        let mut activity = Activity::of(p);
+        if let (None, Some(text)) = (p.state, not_up) {
+            activity.reason = text;
+        }
+        let changed = activity.is_new_phase(&row.activity);
+        row.reason_is_status = p.state.is_none() && activity.reason != p.reason;
+        row.activity = activity;
         if self.live {
             self.redraw();
         } else if changed {
@@ -206,57 +195,22 @@ impl WaitDisplay {
 }
 
 impl Row {
-    /// `state: reason` and the cloud-init stage running, or the caller's
-    /// own text while the agent is silent.
+    /// The caller's text while the agent is silent, else the activity's
+    /// status: for a plain line.
     fn status(&self) -> String {
-        if self.reason_is_status {
-            return one_line(&self.reason);
+        match self.reason_is_status {
+            true => one_line(&self.activity.reason),
+            false => self.activity.status(),
         }
-        let state = self.state_str();
-        let mut text = state.to_owned();
-        if !self.reason.is_empty() && self.reason != state {
-            text.push_str(": ");
-            text.push_str(&one_line(&self.reason));
-        }
-        if let Some(stage) = self.stage {
-            text.push_str(" · cloud-init ");
-            text.push_str(stage);
-        }
-        text
     }
 
-    /// What the live line says: the state and what the VM is doing now —
-    /// setup's last log line while it runs, else the cloud-init stage
-    /// running — or, when neither is known, [`Row::status`].
+    /// The same for the live line, which shows what the VM does now.
     fn live_status(&self) -> String {
-        let doing = match (&self.log_line, self.stage) {
-            (Some(line), _) => format!("setup: {line}"),
-            (None, Some(stage)) => format!("cloud-init {stage}"),
-            (None, None) => return self.status(),
-        };
-        if self.reason_is_status {
-            return self.status();
+        match self.reason_is_status {
+            true => one_line(&self.activity.reason),
+            false => self.activity.now(),
         }
-        format!("{} · {doing}", self.state_str())
     }
-
-    fn state_str(&self) -> &'static str {
-        self.state.map_or("unreachable", |s| s.as_str())
-    }
-}
-
-/// Setup's last non-blank log line while it runs, on one line and
-/// escaped: the guest's bytes (a `\r` progress bar, an escape sequence)
-/// are shown, not obeyed. Cut to the terminal's width with the line.
-fn last_log_line(r: &ReadyResponse) -> Option<String> {
-    if r.state != ReadyState::SettingUp || r.setup.state != SetupState::Running {
-        return None;
-    }
-    let tail = r.setup.log_tail.as_deref()?;
-    // A progress bar redraws with `\r`: its last frame is what shows.
-    let line = tail.lines().rev().find(|l| !l.trim().is_empty())?;
-    let line = line.rsplit('\r').find(|l| !l.trim().is_empty())?;
-    Some(one_line(line.trim()))
 }
 
 impl Drop for WaitDisplay {
@@ -264,13 +218,6 @@ impl Drop for WaitDisplay {
     fn drop(&mut self) {
         self.clear();
     }
-}
-
-/// The guest's text on one line, its control characters escaped (the
-/// reason comes from whatever answers on the agent's port).
-fn one_line(s: &str) -> String {
-    let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    lab_agent_proto::text::escape(&joined).into_owned()
 }
 
 fn truncate(s: &str, width: usize) -> String {
@@ -305,88 +252,75 @@ pub async fn wait_with_display(clients: &[Client], deadline: Instant) -> Vec<Wai
 pub async fn wait_with_display_hooked(
     clients: &[Client],
     deadline: Instant,
-    hook: &mut dyn FnMut(usize, &lab_agent_client::Progress) -> Option<String>,
+    hook: &mut dyn FnMut(usize, &Progress) -> Option<String>,
 ) -> Vec<WaitOutcome> {
-    wait_inner(clients, deadline, hook, None).await
+    wait_inner(clients, deadline, hook, None).await.0
 }
 
 /// [`wait_with_display`] with each VM's setup log printed as it grows
 /// (`wait --follow`), above the live lines; the VMs whose setup is over
 /// are read to the end of their log before the verdict. Also says, per
-/// VM, whether its whole log was shown.
+/// VM, whether its whole log was shown. The logs go to stdout, or to
+/// stderr when `to_stderr` (`--json`: stdout is the JSON's).
 pub async fn wait_following(
     clients: &[Client],
     deadline: Instant,
-    follow: Follow,
+    to_stderr: bool,
 ) -> (Vec<WaitOutcome>, Vec<bool>) {
-    let mut follow = follow;
-    let outcomes = wait_inner(clients, deadline, &mut |_, _| None, Some(&mut follow)).await;
-    (outcomes, follow.finish().await)
+    wait_inner(clients, deadline, &mut |_, _| None, Some(to_stderr)).await
 }
 
 async fn wait_inner(
     clients: &[Client],
     deadline: Instant,
-    hook: &mut dyn FnMut(usize, &lab_agent_client::Progress) -> Option<String>,
-    mut follow: Option<&mut Follow>,
-) -> Vec<WaitOutcome> {
+    hook: &mut dyn FnMut(usize, &Progress) -> Option<String>,
+    follow: Option<bool>,
+) -> (Vec<WaitOutcome>, Vec<bool>) {
     let urls = clients.iter().map(|c| c.url().to_owned()).collect();
     let start = Instant::now();
-    let mut display = WaitDisplay::new(urls).with_limit(deadline.saturating_duration_since(start));
-    let display_cell = std::cell::RefCell::new(&mut display);
+    let display = WaitDisplay::new(urls).with_limit(deadline.saturating_duration_since(start));
+    let display = std::cell::RefCell::new(display);
     // When each VM was first seen ready: one summary time for all would say
     // "ready after 6.0s" of a VM that was ready at once.
     let mut ready_at: Vec<Option<Duration>> = vec![None; clients.len()];
     let mut tick = tokio::time::interval(TICK);
-    let outcomes = {
-        let wait = lab_agent_client::wait_all(clients, deadline, |i, p| {
+    let (outcomes, shown) = {
+        let on_progress = |i: usize, p: &Progress| {
             if p.state == Some(ReadyState::Ready) && ready_at[i].is_none() {
                 ready_at[i] = Some(p.elapsed);
             }
             let not_up = hook(i, p);
-            display_cell.borrow_mut().update_with(i, p, not_up);
-        });
-        tokio::pin!(wait);
-        let mut following = follow.is_some();
-        loop {
-            tokio::select! {
-                outcomes = &mut wait => break outcomes,
-                _ = tick.tick() => display_cell.borrow_mut().tick(),
-                msg = recv(&mut follow), if following => match msg {
-                    Some(msg) => show(&mut display_cell.borrow_mut(), &follow, &msg),
-                    None => following = false,
-                },
-            }
-        }
-    };
-    let display = display_cell.into_inner();
-    if let Some(f) = follow {
-        // The rest of each log whose setup is over comes before the
-        // verdict; the followers end by the deadline, as the wait did.
-        for (i, o) in outcomes.iter().enumerate() {
-            let over = o
-                .result
-                .as_ref()
-                .map_or_else(Error::is_setup_failed, |_| true);
-            f.stop(i, if over { Stop::Drain } else { Stop::Abort });
-        }
-        let drain = async {
-            loop {
-                tokio::select! {
-                    msg = f.recv() => match msg {
-                        Some(msg) => {
-                            display.clear();
-                            f.print(&msg);
-                            display.resume();
-                        }
-                        None => break,
-                    },
-                    _ = tick.tick() => display.tick(),
+            display.borrow_mut().update_with(i, p, not_up);
+        };
+        // A log event is printed above the live lines (cleared, then
+        // redrawn below it), so the two never mix.
+        let wait = async {
+            match follow {
+                Some(to_stderr) => {
+                    let on_event = |f: &Follow, event: Event| {
+                        let mut display = display.borrow_mut();
+                        display.clear();
+                        print_event(f, &event, to_stderr);
+                        display.resume();
+                    };
+                    follow::wait_following(clients, deadline, on_progress, on_event).await
+                }
+                None => {
+                    let outcomes = lab_agent_client::wait_all(clients, deadline, on_progress).await;
+                    let shown = vec![false; outcomes.len()];
+                    (outcomes, shown)
                 }
             }
         };
-        let _ = tokio::time::timeout_at(deadline.into(), drain).await;
-    }
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                done = &mut wait => break done,
+                _ = tick.tick() => display.borrow_mut().tick(),
+            }
+        }
+    };
+    let mut display = display.into_inner();
     display.clear();
     let elapsed = start.elapsed();
     for (o, at) in outcomes.iter().zip(&ready_at) {
@@ -402,24 +336,30 @@ async fn wait_inner(
             );
         }
     }
-    outcomes
+    (outcomes, shown)
 }
 
-/// The next log message, when following.
-async fn recv(follow: &mut Option<&mut Follow>) -> Option<Msg> {
-    match follow {
-        Some(f) => f.recv().await,
-        None => None,
-    }
-}
-
-/// A log message printed above the live lines (cleared, then redrawn
-/// below it), so the two never mix.
-fn show(display: &mut WaitDisplay, follow: &Option<&mut Follow>, msg: &Msg) {
-    if let Some(f) = follow {
-        display.clear();
-        f.print(msg);
-        display.resume();
+/// Writes a log's lines (to stdout, or stderr when `to_stderr`) or
+/// labctl's note about it (stderr), flushed at once. A reader that went
+/// away (`| head`) is not an error.
+fn print_event(follow: &Follow, event: &Event, to_stderr: bool) {
+    match event {
+        Event::Lines(text) if !to_stderr => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+        Event::Lines(text) => {
+            let _ = std::io::stderr().lock().write_all(text.as_bytes());
+        }
+        Event::Replaced { vm } => eprintln!(
+            "note: {}the setup log was replaced (a new setup run): from its start",
+            follow.prefix(*vm)
+        ),
+        Event::Unfollowable { vm, error } => eprintln!(
+            "note: {}the setup log cannot be followed: {error}",
+            follow.prefix(*vm)
+        ),
     }
 }
 
@@ -449,8 +389,8 @@ mod tests {
     #[test]
     fn plain_lines_name_state_and_reason() {
         let mut d = WaitDisplay::with_mode(vec!["http://a".into(), "http://b".into()], false);
-        d.rows[1].state = Some(ReadyState::SettingUp);
-        d.rows[1].reason = "setup is\nrunning".into();
+        d.rows[1].activity.state = Some(ReadyState::SettingUp);
+        d.rows[1].activity.reason = "setup is\nrunning".into();
         assert_eq!(
             d.plain_line(1, Duration::from_millis(3200)),
             "[  3.2s] http://b: setting_up: setup is running"
@@ -494,86 +434,53 @@ mod tests {
         );
     }
 
-    fn answer(json: &str) -> Option<std::sync::Arc<ReadyResponse>> {
-        Some(std::sync::Arc::new(serde_json::from_str(json).unwrap()))
-    }
-
-    /// The phase is the state and the cloud-init stage running: a new
-    /// stage is a plain line, a new setup log line is not; the live line
-    /// shows the log line (escaped), else the stage.
+    /// A new cloud-init stage is a plain line, a new setup log line is
+    /// not (the phases are the client's `Activity`, tested there); the
+    /// live line is cut to the terminal's width and shows the deadline.
     #[test]
-    fn the_stage_and_setups_last_line() {
+    fn a_line_per_phase_and_the_live_line() {
         let mut d = WaitDisplay::with_mode(vec!["http://a".into()], false)
             .with_limit(Duration::from_secs(150));
-        let booting = answer(
-            r#"{"state":"booting","reason":"waiting for cloud-init to start the lab setup",
-                "cloud_init":{"done":false},"setup":{"state":"pending"},
-                "timeline":{"cloud_init":{"init-local":{"start_secs":1.9,"finished_secs":2.4},
-                                          "init":{"start_secs":2.5}}}}"#,
-        );
+        let answer = |stage: &str, log: &str| {
+            let json = format!(
+                r#"{{"state":"setting_up","reason":"the setup script is running",
+                    "cloud_init":{{"done":false}},"setup":{{"state":"running","log_tail":"{log}"}},
+                    "timeline":{{"cloud_init":{{"{stage}":{{"start_secs":9.0}}}}}}}}"#
+            );
+            Some(std::sync::Arc::new(serde_json::from_str(&json).unwrap()))
+        };
         let p = Progress {
             elapsed: Duration::from_secs(3),
-            state: Some(ReadyState::Booting),
-            reason: "waiting for cloud-init to start the lab setup".into(),
-            attempts: 1,
-            answer: booting,
-        };
-        d.update(0, &p);
-        assert_eq!(d.rows[0].stage, Some("init"));
-        assert_eq!(
-            d.plain_line(0, p.elapsed),
-            "[  3.0s] booting: waiting for cloud-init to start the lab setup · cloud-init init"
-        );
-        assert_eq!(d.rows[0].live_status(), "booting · cloud-init init");
-
-        let setting_up = |log: &str| {
-            answer(&format!(
-                r#"{{"state":"setting_up","reason":"the setup script is running",
-                    "cloud_init":{{"done":false}},
-                    "setup":{{"state":"running","log_tail":{log}}},
-                    "timeline":{{"cloud_init":{{"init-local":{{"start_secs":1.9,"finished_secs":2.4}},
-                        "modules-final":{{"start_secs":9.0}}}}}}}}"#,
-                log = serde_json::to_string(log).unwrap()
-            ))
-        };
-        let p = Progress {
             state: Some(ReadyState::SettingUp),
             reason: "the setup script is running".into(),
-            answer: setting_up("apt-get update\nGet:1 \x1b]0;owned\x07 10%\r50%\n\n"),
-            ..p
+            attempts: 1,
+            answer: answer("init", "step 1"),
         };
         d.update(0, &p);
-        assert_eq!(d.rows[0].stage, Some("modules-final"));
+        let before = d.rows[0].activity.clone();
+        d.update(
+            0,
+            &Progress {
+                answer: answer("init", "Get:1 http://deb"),
+                ..p.clone()
+            },
+        );
+        assert!(!d.rows[0].activity.is_new_phase(&before));
         assert_eq!(
             d.rows[0].live_status(),
-            "setting_up · setup: 50%",
-            "a progress bar's last frame"
+            "setting_up · setup: Get:1 http://deb"
         );
-        let again = Progress {
-            answer: setting_up("Get:1 \x1b]0;owned\x07 http://deb"),
-            ..p.clone()
-        };
-        d.update(0, &again);
-        assert_eq!(
-            d.rows[0].live_status(),
-            "setting_up · setup: Get:1 \\x1b]0;owned\\x07 http://deb"
+        d.update(
+            0,
+            &Progress {
+                answer: answer("modules-final", "x"),
+                ..p
+            },
         );
+        assert!(d.rows[0].activity.is_new_phase(&before));
         let line = d.live_line(&d.rows[0], 30);
         assert!(line.ends_with('…') && line.chars().count() == 30, "{line}");
         assert!(line.contains("/ 2m30s"), "{line}");
-        // Without a timeline or a log tail: the reason, as before.
-        let bare = Progress {
-            answer: answer(
-                r#"{"state":"setting_up","reason":"the setup script is running",
-                    "cloud_init":{"done":false},"setup":{"state":"running"}}"#,
-            ),
-            ..p
-        };
-        d.update(0, &bare);
-        assert_eq!(
-            d.rows[0].live_status(),
-            "setting_up: the setup script is running"
-        );
     }
 
     #[test]

@@ -1,22 +1,21 @@
 //! `labctl secret LAB_DIR --name NAME …`: the edge of the payload generator.
-//! It reads the lab, the agent and the token (or makes one), hands them to
-//! [`render_logged`](crate::payload::render_logged) (the generator's
-//! `lab_payload`, which `labctl try --vm` and the Python package call too), and writes the results.
+//! It checks the flags and loads the lab for its VM; the runner's
+//! [`SecretJob`] reads the agent and the token (or makes one), renders the
+//! payload (the generator's `lab_payload`, which `labctl try --vm` and the
+//! Python package call too) and writes the results.
 //!
 //! stdout carries data only (the Secret, or the `--json` object); progress,
 //! the budget line and errors go to stderr. Exit status: 0 done; 2 anything
 //! that stopped it (flags, the lab, the agent binary, the token, Kubernetes
 //! names, over 1 MiB, a file that cannot be written).
 
-use crate::agent_bin::{self, Linkage};
 use crate::exit::{Exit, Failure};
 pub use crate::payload::ArchArg;
-use crate::payload::{
-    BudgetReport, PayloadError, RenderOptions, Rendered, render_logged, write_private,
-};
-use lab_agent_cloudinit::lab_payload;
+use crate::payload::PayloadError;
 use lab_agent_cloudinit::{Arch, Format, SecretMeta};
-use lab_agent_proto::lab::{LAB_VM_ENV, Lab};
+use lab_agent_proto::lab::Lab;
+pub use lab_runner::secret::SecretReport as Report;
+use lab_runner::secret::{SecretJob, TokenSource};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -80,54 +79,10 @@ pub enum ManifestFormat {
     Json,
 }
 
-/// What one run produced, as `--json` prints it.
-#[derive(Debug, serde::Serialize)]
-pub struct Report {
-    pub lab: String,
-    /// The VM of a lab with `[[vms]]` (absent for a lab of one VM).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vm: Option<String>,
-    pub name: String,
-    pub namespace: Option<String>,
-    /// The token the agent will require; the backend needs it.
-    pub token: String,
-    /// `false` when it came from `--token-file`.
-    pub token_generated: bool,
-    /// `amd64` or `arm64`.
-    pub arch: &'static str,
-    pub agent: PathBuf,
-    pub format: &'static str,
-    pub secret_file: Option<PathBuf>,
-    pub user_data_file: Option<PathBuf>,
-    pub token_file: Option<PathBuf>,
-    pub budget: BudgetReport,
-    /// The manifest, when it was not written to `-o`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub secret: Option<String>,
-}
-
-/// Where the token comes from.
-#[derive(Debug, Clone)]
-enum TokenSource {
-    File(PathBuf),
-    Generate,
-}
-
-/// `labctl secret`'s arguments, checked, with the lab loaded.
+/// `labctl secret`'s arguments, checked, with the lab loaded: the
+/// runner's job.
 #[derive(Debug)]
-pub struct Config {
-    lab: Lab,
-    meta: SecretMeta,
-    format: Format,
-    token: TokenSource,
-    arch: Option<ArchArg>,
-    agent: Option<PathBuf>,
-    output: Option<PathBuf>,
-    user_data_out: Option<PathBuf>,
-    token_out: Option<PathBuf>,
-    serial_autologin: bool,
-    json: bool,
-}
+pub struct Config(SecretJob);
 
 impl Config {
     pub fn from_args(args: &SecretArgs) -> Result<Config, PayloadError> {
@@ -143,7 +98,7 @@ impl Config {
         let lab = Lab::load(&args.lab_dir)?
             .for_vm(args.vm.as_deref(), &params)
             .map_err(|e| PayloadError::Usage(e.to_string()))?;
-        Ok(Config {
+        Ok(Config(SecretJob {
             lab,
             meta,
             format: match args.format {
@@ -154,14 +109,14 @@ impl Config {
                 Some(path) => TokenSource::File(path.clone()),
                 None => TokenSource::Generate,
             },
-            arch: args.arch,
+            arch: args.arch.map(Arch::from),
             agent: args.agent.clone(),
             output: args.output.clone(),
             user_data_out: args.user_data_out.clone(),
             token_out: args.token_out.clone(),
             serial_autologin: !args.no_autologin,
             json: args.json,
-        })
+        }))
     }
 }
 
@@ -178,83 +133,7 @@ pub fn execute(
     out: &mut dyn Write,
     log: &mut dyn Write,
 ) -> Result<Report, PayloadError> {
-    let (token, token_generated) = match &config.token {
-        TokenSource::File(path) => (lab_agent_proto::token_file::read_token_file(path)?, false),
-        TokenSource::Generate => (
-            crate::token::generate().map_err(PayloadError::Random)?,
-            true,
-        ),
-    };
-    let arch = lab_payload::payload_arch(config.arch.map(Arch::from), config.agent.as_deref())?;
-    let agent = agent_bin::load(config.agent.as_deref(), Linkage::Static(arch))?;
-    if config.agent.is_none() {
-        if let Some(w) = agent_bin::stale_warning(&agent.path) {
-            let _ = writeln!(log, "warning: {w}");
-        }
-    }
-    let opts = RenderOptions {
-        arch,
-        meta: config.meta.clone(),
-        format: config.format,
-        serial_autologin: config.serial_autologin,
-    };
-    let Rendered {
-        user_data,
-        manifest,
-    } = render_logged(&config.lab, &agent, &token, &opts, log)?;
-
-    // The token first: if a later write fails, the caller still has it.
-    if let Some(path) = &config.token_out {
-        write_private(path, format!("{token}\n").as_bytes(), "the token")?;
-        let _ = writeln!(log, "wrote the token to `{}`", path.display());
-    }
-    if let Some(path) = &config.user_data_out {
-        write_private(path, user_data.as_bytes(), "the user-data")?;
-        let _ = writeln!(log, "wrote the user-data to `{}`", path.display());
-    }
-    let mut secret_inline = None;
-    match &config.output {
-        Some(path) => {
-            write_private(path, manifest.as_bytes(), "the Secret")?;
-            let _ = writeln!(
-                log,
-                "wrote Secret `{}` to `{}`",
-                config.meta.name,
-                path.display()
-            );
-        }
-        None if config.json => secret_inline = Some(manifest),
-        None => write_stdout(out, manifest.as_bytes())?,
-    }
-
-    let report = Report {
-        lab: config.lab.name.clone(),
-        vm: config.lab.vm_env.get(LAB_VM_ENV).cloned(),
-        name: config.meta.name.clone(),
-        namespace: config.meta.namespace.clone(),
-        token,
-        token_generated,
-        arch: arch.name(),
-        agent: agent.path,
-        format: match config.format {
-            Format::Yaml => "yaml",
-            Format::Json => "json",
-        },
-        secret_file: config.output.clone(),
-        user_data_file: config.user_data_out.clone(),
-        token_file: match &config.token {
-            TokenSource::File(path) => config.token_out.clone().or_else(|| Some(path.clone())),
-            TokenSource::Generate => config.token_out.clone(),
-        },
-        budget: user_data.budget().into(),
-        secret: secret_inline,
-    };
-    if config.json {
-        let mut text = serde_json::to_string_pretty(&report).expect("serialize report");
-        text.push('\n');
-        write_stdout(out, text.as_bytes())?;
-    }
-    Ok(report)
+    config.0.run(out, log)
 }
 
 /// `--name`, `--namespace` and `--label k=v`, checked before any work.
@@ -300,14 +179,4 @@ fn params(args: &[String]) -> Result<BTreeMap<String, String>, PayloadError> {
         }
     }
     Ok(params)
-}
-
-fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), PayloadError> {
-    out.write_all(bytes)
-        .and_then(|()| out.flush())
-        .map_err(|source| PayloadError::Write {
-            what: "the output",
-            path: "<stdout>".into(),
-            source,
-        })
 }

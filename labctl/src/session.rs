@@ -16,11 +16,11 @@
 
 use super::common;
 use super::exit::{Exit, Failure};
-use super::grading::{exit_for, report_json};
+use super::grading::exit_for;
 use super::progress::print_setup_log;
 use super::report::{self, Style};
-use super::wait::{json_text, outcomes_json};
-use lab_agent_client::{Client, GradeReport, Session, SessionError, WaitOutcome};
+use lab_agent_client::json::{json_text, report_json, session_outcomes_json};
+use lab_agent_client::{Client, GradeReport, Session, SessionError};
 use lab_agent_proto::lab::Lab;
 use std::io::Write;
 use std::path::PathBuf;
@@ -79,65 +79,38 @@ pub fn wait(session: &Session, timeout: Duration, json: bool) -> Result<Exit, Fa
         names.join(", "),
         timeout.as_secs()
     );
-    let url = |vm: &str| {
-        session
-            .client(vm)
-            .map_or(String::new(), |c| c.url().to_owned())
-    };
-    let outcome = |vm: &str, result| WaitOutcome {
-        url: url(vm),
-        result,
-    };
+    let outcomes = rt
+        .block_on(session.wait_outcomes(Instant::now() + timeout))
+        .map_err(session_failure)?;
     // Every VM when all are ready; else the one that failed, alone.
-    let (names, outcomes, failed) = match rt.block_on(session.wait_ready(Instant::now() + timeout))
-    {
-        Ok(ready) => {
-            let names: Vec<String> = ready.iter().map(|(n, _)| n.clone()).collect();
-            let outcomes = ready.into_iter().map(|(n, r)| outcome(&n, Ok(r))).collect();
-            (names, outcomes, false)
-        }
-        Err(SessionError::Vm { vm, error }) => {
-            if !json {
-                print_setup_log(&error);
-            }
-            let outcomes = vec![outcome(&vm, Err(*error))];
-            (vec![vm], outcomes, true)
-        }
-        Err(e) => return Err(session_failure(e)),
-    };
     if json {
-        let mut v = outcomes_json(&outcomes);
-        if let Some(list) = v["vms"].as_array_mut() {
-            for (entry, vm) in list.iter_mut().zip(&names) {
-                entry["vm"] = serde_json::Value::String(vm.clone());
-            }
-        }
+        let v = session_outcomes_json(&outcomes);
         let _ = writeln!(std::io::stdout(), "{}", json_text(&v));
     } else {
         let mut out = String::new();
-        for (o, vm) in outcomes.iter().zip(&names) {
-            if let Ok(r) = &o.result {
-                let text = super::life::describe(r);
-                if !text.is_empty() {
-                    out.push_str(&format!("{vm} ({}):\n{text}", o.url));
+        for (vm, o) in &outcomes {
+            match &o.result {
+                Ok(r) => {
+                    let text = super::life::describe(r);
+                    if !text.is_empty() {
+                        out.push_str(&format!("{vm} ({}):\n{text}", o.url));
+                    }
                 }
+                Err(e) => print_setup_log(e),
             }
         }
         let _ = write!(std::io::stdout(), "{out}");
     }
-    if !failed {
-        return Ok(Exit::Success);
-    }
-    let (vm, o) = names
+    let failed = outcomes
         .into_iter()
-        .zip(outcomes)
-        .next()
-        .expect("the VM that failed");
-    let error = o.result.expect_err("the VM that failed");
-    Err(session_failure(SessionError::Vm {
-        vm,
-        error: Box::new(error),
-    }))
+        .find_map(|(vm, o)| Some((vm, o.result.err()?)));
+    match failed {
+        None => Ok(Exit::Success),
+        Some((vm, error)) => Err(session_failure(SessionError::Vm {
+            vm,
+            error: Box::new(error),
+        })),
+    }
 }
 
 /// `labctl grade LAB --vm …`: the session graded as one, the report on

@@ -1,15 +1,15 @@
 //! `labctl wait`: wait until one or more agents are ready, then print
 //! each VM's life ([`life`]) on stdout, or every answer with `--json`;
-//! `--follow` prints the setup logs as they grow first ([`super::follow`]).
+//! `--follow` prints the setup logs as they grow first (the client's
+//! [`lab_agent_client::Follow`]).
 
 use super::common;
 use super::exit::{Exit, Failure};
-use super::follow::Follow;
 use super::life;
 use super::progress::{print_setup_log, wait_following, wait_with_display};
+use lab_agent_client::json::{json_text, outcomes_json};
 use lab_agent_client::{Client, Error, WaitOutcome};
 use lab_agent_proto::lab::Lab;
-use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -123,10 +123,7 @@ pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
     // Per VM, whether its whole setup log was shown (`--follow`): then a
     // failed setup's tail is not shown again.
     let (outcomes, shown) = if config.follow {
-        rt.block_on(async {
-            let follow = Follow::start(&config.clients, deadline.into(), config.json);
-            wait_following(&config.clients, deadline, follow).await
-        })
+        rt.block_on(wait_following(&config.clients, deadline, config.json))
     } else {
         let outcomes = rt.block_on(wait_with_display(&config.clients, deadline));
         let shown = vec![false; outcomes.len()];
@@ -209,53 +206,4 @@ fn report(outcomes: Vec<WaitOutcome>, shown: &[bool], json: bool) -> Result<Exit
         worst,
         format!("{not_ready} of {total} VMs are not ready"),
     ))
-}
-
-/// `{"ready":bool,"vms":[{"url","state","ready","error"}]}`: `state` is the
-/// last state the agent reported (or null), `ready` its whole last
-/// `/v1/ready` body (or null), `error` null or `{"kind","message"}`.
-pub fn outcomes_json(outcomes: &[WaitOutcome]) -> serde_json::Value {
-    let vms: Vec<_> = outcomes
-        .iter()
-        .map(|o| match &o.result {
-            Ok(r) => json!({"url": o.url, "state": r.state, "ready": r, "error": null}),
-            Err(e) => {
-                let r = e.ready_response();
-                json!({
-                    "url": o.url,
-                    "state": r.map(|r| r.state),
-                    "ready": r,
-                    "error": {"kind": error_kind(e), "message": e.to_string()},
-                })
-            }
-        })
-        .collect();
-    json!({"ready": outcomes.iter().all(|o| o.result.is_ok()), "vms": vms})
-}
-
-/// JSON for stdout: guest text in it only as JSON escapes, C1 controls
-/// and DEL included (which JSON itself allows raw).
-pub fn json_text(v: &impl serde::Serialize) -> String {
-    let text = serde_json::to_string(v).expect("JSON values serialize");
-    lab_agent_proto::text::json_escape_controls(&text).into_owned()
-}
-
-fn error_kind(e: &Error) -> &'static str {
-    if e.is_setup_failed() {
-        "setup_failed"
-    } else if e.is_unauthorized() {
-        "unauthorized"
-    } else if e.is_too_large() {
-        "too_large"
-    } else if e.is_malformed() {
-        "malformed_answer"
-    } else if e.is_protocol_error() {
-        "protocol_error"
-    } else if e.is_timeout() {
-        "timeout"
-    } else if e.is_unreachable() {
-        "unreachable"
-    } else {
-        "error"
-    }
 }

@@ -33,6 +33,8 @@
 //! - [`payload`]: a lab rendered into its payload (the generator's
 //!   `lab_payload`) and written 0600, atomically: `labctl secret`, `lint`
 //!   and [`vm`].
+//! - [`secret`]: the work behind `labctl secret` ([`secret::SecretJob`]):
+//!   the token read or made, the payload rendered, the files written.
 //! - [`selftest`]: `labctl test`'s phases on a ready agent (grade, solve,
 //!   grade, grade in reverse), the rules each check must keep, and its
 //!   report.
@@ -54,6 +56,7 @@ pub mod local;
 pub mod payload;
 pub mod qemu;
 pub mod sandbox;
+pub mod secret;
 pub mod selftest;
 pub mod session;
 mod switch;

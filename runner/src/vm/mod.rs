@@ -32,6 +32,8 @@
 //! ```
 //!
 //! # Layout
+//! - `config`: the VM flags as given ([`VmRequest`]), checked into a
+//!   [`VmConfig`].
 //! - this file: the checked machine config ([`VmConfig`]) and the agent
 //!   and architecture a guest gets.
 //! - `target`: [`VmTarget`], a booting or booted VM: payload, qemu, the
@@ -39,9 +41,11 @@
 //! - `stop`: power-off or kill, what stays of the run dir ([`Stop`]), or
 //!   left running ([`LeftRunning`]).
 
+mod config;
 mod stop;
 mod target;
 
+pub use config::{BOOT_ALLOWANCE, VmRequest};
 pub use stop::{LeftRunning, Stop};
 pub use target::VmTarget;
 

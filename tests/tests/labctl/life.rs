@@ -342,6 +342,15 @@ fn timeline_names_what_it_cannot_read() {
         err.contains(&format!("`{}` is not JSON at line 6", file.display())),
         "{err}"
     );
+    // A document that is JSON but no answer: its number in the file.
+    let file = dir.write("number.ndjson", "{}\n42\n", 0o644);
+    let out = labctl(["timeline", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let want = format!(
+        "error: `{}`, document 2: a number is no `/v1/ready` answer\n",
+        file.display()
+    );
+    assert_eq!(stderr(&out), want);
     let missing = dir.join("missing.ndjson");
     let out = labctl(["timeline", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));

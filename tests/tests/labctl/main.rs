@@ -94,6 +94,8 @@ mod lab_toml;
 mod life;
 mod lint;
 mod output;
+mod printing;
 mod session;
 mod timeouts;
+mod try_flags;
 mod wait;

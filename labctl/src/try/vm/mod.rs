@@ -4,15 +4,15 @@
 //! watched while it starts and while it runs.
 //!
 //! # Layout
-//! - [`args`]: the VM flags, checked into a [`VmConfig`].
+//! - [`args`]: the VM flags, checked by the runner into a [`VmConfig`].
 //! - this file: the VM as a [`Target`], the run, and what `--keep` prints.
 
 pub mod args;
 
-pub use args::{BOOT_ALLOWANCE, VmArgs, config_from_args, config_from_args_env};
+pub use args::{VmArgs, config_from_args};
 pub use lab_runner::vm::{
-    DEFAULT_BOOT_SILENCE, DEFAULT_CPUS, DEFAULT_MEMORY_MIB, VmConfig, find_static_agent,
-    guest_arch, kernel_arch,
+    BOOT_ALLOWANCE, DEFAULT_BOOT_SILENCE, DEFAULT_CPUS, DEFAULT_MEMORY_MIB, VmConfig,
+    find_static_agent, guest_arch, kernel_arch,
 };
 
 use super::{Config, Target, interruptible_for, labctl_name};

@@ -1,36 +1,41 @@
-//! `labctl wait --follow`: each VM's setup log as it grows, followed from
-//! offset 0 with `GET /v1/setup/log?offset=N&wait=SECS` long-polls
-//! ([`Client::setup_log`]), one task per VM.
+//! Following VMs' setup logs as they grow, from offset 0, with
+//! `GET /v1/setup/log?offset=N&wait=SECS` long-polls ([`Client::setup_log`]),
+//! one task per VM: what `labctl wait --follow` prints, and what a backend
+//! streaming a setup to its author would do.
 //!
-//! - Only whole lines are shown (a partial line waits for its `\n`, or the
-//!   end of the log, or [`MAX_LINE`]), so the lines of several VMs and the
-//!   live progress display never cut into each other. Each line is the
-//!   guest's text escaped as `labctl exec` escapes a command's output for a
-//!   terminal (`lab_agent_proto::text::escape_lines`: `\r`, `\x1b` shown,
-//!   not obeyed) — always, a pipe included: the log is shown to a person,
-//!   and a program that wants its bytes has the client's `setup_log`.
-//! - With several VMs each line starts with its VM's URL (`URL: `), as the
-//!   progress lines do.
+//! - Only whole lines are yielded (a partial line waits for its `\n`, or
+//!   the end of the log, or [`MAX_LINE`]), so the lines of several VMs
+//!   never cut into each other. Each line is the guest's text escaped
+//!   (`lab_agent_proto::text::escape_lines`: `\r`, `\x1b` shown, not
+//!   obeyed): the log is shown to a person, and a program that wants its
+//!   bytes has [`Client::setup_log`].
+//! - With several VMs each line starts with its VM's URL (`URL: `).
 //! - A log shorter than the offset asked for was replaced (a new setup
-//!   run): the agent answers from 0 and says so; a note says it too.
+//!   run): the agent answers from 0 and says so; [`Event::Replaced`] says
+//!   it too.
 //! - Bounded by the wait's deadline: every call, every backoff. An agent
-//!   not up yet is retried (as the wait retries it); one that cannot be
+//!   not up yet is retried (as a wait retries it); one that cannot be
 //!   followed (401, an agent without the endpoint, a hostile answer) ends
-//!   the follow with a note, and the wait reports the rest.
-//! - Once the wait has ended, a VM that is ready or whose setup failed is
-//!   drained (no long-poll: the setup is over; an agent gone by then is
-//!   not retried) so its last lines come before the verdict; any other is
-//!   abandoned.
+//!   its follower with [`Event::Unfollowable`] (not for a 401: that is the
+//!   wait's to report).
+//! - [`wait_following`] waits for the VMs while following them. Once the
+//!   wait has ended ([`Follow::stop_after`]), a VM that is ready or whose
+//!   setup failed is drained (no long-poll: the setup is over; an
+//!   agent gone by then is not retried) so its last lines come before the
+//!   verdict; any other is abandoned.
+//! - Memory is bounded: a few messages in flight, [`MAX_LINE`] held per VM.
 
-use lab_agent_client::{Client, Error};
+use crate::{Client, Error, Progress, WaitOutcome, wait_all};
 use lab_agent_proto::{MAX_READY_WAIT_SECS, SetupState};
-use std::io::Write;
+use std::future::Future;
+use std::pin::pin;
+use std::task::Poll;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-/// A line without `\n` longer than this is shown as it is: a log is held
+/// A line without `\n` longer than this is yielded as it is: a log is held
 /// to this much per VM, whatever the guest writes.
 pub const MAX_LINE: usize = 64 * 1024;
 
@@ -51,36 +56,51 @@ pub enum Stop {
     Abort,
 }
 
-/// What a follower sends the printer.
-#[derive(Debug)]
-pub enum Msg {
-    /// Whole lines of the log, escaped and prefixed, each ending in `\n`.
-    Log(String),
-    /// labctl's own note about a VM's log (for stderr).
-    Note(String),
+impl Stop {
+    /// How a follower stops once its VM's wait ended with `outcome`: the
+    /// rest of a log whose setup is over (ready, or failed) is read.
+    pub fn after(outcome: &WaitOutcome) -> Stop {
+        let over = outcome
+            .result
+            .as_ref()
+            .map_or_else(Error::is_setup_failed, |_| true);
+        if over { Stop::Drain } else { Stop::Abort }
+    }
 }
 
-/// The followers of a wait's VMs and where their lines go.
+/// What the followers yield.
+#[derive(Debug)]
+pub enum Event {
+    /// Whole lines of a log, escaped and prefixed, each ending in `\n`.
+    Lines(String),
+    /// VM `vm`'s log was replaced (a new setup run): followed from its start.
+    Replaced { vm: usize },
+    /// VM `vm`'s log cannot be followed (not sent for a 401): its follower
+    /// has ended; the wait's verdict stands on its own.
+    Unfollowable { vm: usize, error: Error },
+}
+
+/// The followers of a wait's VMs.
 #[derive(Debug)]
 pub struct Follow {
-    rx: mpsc::Receiver<Msg>,
+    rx: mpsc::Receiver<Event>,
     stops: Vec<watch::Sender<Stop>>,
     tasks: JoinSet<(usize, bool)>,
-    vms: usize,
-    /// The log to stderr (`--json`: stdout is the JSON's), else stdout.
-    to_stderr: bool,
+    prefixes: Vec<String>,
 }
 
 impl Follow {
-    /// Starts one follower per client; must run inside the runtime.
-    pub fn start(clients: &[Client], deadline: Instant, to_stderr: bool) -> Follow {
-        // A few messages in flight: a follower waits for the printer
+    /// Starts one follower per client, until `deadline`; must run inside
+    /// a tokio runtime.
+    pub fn start(clients: &[Client], deadline: Instant) -> Follow {
+        // A few messages in flight: a follower waits for its reader
         // rather than reading ahead of it.
         let (tx, rx) = mpsc::channel(4);
         let several = clients.len() > 1;
         let mut tasks = JoinSet::new();
         let mut stops = Vec::new();
-        for (i, client) in clients.iter().enumerate() {
+        let mut prefixes = Vec::new();
+        for (vm, client) in clients.iter().enumerate() {
             let (stop_tx, stop_rx) = watch::channel(Stop::No);
             stops.push(stop_tx);
             let prefix = if several {
@@ -88,70 +108,103 @@ impl Follow {
             } else {
                 String::new()
             };
+            prefixes.push(prefix.clone());
             let follower = Follower {
+                vm,
                 client: client.clone(),
                 lines: LogLines::new(prefix),
                 deadline,
                 stop: stop_rx,
                 tx: tx.clone(),
             };
-            tasks.spawn(async move { (i, follower.run().await) });
+            tasks.spawn(async move { (vm, follower.run().await) });
         }
         Follow {
             rx,
             stops,
             tasks,
-            vms: clients.len(),
-            to_stderr,
+            prefixes,
         }
     }
 
-    /// The next message; `None` once every follower has ended.
-    pub async fn recv(&mut self) -> Option<Msg> {
+    /// The next event; `None` once every follower has ended.
+    pub async fn recv(&mut self) -> Option<Event> {
         self.rx.recv().await
     }
 
-    /// Tells follower `i` how the wait ended for its VM.
-    pub fn stop(&self, i: usize, how: Stop) {
-        let _ = self.stops[i].send(how);
+    /// What VM `vm`'s lines start with: `URL: ` with several VMs, else
+    /// nothing.
+    pub fn prefix(&self, vm: usize) -> &str {
+        &self.prefixes[vm]
     }
 
-    /// Writes a message where it goes, flushed at once. A reader that went
-    /// away (`| head`) is not an error.
-    pub fn print(&self, msg: &Msg) {
-        match msg {
-            Msg::Log(text) if !self.to_stderr => {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(text.as_bytes());
-                let _ = out.flush();
-            }
-            Msg::Log(text) => {
-                let _ = std::io::stderr().lock().write_all(text.as_bytes());
-            }
-            Msg::Note(text) => eprintln!("{text}"),
+    /// Tells VM `vm`'s follower how the wait ended for its VM.
+    pub fn stop(&self, vm: usize, how: Stop) {
+        let _ = self.stops[vm].send(how);
+    }
+
+    /// Tells each follower how the wait ended for its VM ([`Stop::after`]).
+    pub fn stop_after(&self, outcomes: &[WaitOutcome]) {
+        for (vm, outcome) in outcomes.iter().enumerate() {
+            self.stop(vm, Stop::after(outcome));
         }
     }
 
     /// Per VM, whether its log was followed to its end (the setup over and
-    /// every byte shown). Followers still running are ended.
+    /// every byte yielded). Followers still running are ended.
     pub async fn finish(mut self) -> Vec<bool> {
         self.tasks.abort_all();
-        let mut done = vec![false; self.vms];
+        let mut done = vec![false; self.prefixes.len()];
         while let Some(joined) = self.tasks.join_next().await {
-            if let Ok((i, whole)) = joined {
-                done[i] = whole;
+            if let Ok((vm, whole)) = joined {
+                done[vm] = whole;
             }
         }
         done
     }
 }
 
+/// Waits for `clients` ([`wait_all`]) while following their setup logs:
+/// `on_progress` gets each VM's progress, `on_event` each event of the logs
+/// (with the [`Follow`], for [`Follow::prefix`]). Once the wait has ended,
+/// each log whose setup is over is read to its end ([`Follow::stop_after`],
+/// by `deadline`), so its last lines come before the verdict. Returns each
+/// VM's outcome, and whether its whole log was yielded.
+pub async fn wait_following(
+    clients: &[Client],
+    deadline: std::time::Instant,
+    on_progress: impl FnMut(usize, &Progress),
+    mut on_event: impl FnMut(&Follow, Event),
+) -> (Vec<WaitOutcome>, Vec<bool>) {
+    let mut follow = Follow::start(clients, deadline.into());
+    let outcomes = {
+        let mut wait = pin!(wait_all(clients, deadline, on_progress));
+        let mut following = true;
+        loop {
+            match first(&mut wait, following.then(|| follow.recv())).await {
+                Either::A(outcomes) => break outcomes,
+                Either::B(Some(event)) => on_event(&follow, event),
+                Either::B(None) => following = false,
+            }
+        }
+    };
+    follow.stop_after(&outcomes);
+    let drain = async {
+        while let Some(event) = follow.recv().await {
+            on_event(&follow, event);
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline.into(), drain).await;
+    (outcomes, follow.finish().await)
+}
+
 struct Follower {
+    vm: usize,
     client: Client,
     lines: LogLines,
     deadline: Instant,
     stop: watch::Receiver<Stop>,
-    tx: mpsc::Sender<Msg>,
+    tx: mpsc::Sender<Event>,
 }
 
 impl Follower {
@@ -179,15 +232,12 @@ impl Follower {
                 (self.deadline - now).as_secs().min(MAX_READY_WAIT_SECS)
             };
             let call = tokio::time::timeout_at(self.deadline, self.client.setup_log(offset, wait));
-            let answer = tokio::select! {
-                answer = call => answer,
-                // The wait ended: drop the long-poll, look again.
-                changed = self.stop.changed(), if !draining => {
-                    if changed.is_err() {
-                        return false;
-                    }
-                    continue;
-                }
+            // The wait ended: drop the long-poll, look again.
+            let changed = (!draining).then(|| self.stop.changed());
+            let answer = match first(call, changed).await {
+                Either::A(answer) => answer,
+                Either::B(Err(_)) => return false,
+                Either::B(Ok(())) => continue,
             };
             let log = match answer {
                 Err(_) => return false,
@@ -199,14 +249,11 @@ impl Follower {
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
-                Ok(Err(e)) => {
+                Ok(Err(error)) => {
                     // A 401 is the wait's to report.
-                    if !e.is_unauthorized() {
-                        self.note(format!(
-                            "note: {}the setup log cannot be followed: {e}",
-                            self.lines.prefix
-                        ))
-                        .await;
+                    if !error.is_unauthorized() {
+                        let vm = self.vm;
+                        self.send(Event::Unfollowable { vm, error }).await;
                     }
                     return false;
                 }
@@ -214,20 +261,16 @@ impl Follower {
             backoff = Duration::from_millis(200);
             if log.restarted {
                 let rest = self.lines.flush();
-                self.send(rest).await;
-                self.note(format!(
-                    "note: {}the setup log was replaced (a new setup run): from its start",
-                    self.lines.prefix
-                ))
-                .await;
+                self.send_lines(rest).await;
+                self.send(Event::Replaced { vm: self.vm }).await;
             }
             offset = log.next_offset;
             let text = self.lines.push(&log.bytes);
-            self.send(text).await;
+            self.send_lines(text).await;
             let over = !matches!(log.state, SetupState::Pending | SetupState::Running);
             if log.bytes.is_empty() && (over || draining) {
                 let rest = self.lines.flush();
-                self.send(rest).await;
+                self.send_lines(rest).await;
                 return true;
             }
             if log.bytes.is_empty() && !draining {
@@ -243,27 +286,47 @@ impl Follower {
     async fn pause(&mut self, d: Duration) {
         let until = (Instant::now() + d).min(self.deadline);
         let draining = *self.stop.borrow() != Stop::No;
-        tokio::select! {
-            _ = tokio::time::sleep_until(until) => {}
-            _ = self.stop.changed(), if !draining => {}
-        }
+        let changed = (!draining).then(|| self.stop.changed());
+        first(tokio::time::sleep_until(until), changed).await;
     }
 
-    async fn send(&self, text: String) {
+    async fn send_lines(&self, text: String) {
         if !text.is_empty() {
-            // The printer is gone only when labctl is ending.
-            let _ = self.tx.send(Msg::Log(text)).await;
+            self.send(Event::Lines(text)).await;
         }
     }
 
-    async fn note(&self, text: String) {
-        let _ = self.tx.send(Msg::Note(text)).await;
+    async fn send(&self, event: Event) {
+        // The reader is gone only when its program is ending.
+        let _ = self.tx.send(event).await;
     }
 }
 
 /// An agent not up yet, or busy: try again (as the wait does).
 fn retry(e: &Error) -> bool {
     e.is_unreachable() || e.is_busy() || e.status().is_some_and(|s| s.is_server_error())
+}
+
+enum Either<A, B> {
+    A(A),
+    B(B),
+}
+
+/// The first of `a` and `b` (none, never) to finish: `tokio::select!`
+/// without the macros, which a backend linking this crate would pay for.
+async fn first<A: Future, B: Future>(a: A, b: Option<B>) -> Either<A::Output, B::Output> {
+    let mut a = pin!(a);
+    let mut b = pin!(b);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = a.as_mut().poll(cx) {
+            return Poll::Ready(Either::A(v));
+        }
+        match b.as_mut().as_pin_mut().map(|b| b.poll(cx)) {
+            Some(Poll::Ready(v)) => Poll::Ready(Either::B(v)),
+            _ => Poll::Pending,
+        }
+    })
+    .await
 }
 
 /// A log's bytes cut into whole lines, each escaped and prefixed.
@@ -348,5 +411,22 @@ mod tests {
         let shown = l.push(&vec![b'x'; MAX_LINE * 2 + 5]);
         assert_eq!(shown.len(), MAX_LINE * 2 + 2, "two pieces, each a line");
         assert_eq!(l.partial.len(), 5);
+    }
+
+    /// The first future to finish wins; a missing one never does.
+    #[tokio::test]
+    async fn first_of_two() {
+        let never = std::future::pending::<()>();
+        assert!(matches!(
+            first(async { 1 }, Some(never)).await,
+            Either::A(1)
+        ));
+        let never = std::future::pending::<()>();
+        assert!(matches!(
+            first(never, Some(async { 2 })).await,
+            Either::B(2)
+        ));
+        let none: Option<std::future::Pending<()>> = None;
+        assert!(matches!(first(async { 3 }, none).await, Either::A(3)));
     }
 }

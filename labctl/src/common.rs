@@ -6,11 +6,11 @@ use lab_agent_client::Client;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The most seconds a flag lets `labctl` wait for something: a day. A wait
-/// or an answer awaited longer is a hang, and an unchecked count of seconds
-/// overflows the clock when added to it (`u64::MAX` panicked). The Python
-/// binding's `request_timeout` has the same bound.
-pub const MAX_WAIT_SECS: u64 = 24 * 60 * 60;
+/// The most seconds a flag lets `labctl` wait for something: a day, the
+/// one bound every front end shares (`lab_agent_proto::guest`). A wait or
+/// an answer awaited longer is a hang, and an unchecked count of seconds
+/// overflows the clock when added to it (`u64::MAX` panicked).
+pub use lab_agent_proto::guest::MAX_WAIT_SECS;
 
 /// The value of a flag counting seconds (`--timeout`, `--answer-timeout`,
 /// `--wait`), checked to be from `min` to [`MAX_WAIT_SECS`].

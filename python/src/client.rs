@@ -95,8 +95,9 @@ fn deadline(py: Python<'_>, timeout: f64) -> PyResult<Instant> {
 
 /// The longest `request_timeout` taken. The client adds it to instants
 /// and to what a request asks the agent to spend, which must not
-/// overflow; and an answer awaited longer than a day is a hang.
-const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+/// overflow; and an answer awaited longer than a day is a hang (the one
+/// bound every front end shares, `lab_agent_proto::guest::MAX_WAIT_SECS`).
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(lab_agent_proto::guest::MAX_WAIT_SECS);
 
 /// `request_timeout` seconds as the client's request timeout: above 0 (a
 /// zero would end every call before its answer) and at most

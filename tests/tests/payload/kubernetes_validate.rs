@@ -11,7 +11,7 @@ use std::process::Output;
 
 /// `kubernetes-validate --strict -k 1.34.0 FILE` (the platform's cluster
 /// version), from the test virtualenv (`tests/pydeps.sh`).
-fn kubernetes_validate(file: &Path) -> Output {
+pub(crate) fn kubernetes_validate(file: &Path) -> Output {
     run(
         pydeps::venv_tool("kubernetes-validate")
             .args(["--strict", "-k", "1.34.0"])
@@ -20,7 +20,7 @@ fn kubernetes_validate(file: &Path) -> Output {
     )
 }
 
-fn assert_valid(file: &Path) {
+pub(crate) fn assert_valid(file: &Path) {
     let out = kubernetes_validate(file);
     let said = format!(
         "{}{}",
@@ -137,7 +137,7 @@ fn example_vm_matches_its_secret_and_policy() {
 }
 
 /// One YAML document as JSON, read by PyYAML (unpacked with cloud-init).
-fn load_yaml(path: &Path) -> Value {
+pub(crate) fn load_yaml(path: &Path) -> Value {
     let out = run(
         pydeps::cloud_init_python()
             .args([

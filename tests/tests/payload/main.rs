@@ -11,6 +11,7 @@
 mod agent_bin;
 mod cloud_init_schema;
 mod kubernetes_validate;
+mod kubevirt_session;
 mod labctl_secret;
 mod least_privilege;
 mod round_trip;

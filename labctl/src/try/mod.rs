@@ -372,18 +372,7 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
         }
     }
     if config.sandbox {
-        let mut hints: Vec<&str> = report
-            .checks
-            .iter()
-            .filter(|c| !matches!(c.status, lab_agent_client::CheckStatus::Passed))
-            .flat_map(|c| [systemd::hints(&c.stdout), systemd::hints(&c.stderr)])
-            .flatten()
-            .collect();
-        hints.sort_unstable();
-        hints.dedup();
-        for hint in hints {
-            eprintln!("{hint}");
-        }
+        print_systemd_hints(&report);
     }
     Ok(if setup_failed {
         Exit::SetupFailed
@@ -393,6 +382,23 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
 }
 
 /// `--keep`: say how to reach the agent, for the author to poke at it.
+/// Each hint once, for what the failed checks printed that says systemd
+/// is missing (a sandbox has no init): the one place both flows print them.
+fn print_systemd_hints(report: &lab_agent_client::GradeReport) {
+    let mut hints: Vec<&str> = report
+        .checks
+        .iter()
+        .filter(|c| !matches!(c.status, lab_agent_client::CheckStatus::Passed))
+        .flat_map(|c| [systemd::hints(&c.stdout), systemd::hints(&c.stderr)])
+        .flatten()
+        .collect();
+    hints.sort_unstable();
+    hints.dedup();
+    for hint in hints {
+        eprintln!("{hint}");
+    }
+}
+
 fn keep_running(config: &Config, agent: &local::LocalAgent) {
     let labctl = labctl_name();
     let conn = format!(

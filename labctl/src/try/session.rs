@@ -6,7 +6,7 @@
 //! runs the self-test on it, and prints what each VM's lab changed.
 
 use super::test::print_self_test;
-use super::{Config, interruptible_for};
+use super::{Config, interruptible_for, print_systemd_hints};
 use crate::exit::{Exit, Failure};
 use crate::grading::exit_for;
 use crate::progress::{WaitDisplay, print_setup_log};
@@ -125,18 +125,7 @@ async fn flow(config: &Config, vms: &LocalSession) -> Result<Exit, Failure> {
             println!("(`--changes` lists them)");
         }
     }
-    let mut hints: Vec<&str> = report
-        .checks
-        .iter()
-        .filter(|c| !matches!(c.status, lab_agent_client::CheckStatus::Passed))
-        .flat_map(|c| [systemd::hints(&c.stdout), systemd::hints(&c.stderr)])
-        .flatten()
-        .collect();
-    hints.sort_unstable();
-    hints.dedup();
-    for hint in hints {
-        eprintln!("{hint}");
-    }
+    print_systemd_hints(&report);
     Ok(exit_for(&report))
 }
 

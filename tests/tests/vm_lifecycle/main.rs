@@ -23,6 +23,9 @@
 //!   grading stay right.
 //! - [`try_vm`]: `labctl try --vm IMAGE` on a boot-sector image, an
 //!   unreachable VM; argument errors.
+//! - [`selftest`]: `labctl test examples/hello-lab --vm DISK` (Debian 12
+//!   only): each check fails after setup, passes after the solve and in
+//!   reverse order.
 //!
 //! `lifecycle` and `failing` also run on Debian 13 for arm64
 //! (`NAME::debian_13_arm64`), reported as ignored unless
@@ -41,4 +44,5 @@ mod boot_cost;
 mod failing;
 mod lifecycle;
 mod runaway;
+mod selftest;
 mod try_vm;

@@ -113,51 +113,11 @@ pub enum Command {
     /// and max in seconds. Answers without a timeline (an agent that
     /// predates it) are counted and skipped, with a note.
     Timeline(timeline::TimelineArgs),
-    /// The keeper of a local `labctl try`'s sandbox (started by `try`)
-    #[command(name = "__sandbox", hide = true)]
-    Sandbox(KeeperArgs),
-}
-
-// Written by `lab_runner::sandbox::keeper_command`.
-/// The keeper's command line, hidden from `labctl --help`.
-#[derive(Debug, clap::Args)]
-pub struct KeeperArgs {
-    /// The try dir
-    #[arg(long)]
-    pub dir: std::path::PathBuf,
-    /// The agent binary (on the host)
-    #[arg(long)]
-    pub agent: std::path::PathBuf,
-    /// A session's VM: the sandbox's hostname
-    #[arg(long)]
-    pub hostname: Option<String>,
-    /// A session's VM: bind the try dir's `hosts` on `/etc/hosts`
-    #[arg(long)]
-    pub hosts: bool,
-    /// A session's VM: start nothing until SIGUSR1 (its network is wired)
-    #[arg(long)]
-    pub hold: bool,
-    /// The agent's arguments
-    #[arg(last = true)]
-    pub args: Vec<std::ffi::OsString>,
-}
-
-impl From<&KeeperArgs> for lab_runner::sandbox::KeeperArgs {
-    fn from(args: &KeeperArgs) -> Self {
-        lab_runner::sandbox::KeeperArgs {
-            dir: args.dir.clone(),
-            agent: args.agent.clone(),
-            args: args.args.clone(),
-            vm: lab_runner::sandbox::VmOptions {
-                hostname: args.hostname.clone(),
-                hosts: args.hosts,
-                hold: args.hold,
-            },
-        }
-    }
 }
 
 pub fn main() -> ExitCode {
+    // A sandbox's keeper is this binary run by `labctl try` (never returns).
+    lab_runner::sandbox::run_keeper_if_asked();
     init_tracing();
     let cli = Cli::parse();
     match run(&cli.command) {
@@ -181,7 +141,6 @@ pub fn run(command: &Command) -> Result<Exit, Failure> {
         Command::Test(args) => r#try::test::run(args),
         Command::Secret(args) => secret::run(args),
         Command::Timeline(args) => timeline::run(args),
-        Command::Sandbox(args) => lab_runner::sandbox::keeper_main(&args.into()),
     }
 }
 

@@ -138,23 +138,10 @@ pub fn execute(
 
 /// `--name`, `--namespace` and `--label k=v`, checked before any work.
 fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, PayloadError> {
-    let mut labels = BTreeMap::new();
-    for label in &args.labels {
-        let Some((key, value)) = label.split_once('=') else {
-            return Err(PayloadError::Usage(format!(
-                "`--label {label}` has no `=`: write `--label key=value`"
-            )));
-        };
-        if labels.insert(key.to_owned(), value.to_owned()).is_some() {
-            return Err(PayloadError::Usage(format!(
-                "label `{key}` is given twice: give each key once"
-            )));
-        }
-    }
     let meta = SecretMeta {
         name: args.name.clone(),
         namespace: args.namespace.clone(),
-        labels,
+        labels: pairs("--label", "key=value", "label", &args.labels)?,
         annotations: Default::default(),
     };
     meta.validate()?;
@@ -163,20 +150,31 @@ fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, PayloadError> {
 
 /// `--param KEY=VALUE`s; the lab's model checks keys and values.
 fn params(args: &[String]) -> Result<BTreeMap<String, String>, PayloadError> {
-    let mut params = BTreeMap::new();
-    for param in args {
-        let Some((key, value)) = param.split_once('=') else {
+    pairs("--param", "KEY=VALUE", "parameter", args)
+}
+
+/// `FLAG K=V`s into a map; each key once (`what` names a key in messages).
+fn pairs(
+    flag: &str,
+    form: &str,
+    what: &str,
+    args: &[String],
+) -> Result<BTreeMap<String, String>, PayloadError> {
+    let escape = lab_agent_proto::text::escape;
+    let mut pairs = BTreeMap::new();
+    for arg in args {
+        let Some((key, value)) = arg.split_once('=') else {
             return Err(PayloadError::Usage(format!(
-                "`--param {}` has no `=`: write `--param KEY=VALUE`",
-                lab_agent_proto::text::escape(param)
+                "`{flag} {}` has no `=`: write `{flag} {form}`",
+                escape(arg)
             )));
         };
-        if params.insert(key.to_owned(), value.to_owned()).is_some() {
+        if pairs.insert(key.to_owned(), value.to_owned()).is_some() {
             return Err(PayloadError::Usage(format!(
-                "parameter `{}` is given twice: give each key once",
-                lab_agent_proto::text::escape(key)
+                "{what} `{}` is given twice: give each key once",
+                escape(key)
             )));
         }
     }
-    Ok(params)
+    Ok(pairs)
 }

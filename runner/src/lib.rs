@@ -17,6 +17,11 @@
 //!   the sandbox: one sandbox per VM (its hostname the VM's name), all on
 //!   one private switch (`switch.rs`: a bridge in a network namespace of
 //!   its own, a veth pair per VM) where the VMs' names resolve.
+//! - [`trial`]: a lab of one VM tried: the [`trial::Plan`] (flags checked
+//!   against each other and the machine, the timeout, the agent), the lab
+//!   started there ([`trial::Tried`]: a local agent or a VM) and stopped,
+//!   the [`trial::Target`] the front end's flow waits on and grades, and
+//!   Ctrl-C/SIGTERM watched throughout ([`trial::interruptible`]).
 //! - [`kept`]: a sandbox kept after its run (`--keep`): enter it, stop it.
 //! - [`changes`]: what a lab changed in the sandbox, from the overlays'
 //!   upper dirs.
@@ -62,6 +67,7 @@ pub mod session;
 mod switch;
 pub mod systemd;
 pub mod tempdir;
+pub mod trial;
 pub mod vm;
 
 pub use error::{Error, ErrorKind};

@@ -13,7 +13,7 @@
 //!                         one: `lab-agent setup` records "succeeded" first)
 //!   lab/                  the staged `[files].source`: setup's and checks' $LAB_DIR
 //!   sandbox/ lab-agent    the sandbox's mount points; sandbox.pid, init.pid,
-//!   sandbox.pid …         layers, kept: see `sandbox.rs`
+//!   sandbox.pid …         layers, kept: see `sandbox/mod.rs`
 //! ```
 
 use crate::Error;

@@ -10,15 +10,10 @@
 //! `labctl test` ([`test`]) is the same flow on the same targets, with the
 //! runner's self-test (`lab_runner::selftest`) where `try` grades once.
 //!
-//! Where the agent runs is a *target*; this module is the flow, the same
-//! for every target ([`Target`]):
-//! - [`local`]: `lab-agent serve --no-cloud-init --run-setup` on loopback,
-//!   with the lab staged in a temp dir, inside a throwaway [`sandbox`] of
-//!   this machine (the default; [`changes`] reads what the lab changed
-//!   there), or on the machine itself (`--host`).
-//! - [`vm`]: a qemu guest (`--vm IMAGE`, or `--kernel/--initrd/--rootfs`)
-//!   booted with the payload `labctl secret` renders, on a NoCloud seed, as
-//!   in production; the agent is reached through a loopback port forward.
+//! Where the agent runs, how it starts and stops, and the checks on the
+//! flags are the runner's ([`lab_runner::trial`]); this module is the
+//! flow on its [`Target`] (wait with progress, grade, print) and what
+//! `--keep` prints. A lab of several VMs: [`session`].
 
 mod kept;
 mod session;
@@ -28,11 +23,10 @@ pub mod vm;
 use super::common;
 use super::exit::{Exit, Failure};
 use super::findings as inspect;
-use super::grading::{Rule, exit_for, grade_and_print_with, select_checks};
+use super::grading::{Rule, exit_for, grade_and_print_with};
 use super::progress::{print_setup_log, wait_with_display_hooked};
-use lab_agent_client::{Client, Progress};
-use lab_agent_proto::lab::Lab;
-use lab_runner::{changes, local, systemd};
+use lab_runner::trial::{Ended, Interrupted, Options, Plan, StartError, Target, Tried};
+use lab_runner::{changes, systemd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -88,24 +82,21 @@ pub struct TryArgs {
     pub vm: vm::VmArgs,
 }
 
+/// A checked `try` or `test`: the runner's [`Plan`] and how to report.
 #[derive(Debug)]
 pub struct Config {
-    pub lab: Lab,
-    /// The agent binary: any build locally, the static one for a VM.
-    pub agent: PathBuf,
-    pub keep_going: bool,
-    pub timeout: Duration,
+    pub plan: Plan,
     pub json: bool,
-    pub keep: bool,
-    /// `Some`: try the lab in a VM, not on this machine.
-    pub vm: Option<vm::VmConfig>,
-    /// Locally: in a sandbox of this machine (not `--host`).
-    pub sandbox: bool,
-    /// `--changes`: list what the lab changed in the sandbox.
-    pub list_changes: bool,
     /// `labctl test`: the solve script's text (`Some(None)`: the lab has
     /// none); `None` for `try`.
     pub test: Option<Option<String>>,
+}
+
+impl std::ops::Deref for Config {
+    type Target = Plan;
+    fn deref(&self) -> &Plan {
+        &self.plan
+    }
 }
 
 impl Config {
@@ -116,126 +107,25 @@ impl Config {
             .transpose()?;
         let vm = vm::config_from_args(&args.vm)?;
         let lab_dir = args.lab.as_deref().expect("clap requires LAB_DIR here");
-        if vm.is_some() && args.host {
-            return Err(Failure::usage("`--host` and `--vm` exclude each other"));
-        }
-        if args.changes && (vm.is_some() || args.host) {
-            return Err(Failure::usage(
-                "`--changes` reads the sandbox of a local try: drop `--host`/`--vm`",
-            ));
-        }
-        if vm.is_none() && !lab_runner::sandbox::is_root() {
-            return Err(Failure::usage(
-                "`labctl try` builds its sandbox of this machine with namespaces and mounts, \
-                 and runs the lab's setup and checks in it as root and as the lab's users, \
-                 and this user is not root",
-            )
-            .hint("run as root, or use `--vm IMAGE` to try the lab in a VM"));
-        }
+        let opts = Options {
+            host: args.host,
+            list_changes: args.changes,
+            keep: args.keep,
+            keep_going: args.keep_going,
+            timeout,
+            checks: args.checks.clone(),
+            agent: args.agent.clone(),
+        };
+        Plan::check_place(&opts, vm.as_ref())?;
         // Everything `labctl lint` finds, before anything starts: a lab
         // that `labctl secret` would refuse must not pass `try`.
         let budget_agent = vm.as_ref().and(args.agent.as_deref());
-        let mut lab = inspect::report(lab_dir, &inspect::lint(lab_dir, budget_agent))?;
-        if !lab.vms.is_empty() {
-            session_args(&lab, &args.vm, args)?;
-        }
-        select_checks(&mut lab, &args.checks)?;
-        let timeout = match timeout {
-            Some(t) => t,
-            // A VM must boot first: minutes under software emulation.
-            None if vm.is_some() => {
-                Duration::from_secs(lab.setup_timeout_secs()).saturating_add(vm::BOOT_ALLOWANCE)
-            }
-            None => Duration::from_secs(lab.setup_timeout_secs() + 60),
-        };
-        let agent = match &vm {
-            Some(v) => vm::find_static_agent(args.agent.as_deref(), v.arch)?,
-            None => local::find_agent(args.agent.as_deref())?,
-        };
+        let lab = inspect::report(lab_dir, &inspect::lint(lab_dir, budget_agent))?;
         Ok(Config {
-            lab,
-            agent,
-            keep_going: args.keep_going,
-            timeout,
+            plan: Plan::new(lab, opts, vm)?,
             json: args.json,
-            keep: args.keep,
-            sandbox: vm.is_none() && !args.host,
-            list_changes: args.changes,
-            vm,
             test: None,
         })
-    }
-}
-
-/// A lab of several VMs is tried in the sandbox, one per VM: what that
-/// does not do yet is refused, saying what does.
-fn session_args(lab: &Lab, vm: &vm::VmArgs, args: &TryArgs) -> Result<(), Failure> {
-    let vms = lab.vm_names().join(", ");
-    let refuse = |what: &str| {
-        Failure::usage(format!(
-            "lab `{}` has several VMs ({vms}): {what}",
-            lab.name
-        ))
-    };
-    if vm::config_from_args(vm)?.is_some() {
-        return Err(refuse(
-            "`--vm IMAGE` boots one VM, and a guest per VM of a session is not built yet",
-        )
-        .hint("leave out `--vm`: `labctl try` runs each VM in a sandbox of its own, on a private network"));
-    }
-    if args.host {
-        return Err(
-            refuse("`--host` would run every VM's setup on this one machine")
-                .hint("leave out `--host`: each VM gets a sandbox of its own"),
-        );
-    }
-    if args.keep {
-        return Err(refuse(
-            "`--keep` keeps the sandbox of a lab of one VM only, for now",
-        ));
-    }
-    if args.keep_going {
-        return Err(refuse(
-            "`--keep-going` grades one VM whose setup failed; a session is graded only when every VM is ready",
-        ));
-    }
-    Ok(())
-}
-
-/// What [`flow`] needs from wherever the agent runs.
-trait Target {
-    /// A client for the agent, with its token.
-    fn client(&self) -> Result<Client, Failure>;
-    /// The checks' `LAB_DIR` where the agent runs.
-    fn guest_lab_dir(&self) -> &str;
-    /// Sees every progress report of the wait; returns what to show while
-    /// the agent does not answer (default: why it cannot be reached).
-    fn on_progress(&self, _progress: &Progress) -> Option<String> {
-        None
-    }
-    /// The wait ended with the agent ready.
-    fn on_ready(&self) {}
-    /// The wait failed for another reason than a failed setup: show what
-    /// helps (the agent's own log, a console).
-    fn explain_wait_failure(&self) {}
-    /// What the lab changed, where the target can tell (a sandbox).
-    fn changes(&self) -> Option<Result<changes::Changes, Failure>> {
-        None
-    }
-}
-
-impl Target for local::LocalAgent {
-    fn client(&self) -> Result<Client, Failure> {
-        local::LocalAgent::client(self).map_err(Failure::client)
-    }
-    fn guest_lab_dir(&self) -> &str {
-        local::LocalAgent::guest_lab_dir(self)
-    }
-    fn explain_wait_failure(&self) {
-        self.print_log_tail();
-    }
-    fn changes(&self) -> Option<Result<changes::Changes, Failure>> {
-        local::LocalAgent::changes(self).map(|r| r.map_err(Failure::from))
     }
 }
 
@@ -251,51 +141,84 @@ pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
 
 /// Runs a checked config on its target: `try`'s and `test`'s.
 fn run_config(config: Config) -> Result<Exit, Failure> {
-    if let Some(vm) = &config.vm {
-        return vm::run(&config, vm);
-    }
     if !config.lab.vms.is_empty() {
         return session::run(&config);
     }
-    if !config.sandbox {
+    if config.vm.is_none() && !config.sandbox {
         eprintln!(
             "warning: `--host`: the lab's setup runs on this machine itself, as root; what it \
              changes stays changed"
         );
-    } else if let Some(what) = systemd::mentioned(&config.lab) {
+    } else if let (None, Some(what)) = (&config.vm, systemd::mentioned(&config.lab)) {
         eprintln!(
             "note: {what} `systemctl`; the sandbox runs no systemd: if that fails here, try \
              the lab in a VM with `--vm IMAGE`"
         );
     }
     let rt = common::runtime()?;
-    rt.block_on(async {
-        let mut agent = interruptible(local::LocalAgent::start(
-            &config.lab,
-            &config.agent,
-            config.sandbox,
-        ))
-        .await??;
-        let outcome = interruptible(flow(&config, &agent)).await;
-        if config.keep && config.sandbox && matches!(outcome, Ok(Ok(_))) {
-            let dir = agent.dir().to_owned();
-            agent.keep_sandbox().await?;
-            kept::print_how(&dir);
-            return outcome?;
+    let tried = Tried::start(&rt, &config).map_err(|e| match e {
+        StartError::Failed(e) => Failure::from(e),
+        StartError::Interrupted(i) => interrupted(
+            if config.vm.is_some() {
+                "the VM"
+            } else {
+                "the agent"
+            },
+            i,
+        ),
+    })?;
+    let silence = config.vm.as_ref().map_or(Duration::MAX, |v| v.boot_silence);
+    let outcome = rt.block_on(interruptible(async {
+        tokio::select! {
+            result = flow(&config, tried.target()) => result,
+            e = tried.gone(silence) => Err(e.into()),
         }
-        if config.keep && outcome.is_ok() {
-            // The grading outcome stands; Ctrl-C now just ends the session.
-            keep_running(&config, &agent);
-            let _ = interruptible(std::future::pending::<()>()).await;
+    }));
+    let result = match outcome {
+        Ok(result) => result,
+        Err(i) => {
+            let what = tried.what();
+            rt.block_on(tried.finish(Ended::Interrupted));
+            return Err(interrupted(what, i));
         }
-        agent.stop().await;
-        outcome?
-    })
+    };
+    let tried = if !config.keep {
+        tried
+    } else {
+        match tried {
+            Tried::Vm(vm) if vm.is_running() => {
+                vm::leave_running(vm, &config, &result);
+                return result;
+            }
+            Tried::Local(agent) if config.sandbox && result.is_ok() => {
+                let dir = agent.dir().to_owned();
+                rt.block_on(agent.keep_sandbox())?;
+                kept::print_how(&dir);
+                return result;
+            }
+            Tried::Local(mut agent) => {
+                // The grading outcome stands; Ctrl-C now just ends the session.
+                keep_running(&config, &agent);
+                let _ = rt.block_on(interruptible(std::future::pending::<()>()));
+                rt.block_on(agent.stop());
+                return result;
+            }
+            // A VM whose qemu is gone: stopped as without `--keep`.
+            stopped => stopped,
+        }
+    };
+    rt.block_on(tried.finish(match &result {
+        Ok(Exit::SetupFailed) => Ended::SetupFailed,
+        Err(f) if f.exit == Exit::SetupFailed => Ended::SetupFailed,
+        Ok(_) => Ended::Done,
+        Err(_) => Ended::Failed,
+    }));
+    result
 }
 
 /// Wait for setup, grade, report: the part every target shares.
 async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
-    let client = target.client()?;
+    let client = target.client().map_err(Failure::client)?;
     match config.lab.setup.as_ref().and_then(|s| s.script.as_ref()) {
         Some(script) => eprintln!("waiting for setup `{}` to finish", script.display()),
         None => eprintln!("no setup script: waiting for the agent to be ready"),
@@ -339,7 +262,7 @@ async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
     let changes = match target.changes() {
         Some(Ok(c)) => Some(c),
         Some(Err(e)) => {
-            eprintln!("warning: {}", e.render(false).trim_end());
+            eprintln!("warning: {}", Failure::from(e).render(false).trim_end());
             None
         }
         None => None,
@@ -399,7 +322,7 @@ fn print_systemd_hints(report: &lab_agent_client::GradeReport) {
     }
 }
 
-fn keep_running(config: &Config, agent: &local::LocalAgent) {
+fn keep_running(config: &Config, agent: &lab_runner::LocalAgent) {
     let labctl = labctl_name();
     let conn = format!(
         "--url {} --token-file {}",
@@ -423,39 +346,22 @@ fn labctl_name() -> String {
         .unwrap_or_else(|| "labctl".to_owned())
 }
 
-/// Runs `work` unless SIGINT or SIGTERM comes first; then the caller's
-/// cleanup runs and `labctl` exits 130 (143).
-async fn interruptible<T>(work: impl Future<Output = T>) -> Result<T, Failure> {
-    interruptible_for("the agent", work).await
-}
-
-/// [`interruptible`], for a target that is not a local agent (`what` is
-/// what the cleanup stops: "the VM").
+/// [`lab_runner::trial::interruptible`], the signal as `labctl`'s failure
+/// (`what` is what the cleanup stopped: "the VM").
 async fn interruptible_for<T>(what: &str, work: impl Future<Output = T>) -> Result<T, Failure> {
-    use tokio::signal::unix::{Signal, SignalKind, signal};
-    // Each on its own: a signal that cannot be watched (SIGINT is ignored in
-    // a shell's background job) must not leave the other one caught and
-    // then unheard, which would swallow it.
-    async fn arrived(signal: &mut Option<Signal>) {
-        match signal {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    }
-    let mut int = signal(SignalKind::interrupt()).ok();
-    let mut term = signal(SignalKind::terminate()).ok();
-    tokio::select! {
-        out = work => Ok(out),
-        () = arrived(&mut int) => Err(interrupted(what, "Ctrl-C", 130)),
-        () = arrived(&mut term) => Err(interrupted(what, "SIGTERM", 143)),
-    }
+    lab_runner::trial::interruptible(work)
+        .await
+        .map_err(|i| interrupted(what, i))
 }
 
-fn interrupted(target: &str, signal: &str, code: u8) -> Failure {
+use lab_runner::trial::interruptible;
+
+fn interrupted(target: &str, i: Interrupted) -> Failure {
     Failure::new(
-        Exit::Interrupted(code),
-        format!("interrupted by {signal}: stopped {target} and removed its files"),
+        Exit::Interrupted(i.code),
+        format!(
+            "interrupted by {}: stopped {target} and removed its files",
+            i.signal
+        ),
     )
 }

@@ -5,10 +5,11 @@
 //! must pass), grade in reverse order (the same). This file is the command
 //! line and the printing; the phases and their rules are the runner's.
 
-use super::{Config, Target, TryArgs, run_config};
+use super::{Config, TryArgs, run_config};
 use crate::exit::{Exit, Failure};
 use lab_agent_client::Client;
 use lab_runner::selftest::{self, Verdict};
+use lab_runner::trial::Target;
 use std::path::PathBuf;
 use std::time::Instant;
 

@@ -49,7 +49,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{ForkResult, chdir, fork, getppid, pivot_root};
+use nix::unistd::{ForkResult, chdir, fork, pivot_root};
 use std::ffi::{CString, OsString};
 use std::fs;
 use std::io;
@@ -58,6 +58,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+mod cmdline;
+pub(crate) use cmdline::keeper_command;
+pub use cmdline::{KEEPER_VERB, KeeperArgs, VmOptions, run_keeper_if_asked};
 
 /// The namespaces the keeper unshares before its exec (its children are
 /// in the new PID namespace; init adds a nested mount namespace).
@@ -84,11 +88,6 @@ pub(crate) const HOSTS_FILE: &str = "hosts";
 /// In the try dir: written by the keeper once it no longer dies with
 /// `labctl` (`--keep`).
 pub(crate) const KEPT_FILE: &str = "kept";
-/// What the keeper is called on its command line (`labctl __sandbox`): the
-/// binary that starts a sandbox (`/proc/self/exe`) must run [`keeper_main`]
-/// for this verb, with `--dir DIR --agent PATH [--hostname NAME] [--hosts]
-/// [--hold] -- ARGS…`.
-pub const KEEPER_VERB: &str = "__sandbox";
 
 /// Capabilities init drops from the bounding set before the agent's exec:
 /// what would reach the host's kernel or disks from inside.
@@ -133,86 +132,6 @@ const VIRTUAL_FS: [&str; 22] = [
 /// (namespaces, mounts) and running a lab's setup and checks in it does.
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
-}
-
-/// The keeper's command line (`keeper_command` writes it; the binary's
-/// [`KEEPER_VERB`] parses it back and calls [`keeper_main`]).
-#[derive(Debug)]
-pub struct KeeperArgs {
-    /// The try dir.
-    pub dir: PathBuf,
-    /// The agent binary (on the host).
-    pub agent: PathBuf,
-    /// The agent's arguments.
-    pub args: Vec<OsString>,
-    /// A VM of a session: its name, its hosts file, and the hold until
-    /// its network is wired.
-    pub vm: VmOptions,
-}
-
-/// What a sandbox that is one VM of a session adds (all off for a lab of
-/// one VM, whose sandbox is as it always was).
-#[derive(Debug, Clone, Default)]
-pub struct VmOptions {
-    /// The sandbox's hostname (its UTS namespace's): the VM's name.
-    pub hostname: Option<String>,
-    /// Bind the try dir's [`HOSTS_FILE`] on `/etc/hosts` inside: the
-    /// session's names, written beside the token, never into the overlay
-    /// (so it is not one of the lab's changes).
-    pub hosts: bool,
-    /// Start nothing until SIGUSR1: `labctl` wires the sandbox's network
-    /// namespace into the session's switch first, so that a setup finds
-    /// the network up. A SIGHUP (`labctl` died) or SIGTERM meanwhile ends
-    /// the keeper as it would end a running one.
-    pub hold: bool,
-}
-
-/// The keeper's command: this very binary (`/proc/self/exe`, so a rebuilt
-/// `labctl` does not matter), dying with this thread's process and in its
-/// own namespaces from its first instruction.
-pub(crate) fn keeper_command(
-    dir: &Path,
-    agent: &Path,
-    agent_args: Vec<OsString>,
-    vm: &VmOptions,
-) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new("/proc/self/exe");
-    cmd.arg(KEEPER_VERB)
-        .arg("--dir")
-        .arg(dir)
-        .arg("--agent")
-        .arg(agent);
-    if let Some(name) = &vm.hostname {
-        cmd.arg("--hostname").arg(name);
-    }
-    if vm.hosts {
-        cmd.arg("--hosts");
-    }
-    if vm.hold {
-        cmd.arg("--hold");
-    }
-    cmd.arg("--").args(agent_args);
-    let parent = nix::unistd::getpid();
-    // SAFETY: only async-signal-safe system calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGHUP)?;
-            // `labctl` died before the line above: nobody would stop us.
-            if getppid() != parent {
-                return Err(io::Error::other("labctl exited"));
-            }
-            unshare(NAMESPACES)?;
-            // Blocked before the exec (a mask survives it): a SIGUSR1 that
-            // releases a held keeper early waits for its `sigwait`.
-            sigprocmask(
-                SigmaskHow::SIG_BLOCK,
-                Some(&signal_set(&[Signal::SIGUSR1])),
-                None,
-            )?;
-            Ok(())
-        });
-    }
-    cmd
 }
 
 /// Opens the agent's connections inside the keeper's network namespace.

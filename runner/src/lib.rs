@@ -29,7 +29,9 @@
 //!   sandbox does not have: hints that point to a VM.
 //! - [`vm`]: [`vm::VmTarget`], a lab's real payload booted by cloud-init in
 //!   a qemu guest from a NoCloud seed, as KubeVirt boots it; stopped
-//!   ([`vm::Stop`]) or left running ([`vm::LeftRunning`]).
+//!   ([`vm::Stop`]) or left running ([`vm::LeftRunning`]);
+//!   [`vm::VmSession`], a lab of several VMs as guests, one per VM, on a
+//!   private network of their own (qemu's multicast on loopback).
 //! - [`qemu`]: the project's one qemu driver (command lines, accelerator,
 //!   NoCloud seed, QMP, console), for [`vm`] and the VM tests.
 //! - [`inspect`]: everything about a lab that can be known without

@@ -1,6 +1,7 @@
 //! What to boot and how: the qemu and `qemu-img` command lines, as pure
 //! functions of a [`MachineSpec`], the run dir's [`RunPaths`] and a port.
 
+use super::lan::{LanNic, UPLINK_MAC};
 use super::{Accel, GUEST_PORT, sanitize};
 use lab_agent_cloudinit::Arch;
 use std::ffi::OsString;
@@ -90,6 +91,11 @@ pub struct MachineSpec {
     pub extra_append: String,
     /// Appended to qemu's arguments.
     pub extra_qemu_args: Vec<String>,
+    /// A second NIC on a session's private network (a VM of a session).
+    pub lan: Option<LanNic>,
+    /// Files the NoCloud seed holds beside `user-data` and `meta-data`
+    /// (name, content): a session's `network-config` and `vendor-data`.
+    pub seed_extra: Vec<(String, Vec<u8>)>,
     /// qemu may outlive this process (`labctl try --keep`): it gets no
     /// parent-death signal. Otherwise it dies with its parent.
     pub detached: bool,
@@ -109,6 +115,8 @@ impl MachineSpec {
             accel: Accel::Tcg,
             extra_append: String::new(),
             extra_qemu_args: Vec::new(),
+            lan: None,
+            seed_extra: Vec::new(),
             detached: false,
         }
     }
@@ -204,7 +212,17 @@ pub fn qemu_args(spec: &MachineSpec, paths: &RunPaths, port: u16) -> Vec<OsStrin
         &format!("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT}"),
     ]);
     // romfile= : no iPXE ROM, so the firmware never tries to boot from the network.
-    a.push(["-device", "virtio-net-pci,netdev=net0,romfile="]);
+    match &spec.lan {
+        None => a.push(["-device", "virtio-net-pci,netdev=net0,romfile="]),
+        Some(lan) => {
+            // The MAC the seed's network-config knows the user NIC by.
+            a.push([
+                "-device",
+                &format!("virtio-net-pci,netdev=net0,mac={UPLINK_MAC},romfile="),
+            ]);
+            a.push(lan.qemu_args().iter().map(String::as_str));
+        }
+    }
     a.push(["-device", "virtio-rng-pci"]);
     a.push(["-serial", &format!("file:{}", paths.console.display())]);
     a.push([
@@ -331,6 +349,47 @@ mod tests {
         let args = strings(&qemu_args(&spec, &paths(), 40123));
         assert_eq!(values(&args, "-bios"), [ARM64_UEFI]);
         assert!(values(&args, "-append").is_empty(), "{args:?}");
+    }
+
+    #[test]
+    fn a_sessions_guest_has_a_second_nic_on_the_sessions_group() {
+        use crate::qemu::lan::Lan;
+        let mut spec = MachineSpec::new(
+            "server",
+            Guest::Kernel {
+                kernel: "/img/vmlinuz".into(),
+                initrd: "/img/initrd.img".into(),
+                rootfs: "/img/rootfs.raw".into(),
+            },
+        );
+        spec.lan = Some(LanNic {
+            lan: Lan {
+                group: "239.89.1.2".parse().unwrap(),
+                port: 30000,
+            },
+            mac: LanNic::mac_for(0),
+            addr: "10.89.0.2".parse().unwrap(),
+            prefix_len: 24,
+        });
+        let args = strings(&qemu_args(&spec, &paths(), 40123));
+        // The user NIC is as for one VM (restricted, the agent forwarded),
+        // under the MAC the network-config matches.
+        assert_eq!(
+            values(&args, "-netdev"),
+            [
+                "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40123-:8899",
+                "dgram,id=lan0,remote.type=inet,remote.host=239.89.1.2,remote.port=30000,\
+                 local.type=inet,local.host=127.0.0.1"
+            ]
+        );
+        assert_eq!(
+            values(&args, "-device"),
+            [
+                "virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56,romfile=",
+                "virtio-net-pci,netdev=lan0,mac=52:54:00:89:00:00,romfile=",
+                "virtio-rng-pci"
+            ]
+        );
     }
 
     #[test]

@@ -85,7 +85,13 @@ impl Machine {
             &paths.overlay,
             spec.disk_gib,
         )))?;
-        seed::write(&paths.seed_dir, &paths.seed, user_data, meta_data)?;
+        seed::write(
+            &paths.seed_dir,
+            &paths.seed,
+            user_data,
+            meta_data,
+            &spec.seed_extra,
+        )?;
 
         // A free port can be taken between our probe and qemu's bind: retry.
         let mut last_err = None;

@@ -15,6 +15,8 @@
 //!   seconds), else the same machine under TCG; [`accel::start`] starts a
 //!   machine that way, as both `labctl try` and the tests do.
 //! - [`seed`]: the NoCloud seed (ISO9660 volume `cidata`).
+//! - [`lan`]: a session's private network: a second NIC on each guest,
+//!   joined by multicast on loopback; its addresses and names from the seed.
 //! - [`machine`]: [`Machine::start`]: overlay, seed, free loopback port,
 //!   qemu, QMP; power-off, kill, leave running.
 //! - [`console`]: the serial console log: waits, marks, boot milestones.
@@ -25,12 +27,14 @@
 //! - The base image is never written: every machine boots from its own
 //!   qcow2 overlay in its run dir.
 //! - The guest reaches nothing but the one forwarded port, on loopback
-//!   (`-netdev user,restrict=on,hostfwd=tcp:127.0.0.1:PORT-:8899`).
+//!   (`-netdev user,restrict=on,hostfwd=tcp:127.0.0.1:PORT-:8899`), and,
+//!   in a session, the session's other guests ([`lan`]).
 //! - qemu is stopped by its own PID; nothing here kills by name.
 
 pub mod accel;
 pub mod argv;
 pub mod console;
+pub mod lan;
 pub mod machine;
 pub mod qmp;
 pub mod seed;

@@ -1,5 +1,7 @@
 //! The NoCloud seed: an ISO9660 volume labelled `cidata` holding
-//! `user-data` and `meta-data`, attached as a read-only virtio disk. This is
+//! `user-data` and `meta-data` (and, for a VM of a session,
+//! `network-config` and `vendor-data`: `lan.rs`), attached as a read-only
+//! virtio disk. This is
 //! what `cloud-localds` makes (with the same tool underneath); cloud-init
 //! finds it by its label.
 
@@ -27,9 +29,9 @@ pub fn hostname(name: &str) -> String {
     }
 }
 
-/// The arguments that make `iso` from the files in the current directory.
-pub fn iso_args(iso: &Path) -> Vec<String> {
-    vec![
+/// The arguments that make `iso` from `files` in the current directory.
+pub fn iso_args(iso: &Path, files: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
         "-quiet".into(),
         "-output".into(),
         iso.display().to_string(),
@@ -37,27 +39,33 @@ pub fn iso_args(iso: &Path) -> Vec<String> {
         "cidata".into(),
         "-joliet".into(),
         "-rock".into(),
-        "user-data".into(),
-        "meta-data".into(),
-    ]
+    ];
+    args.extend(files.iter().map(|f| (*f).to_owned()));
+    args
 }
 
-/// Writes `user-data` and `meta-data` into `seed_dir` (mode 0600: the
-/// user-data holds the token) and makes the seed image `iso` from them.
+/// Writes `user-data`, `meta-data` and `extra` (name, content) into
+/// `seed_dir` (mode 0600: the user-data holds the token) and makes the
+/// seed image `iso` from them.
 pub fn write(
     seed_dir: &Path,
     iso: &Path,
     user_data: &[u8],
     meta_data: &str,
+    extra: &[(String, Vec<u8>)],
 ) -> Result<(), QemuError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     std::fs::create_dir_all(seed_dir)
         .map_err(|e| QemuError::io(format!("create `{}`", seed_dir.display()), e))?;
-    for (name, data) in [
+    let files: Vec<(&str, &[u8])> = [
         ("user-data", user_data),
         ("meta-data", meta_data.as_bytes()),
-    ] {
+    ]
+    .into_iter()
+    .chain(extra.iter().map(|(n, d)| (n.as_str(), d.as_slice())))
+    .collect();
+    for &(name, data) in &files {
         let path = seed_dir.join(name);
         std::fs::OpenOptions::new()
             .write(true)
@@ -69,8 +77,9 @@ pub fn write(
             .map_err(|e| QemuError::io(format!("write `{}`", path.display()), e))?;
     }
     let tool = iso_tool()?;
+    let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
     run(Command::new(&tool)
-        .args(iso_args(iso))
+        .args(iso_args(iso, &names))
         .current_dir(seed_dir))
 }
 
@@ -116,11 +125,12 @@ mod tests {
 
     #[test]
     fn the_seed_is_labelled_cidata() {
-        let args = iso_args(Path::new("/d/seed.iso"));
+        let args = iso_args(Path::new("/d/seed.iso"), &["user-data", "meta-data"]);
         assert!(
             args.windows(2).any(|w| w == ["-volid", "cidata"]),
             "{args:?}"
         );
         assert!(args.windows(2).any(|w| w == ["-output", "/d/seed.iso"]));
+        assert!(args.ends_with(&["user-data".into(), "meta-data".into()]));
     }
 }

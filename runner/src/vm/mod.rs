@@ -40,12 +40,17 @@
 //!   watches on qemu and the console, a client for its agent.
 //! - `stop`: power-off or kill, what stays of the run dir ([`Stop`]), or
 //!   left running ([`LeftRunning`]).
+//! - `session`: [`VmSession`], a lab of several VMs (`[[vms]]`): one guest
+//!   per VM, booted as a [`VmTarget`] with its VM's payload, all on one
+//!   private network (`qemu/lan.rs`); one run dir holding each VM's.
 
 mod config;
+mod session;
 mod stop;
 mod target;
 
 pub use config::{BOOT_ALLOWANCE, VmRequest};
+pub use session::VmSession;
 pub use stop::{LeftRunning, Stop};
 pub use target::VmTarget;
 

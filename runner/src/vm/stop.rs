@@ -42,14 +42,17 @@ impl VmTarget {
             } else {
                 machine.powerdown(POWEROFF_GRACE)
             };
+            let p = self.prefix();
             match off {
-                PowerOff::Killed if how == Stop::Interrupted => eprintln!("stopped the VM"),
+                PowerOff::Killed if how == Stop::Interrupted => eprintln!("{p}stopped the VM"),
                 PowerOff::Killed if never_answered => {
-                    eprintln!("stopped the VM (killed qemu: its agent never answered)")
+                    eprintln!("{p}stopped the VM (killed qemu: its agent never answered)")
                 }
-                PowerOff::Clean(took) => eprintln!("stopped the VM (powered off in {took:.1?})"),
+                PowerOff::Clean(took) => {
+                    eprintln!("{p}stopped the VM (powered off in {took:.1?})")
+                }
                 PowerOff::Killed => eprintln!(
-                    "stopped the VM (killed qemu: no power-off within {POWEROFF_GRACE:?})"
+                    "{p}stopped the VM (killed qemu: no power-off within {POWEROFF_GRACE:?})"
                 ),
             }
         }
@@ -59,7 +62,7 @@ impl VmTarget {
             Stop::KeepConsole | Stop::ShowConsole => {
                 if how == Stop::ShowConsole {
                     let text = console::read(&console);
-                    eprintln!("console (last lines):");
+                    eprintln!("{}console (last lines):", self.prefix());
                     for line in qemu::tail_lines(&text, CONSOLE_TAIL_LINES).lines() {
                         eprintln!("  │ {line}");
                     }
@@ -68,7 +71,7 @@ impl VmTarget {
                     &self.dir,
                     &["console.log", "qemu-stderr.log", "qemu-cmdline.txt"],
                 );
-                eprintln!("console log kept: `{}`", console.display());
+                eprintln!("{}console log kept: `{}`", self.prefix(), console.display());
             }
         }
         // Nothing left for Drop.

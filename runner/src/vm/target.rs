@@ -6,8 +6,9 @@ use super::VmConfig;
 use crate::Error;
 use crate::payload::{self, PayloadError, RenderOptions, write_private};
 use crate::qemu::accel::{self, Hooks};
+use crate::qemu::lan::LanNic;
 use crate::qemu::machine::make_run_dir;
-use crate::qemu::{self, AccelMode, Machine, MachineSpec, QemuError, console, seed};
+use crate::qemu::{self, AccelMode, ConsoleMark, Machine, MachineSpec, QemuError, console, seed};
 use lab_agent_client::{Client, ClientBuilder, Progress};
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::{Arch, Format, SecretMeta};
@@ -30,6 +31,22 @@ pub struct VmTarget {
     pub(super) token_file: PathBuf,
     /// qemu start → the agent's first answer.
     pub(super) first_answer: OnceLock<Duration>,
+    /// A session's VM: its name.
+    vm: Option<String>,
+}
+
+/// A VM of a session ([`super::VmSession`]): what it gets beside the
+/// lab's payload, and where it lives.
+#[derive(Debug)]
+pub(super) struct Member {
+    /// Its name in the lab (`[[vms]] name`): its hostname.
+    pub name: String,
+    /// Its run dir (in the session's), which exists.
+    pub dir: PathBuf,
+    /// Its NIC on the session's network.
+    pub lan: LanNic,
+    /// The seed's `network-config` and `vendor-data` ([`crate::qemu::lan`]).
+    pub seed_extra: Vec<(String, Vec<u8>)>,
 }
 
 impl VmTarget {
@@ -45,16 +62,33 @@ impl VmTarget {
         vm: &VmConfig,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<VmTarget, Error> {
+        Self::boot(lab, agent, keep, vm, cancelled, None)
+    }
+
+    /// [`VmTarget::start`], for one VM or (`member`) a VM of a session:
+    /// `lab` is then that VM's view of the lab ([`Lab::for_vm`]).
+    pub(super) fn boot(
+        lab: &Lab,
+        agent: &Path,
+        keep: bool,
+        vm: &VmConfig,
+        cancelled: &dyn Fn() -> bool,
+        member: Option<Member>,
+    ) -> Result<VmTarget, Error> {
         let arch = super::guest_arch(vm.arch, Some(agent))?;
         super::check_kernel_arch(&vm.guest, arch)?;
         let version = qemu::check_installed(arch)?;
-        let dir = make_run_dir("labctl-try-vm", &lab.name)?;
+        let dir = match &member {
+            Some(m) => m.dir.clone(),
+            None => make_run_dir("labctl-try-vm", &lab.name)?,
+        };
         let mut target = VmTarget {
             machine: None,
             token: String::new(),
             token_file: dir.join("token"),
             dir,
             first_answer: OnceLock::new(),
+            vm: member.as_ref().map(|m| m.name.clone()),
         };
 
         // The payload exactly as `labctl secret` renders it for a Secret.
@@ -65,20 +99,31 @@ impl VmTarget {
                 .hints(hint)
         })?;
 
-        let mut spec = MachineSpec::new(lab.name.clone(), vm.guest.clone());
+        // A session's VM is named after the VM: qemu's `-name`, the
+        // guest's hostname (how the other VMs know it) and its instance.
+        let name = match &member {
+            Some(m) => format!("{}-{}", lab.name, m.name),
+            None => lab.name.clone(),
+        };
+        let mut spec = MachineSpec::new(name.clone(), vm.guest.clone());
         spec.arch = arch;
         spec.memory_mib = vm.memory_mib;
         spec.cpus = vm.cpus;
         spec.disk_gib = vm.disk_gib;
         spec.detached = keep;
+        let hostname = seed::hostname(member.as_ref().map_or(&lab.name, |m| &m.name));
+        if let Some(m) = member {
+            spec.lan = Some(m.lan);
+            spec.seed_extra = m.seed_extra;
+        }
         let instance = format!(
             "labctl-try-{}-{}",
-            qemu::sanitize(&lab.name),
+            qemu::sanitize(&name),
             std::process::id()
         );
-        let meta = seed::meta_data(&instance, &seed::hostname(&lab.name));
+        let meta = seed::meta_data(&instance, &hostname);
         let hooks = Hooks {
-            say: &|line| eprintln!("{line}"),
+            say: &|line| eprintln!("{}{line}", target.prefix()),
             cancelled,
         };
         let started = accel::start(&spec, vm.accel, &user_data, &meta, &target.dir, &hooks)?;
@@ -94,9 +139,10 @@ impl VmTarget {
             (AccelMode::Force(_), _) => "as asked".to_owned(),
             (AccelMode::Auto, _) => started.why,
         };
+        let prefix = target.prefix();
         eprintln!(
-            "accelerator: {} ({why})\nbooting `{}` (qemu {}): qemu pid {}, agent at {} \
-             (token in `{}`), console `{}`",
+            "{prefix}accelerator: {} ({why})\n{prefix}booting `{}` (qemu {}): qemu pid {}, agent \
+             at {} (token in `{}`), console `{}`",
             accel.as_str().to_uppercase(),
             vm.guest.base().display(),
             version_number(&version),
@@ -107,6 +153,13 @@ impl VmTarget {
         );
         target.machine = Some(machine);
         Ok(target)
+    }
+
+    /// "VM `NAME`: " before what a session's VM says; nothing for one VM.
+    pub(super) fn prefix(&self) -> String {
+        self.vm
+            .as_ref()
+            .map_or(String::new(), |vm| format!("VM `{vm}`: "))
     }
 
     /// Renders the lab's payload with a fresh token and writes it to the
@@ -157,18 +210,25 @@ impl VmTarget {
     /// Resolves when qemu exits, with an error that says so.
     pub async fn qemu_exited(&self) -> Error {
         loop {
-            if let Some(status) = self.machine().exit_status() {
-                let stderr = self.machine().qemu_stderr();
-                let mut f = Error::unreachable(format!(
-                    "qemu exited ({status}) before `labctl try` was done"
-                ));
-                if !stderr.trim().is_empty() {
-                    f = f.with_source(qemu::tail_lines(stderr.trim(), 5));
-                }
-                return f;
+            if let Some(e) = self.exit_error() {
+                return e;
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(WATCH_POLL).await;
         }
+    }
+
+    /// The error [`VmTarget::qemu_exited`] resolves with, once qemu has
+    /// exited.
+    pub(super) fn exit_error(&self) -> Option<Error> {
+        let status = self.machine().exit_status()?;
+        let stderr = self.machine().qemu_stderr();
+        let mut f = Error::unreachable(format!(
+            "qemu exited ({status}) before `labctl try` was done"
+        ));
+        if !stderr.trim().is_empty() {
+            f = f.with_source(qemu::tail_lines(stderr.trim(), 5));
+        }
+        Some(f)
     }
 
     /// Resolves, with an error, when the serial console has printed
@@ -177,30 +237,58 @@ impl VmTarget {
     /// boot allowance. Pending for good once the agent has answered (the
     /// setup's own timeout then bounds the wait).
     pub async fn silent_console(&self, limit: Duration) -> Error {
-        let path = self.machine().console_log_path().to_owned();
-        let mut seen = console::mark(&path);
-        let mut since = self.machine().started_at();
+        let mut silence = self.silence();
         loop {
             if self.first_answer.get().is_some() {
                 return std::future::pending().await;
             }
-            let now = console::mark(&path);
-            if now != seen {
-                (seen, since) = (now, Instant::now());
+            if let Some(e) = self.silence_error(&mut silence, limit) {
+                return e;
             }
-            if since.elapsed() >= limit {
-                return Error::unreachable(format!(
-                    "the guest printed nothing on its serial console for {}s and its agent \
-                     never answered: it is not booting",
-                    limit.as_secs()
-                ))
-                .hint(
-                    "`--boot-silence SECS` waits longer for a guest that is quiet while it boots",
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(WATCH_POLL).await;
         }
     }
+
+    /// What [`VmTarget::silence_error`] watches, from qemu's start.
+    pub(super) fn silence(&self) -> Silence {
+        Silence {
+            seen: console::mark(self.machine().console_log_path()),
+            since: self.machine().started_at(),
+        }
+    }
+
+    /// The error [`VmTarget::silent_console`] resolves with, once the
+    /// console has been silent for `limit` and the agent never answered.
+    pub(super) fn silence_error(&self, silence: &mut Silence, limit: Duration) -> Option<Error> {
+        if self.first_answer.get().is_some() {
+            return None;
+        }
+        let now = console::mark(self.machine().console_log_path());
+        if now != silence.seen {
+            (silence.seen, silence.since) = (now, Instant::now());
+        }
+        if silence.since.elapsed() < limit {
+            return None;
+        }
+        Some(
+            Error::unreachable(format!(
+                "the guest printed nothing on its serial console for {}s and its agent \
+                 never answered: it is not booting",
+                limit.as_secs()
+            ))
+            .hint("`--boot-silence SECS` waits longer for a guest that is quiet while it boots"),
+        )
+    }
+}
+
+/// How often the watches look at qemu and the console.
+pub(super) const WATCH_POLL: Duration = Duration::from_millis(250);
+
+/// A console's end when last seen, and since when it has not moved.
+#[derive(Debug)]
+pub(super) struct Silence {
+    seen: ConsoleMark,
+    since: Instant,
 }
 
 /// What `labctl try`'s flow asks of the VM while it waits and grades.
@@ -242,7 +330,8 @@ impl VmTarget {
         let ready = machine.elapsed();
         let answered = *self.first_answer.get().unwrap_or(&ready);
         eprintln!(
-            "vm: qemu start → agent answered {:.1}s → ready {:.1}s",
+            "{}vm: qemu start → agent answered {:.1}s → ready {:.1}s",
+            self.prefix(),
             answered.as_secs_f64(),
             ready.as_secs_f64()
         );

@@ -118,14 +118,6 @@ impl LocalSession {
             .collect()
     }
 
-    /// Each VM's agent log's end, headed by its name.
-    pub fn print_log_tails(&self) {
-        for (name, agent) in &self.vms {
-            eprintln!("VM `{name}`:");
-            agent.print_log_tail();
-        }
-    }
-
     /// Stops every VM (each as [`LocalAgent::stop`] does), then the
     /// switch goes.
     pub async fn stop(mut self) {

@@ -346,16 +346,9 @@ fn labctl_name() -> String {
         .unwrap_or_else(|| "labctl".to_owned())
 }
 
-/// [`lab_runner::trial::interruptible`], the signal as `labctl`'s failure
-/// (`what` is what the cleanup stopped: "the VM").
-async fn interruptible_for<T>(what: &str, work: impl Future<Output = T>) -> Result<T, Failure> {
-    lab_runner::trial::interruptible(work)
-        .await
-        .map_err(|i| interrupted(what, i))
-}
-
 use lab_runner::trial::interruptible;
 
+/// The failure a signal means (`target`: what the cleanup stopped).
 fn interrupted(target: &str, i: Interrupted) -> Failure {
     Failure::new(
         Exit::Interrupted(i.code),

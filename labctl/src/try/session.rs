@@ -1,43 +1,98 @@
 //! `labctl try` and `labctl test` of a lab of several VMs (`[[vms]]`): the
-//! runner's `LocalSession` starts one sandbox per VM on a private network
-//! (names resolving, setups at the same time); this file waits for the
-//! session as one (the first VM that fails ends it, named), then grades it
-//! as one (each check on its VM, one report under each VM's heading) or
-//! runs the self-test on it, and prints what each VM's lab changed.
+//! runner's `TriedSession` starts a sandbox per VM on a private switch, or
+//! with `--vm IMAGE` a qemu guest per VM on a private network (names
+//! resolving, setups at the same time); this file waits for the session
+//! as one (the first VM that fails ends it, named), then grades it as one
+//! (each check on its VM, one report under each VM's heading) or runs the
+//! self-test on it, and prints what each VM's lab changed.
 
 use super::test::print_self_test;
-use super::{Config, interruptible_for, print_systemd_hints};
+use super::{Config, interrupted, labctl_name, print_systemd_hints};
 use crate::exit::{Exit, Failure};
 use crate::grading::exit_for;
 use crate::progress::{WaitDisplay, print_setup_log};
 use crate::session::{print_report, session_failure};
 use lab_agent_client::Session;
 use lab_runner::selftest::{self, VmAgent};
-use lab_runner::{LocalSession, changes, systemd};
+use lab_runner::trial::{Ended, StartError, TriedSession, interruptible};
+use lab_runner::{changes, systemd};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-const WHAT: &str = "the session's sandboxes";
-
-/// Starts the session, runs `try`'s (or `test`'s) flow on it, stops it.
+/// Starts the session, runs `try`'s (or `test`'s) flow on it, stops it (or
+/// leaves its guests running: `--keep --vm`).
 pub(super) fn run(config: &Config) -> Result<Exit, Failure> {
-    if let Some(what) = systemd::mentioned(&config.lab) {
+    if let (None, Some(what)) = (&config.vm, systemd::mentioned(&config.lab)) {
         eprintln!(
-            "note: {what} `systemctl`; the sandbox runs no systemd: if that fails here, the \
-             lab must be tried on VMs"
+            "note: {what} `systemctl`; the sandbox runs no systemd: if that fails here, try \
+             the lab on VMs with `--vm IMAGE`"
         );
     }
     let rt = crate::common::runtime()?;
-    rt.block_on(async {
-        let vms =
-            interruptible_for(WHAT, LocalSession::start(&config.lab, &config.agent)).await??;
-        let outcome = interruptible_for(WHAT, flow(config, &vms)).await;
-        vms.stop().await;
-        outcome?
-    })
+    let vms = TriedSession::start(&rt, config).map_err(|e| match e {
+        StartError::Failed(e) => Failure::from(e),
+        StartError::Interrupted(i) => interrupted("the session's VMs", i),
+    })?;
+    let silence = config.vm.as_ref().map_or(Duration::MAX, |v| v.boot_silence);
+    // The VM that ended the run, whose console a failed guest keeps.
+    let culprit = RefCell::new(None);
+    let outcome = rt.block_on(interruptible(async {
+        tokio::select! {
+            result = flow(config, &vms, &culprit) => result,
+            e = vms.gone(silence) => Err(e.into()),
+        }
+    }));
+    let culprit = culprit.into_inner();
+    let (result, ended) = match outcome {
+        Ok(result) => {
+            let ended = match &result {
+                Ok(_) => Ended::Done,
+                Err(f) if f.exit == Exit::SetupFailed => Ended::SetupFailed,
+                Err(_) => Ended::Failed,
+            };
+            (result, ended)
+        }
+        Err(i) => (Err(interrupted(vms.what(), i)), Ended::Interrupted),
+    };
+    let vms = match vms {
+        vms if config.keep && ended != Ended::Interrupted => match vms.leave_running() {
+            Ok((stop, left)) => {
+                leave_running(&stop, &left);
+                return result;
+            }
+            Err(vms) => vms,
+        },
+        vms => vms,
+    };
+    rt.block_on(vms.finish(ended, culprit.as_deref()));
+    result
 }
 
-async fn flow(config: &Config, vms: &LocalSession) -> Result<Exit, Failure> {
+/// `--keep --vm`: each guest left running, and how to reach and stop them.
+fn leave_running(stop: &std::path::Path, left: &[(String, lab_runner::vm::LeftRunning)]) {
+    let labctl = labctl_name();
+    let mut text = String::from("\nthe session's VMs keep running. Reach each with, e.g.:\n");
+    for (vm, l) in left {
+        text.push_str(&format!(
+            "  {vm} (qemu pid {}): {labctl} exec --url {} --token-file {} -- COMMAND\n",
+            l.pid,
+            l.url,
+            l.token_file.display()
+        ));
+    }
+    text.push_str(&format!(
+        "stop them all and remove their files with:\n  sh {}\n",
+        stop.display()
+    ));
+    eprint!("{text}");
+}
+
+async fn flow(
+    config: &Config,
+    vms: &TriedSession,
+    culprit: &RefCell<Option<String>>,
+) -> Result<Exit, Failure> {
     let session = vms.session().map_err(Failure::client)?;
     let names: Vec<&str> = session.vms().map(|(n, _)| n).collect();
     eprintln!(
@@ -49,14 +104,16 @@ async fn flow(config: &Config, vms: &LocalSession) -> Result<Exit, Failure> {
         .with_limit(config.timeout);
     let waited = session
         .wait_ready_with(started + config.timeout, |vm, p| {
+            let not_up = vms.vm(vm).and_then(|t| t.on_progress(p));
             if let Some(i) = names.iter().position(|n| *n == vm) {
-                display.update(i, p);
+                display.update_with(i, p, not_up);
             }
         })
         .await;
     display.clear();
     drop(display);
     if let Err(e) = waited {
+        *culprit.borrow_mut() = e.vm().map(str::to_owned);
         if let (Some(vm), Some(error)) = (e.vm(), e.error()) {
             print_setup_log(error);
             let tail = error
@@ -66,12 +123,17 @@ async fn flow(config: &Config, vms: &LocalSession) -> Result<Exit, Failure> {
                 eprintln!("{hint}");
             }
             if !error.is_setup_failed() {
-                if let Some(agent) = vms.vm(vm) {
-                    agent.print_log_tail();
+                if let Some(target) = vms.vm(vm) {
+                    target.explain_wait_failure();
                 }
             }
         }
         return Err(session_failure(e));
+    }
+    for (vm, _) in session.vms() {
+        if let Some(target) = vms.vm(vm) {
+            target.on_ready();
+        }
     }
     eprintln!(
         "every VM is ready ({} s)",
@@ -132,7 +194,7 @@ async fn flow(config: &Config, vms: &LocalSession) -> Result<Exit, Failure> {
 /// `labctl test`'s phases on the session: each check's solve on its VM.
 async fn self_test(
     config: &Config,
-    vms: &LocalSession,
+    vms: &TriedSession,
     session: &Session,
     solve_script: Option<&str>,
     started: Instant,

@@ -10,12 +10,15 @@
 //! - `target`: [`Target`], what the wait-and-grade flow needs from either.
 //! - `interrupt`: Ctrl-C and SIGTERM, also while a VM starts.
 //!
-//! A lab of several VMs runs as a [`LocalSession`](crate::LocalSession).
+//! - `session`: a lab of several VMs, as one ([`TriedSession`]: a sandbox
+//!   or a qemu guest per VM).
 
 mod interrupt;
+mod session;
 mod target;
 
 pub use interrupt::{Interrupted, interruptible, start_watched};
+pub use session::TriedSession;
 pub use target::Target;
 
 use crate::vm::{self, Stop, VmConfig, VmTarget};
@@ -115,8 +118,8 @@ impl Plan {
     }
 }
 
-/// A lab of several VMs is tried in the sandbox, one per VM: what that
-/// does not do yet is refused, saying what does.
+/// A lab of several VMs is tried as a session (a sandbox or a guest per
+/// VM): what that does not do is refused, saying what does.
 fn check_session(lab: &Lab, opts: &Options, vm: Option<&VmConfig>) -> Result<(), Error> {
     let vms = lab.vm_names().join(", ");
     let refuse = |what: &str| {
@@ -125,21 +128,15 @@ fn check_session(lab: &Lab, opts: &Options, vm: Option<&VmConfig>) -> Result<(),
             lab.name
         ))
     };
-    if vm.is_some() {
-        return Err(refuse(
-            "`--vm IMAGE` boots one VM, and a guest per VM of a session is not built yet",
-        )
-        .hint("leave out `--vm`: `labctl try` runs each VM in a sandbox of its own, on a private network"));
-    }
     if opts.host {
         return Err(
             refuse("`--host` would run every VM's setup on this one machine")
                 .hint("leave out `--host`: each VM gets a sandbox of its own"),
         );
     }
-    if opts.keep {
+    if opts.keep && vm.is_none() {
         return Err(refuse(
-            "`--keep` keeps the sandbox of a lab of one VM only, for now",
+            "`--keep` keeps a session's VMs under qemu (`--vm IMAGE`), not its sandboxes",
         ));
     }
     if opts.keep_going {

@@ -361,25 +361,22 @@ run = "true"
 }
 
 #[test]
-fn what_a_session_does_not_do_yet_is_refused_saying_what_does() {
+fn what_a_session_does_not_do_is_refused_saying_what_does() {
     let _shells = sandboxed();
     require_root("`labctl try` without `--vm`");
     let lab = repo_root().join("examples/two-vm-lab");
-    let image = TempDir::new("sbx-session-image");
-    image.write("disk.img", "", 0o644);
-    let disk = image.path.join("disk.img").display().to_string();
     for (extra, says) in [
-        (
-            vec!["--vm", disk.as_str()],
-            "a guest per VM of a session is not built yet",
-        ),
         (
             vec!["--host"],
             "`--host` would run every VM's setup on this one machine",
         ),
         (
             vec!["--keep"],
-            "`--keep` keeps the sandbox of a lab of one VM only",
+            "`--keep` keeps a session's VMs under qemu (`--vm IMAGE`), not its sandboxes",
+        ),
+        (
+            vec!["--keep-going"],
+            "a session is graded only when every VM is ready",
         ),
     ] {
         let out = try_lab(&lab, &extra);

@@ -23,6 +23,9 @@
 //!   grading stay right.
 //! - [`try_vm`]: `labctl try --vm IMAGE` on a boot-sector image, an
 //!   unreachable VM; argument errors.
+//! - [`session`]: `examples/two-vm-lab` as the runner's `VmSession`, a
+//!   guest per VM on one private network: ready, graded, its self-test
+//!   holds, stopped without a trace (Debian 12 only; both slots).
 //!
 //! `lifecycle` and `failing` also run on Debian 13 for arm64
 //! (`NAME::debian_13_arm64`), reported as ignored unless
@@ -41,4 +44,5 @@ mod boot_cost;
 mod failing;
 mod lifecycle;
 mod runaway;
+mod session;
 mod try_vm;

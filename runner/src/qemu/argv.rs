@@ -379,7 +379,7 @@ mod tests {
             [
                 "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40123-:8899",
                 "dgram,id=lan0,remote.type=inet,remote.host=239.89.1.2,remote.port=30000,\
-                 local.type=inet,local.host=127.0.0.1"
+                 local.type=inet,local.host=127.0.0.1,local.port=0"
             ]
         );
         assert_eq!(

@@ -123,13 +123,15 @@ impl LanNic {
 
     /// qemu's arguments for this NIC: the multicast backend on loopback and
     /// a virtio NIC without boot ROM (the firmware never boots from it).
+    /// qemu binds the group's port and takes only the address of `local`
+    /// (the interface that sends and joins), but its parser wants a port.
     pub fn qemu_args(&self) -> [String; 4] {
         let Lan { group, port } = self.lan;
         [
             "-netdev".into(),
             format!(
                 "dgram,id={NETDEV_ID},remote.type=inet,remote.host={group},remote.port={port},\
-                 local.type=inet,local.host=127.0.0.1"
+                 local.type=inet,local.host=127.0.0.1,local.port=0"
             ),
             "-device".into(),
             format!(
@@ -237,7 +239,7 @@ mod tests {
             [
                 "-netdev",
                 "dgram,id=lan0,remote.type=inet,remote.host=239.89.7.9,remote.port=40001,\
-                 local.type=inet,local.host=127.0.0.1",
+                 local.type=inet,local.host=127.0.0.1,local.port=0",
                 "-device",
                 "virtio-net-pci,netdev=lan0,mac=52:54:00:89:00:01,romfile="
             ]

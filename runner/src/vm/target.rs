@@ -203,6 +203,16 @@ impl VmTarget {
         self.machine.as_ref().expect("the VM is running")
     }
 
+    /// qemu's process id (`None` once stopped or left running).
+    pub fn qemu_pid(&self) -> Option<u32> {
+        self.machine.as_ref().map(Machine::pid)
+    }
+
+    /// The VM's run dir (empty once stopped or left running).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn is_running(&self) -> bool {
         self.machine.as_ref().is_some_and(Machine::is_running)
     }
@@ -329,9 +339,14 @@ impl VmTarget {
         let machine = self.machine();
         let ready = machine.elapsed();
         let answered = *self.first_answer.get().unwrap_or(&ready);
+        // One VM's line is `vm: …` (the VM tests read it); a session's
+        // names its VM.
+        let head = self
+            .vm
+            .as_ref()
+            .map_or("vm: ".to_owned(), |_| self.prefix());
         eprintln!(
-            "{}vm: qemu start → agent answered {:.1}s → ready {:.1}s",
-            self.prefix(),
+            "{head}qemu start → agent answered {:.1}s → ready {:.1}s",
             answered.as_secs_f64(),
             ready.as_secs_f64()
         );

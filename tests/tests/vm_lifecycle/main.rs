@@ -26,6 +26,9 @@
 //! - [`selftest`]: `labctl test examples/hello-lab --vm DISK` (Debian 12
 //!   only): each check fails after setup, passes after the solve and in
 //!   reverse order.
+//! - [`session`]: `examples/two-vm-lab` as the runner's `VmSession`, a
+//!   guest per VM on one private network: ready, graded, its self-test
+//!   holds, stopped without a trace (Debian 12 only; both slots).
 //!
 //! `lifecycle` and `failing` also run on Debian 13 for arm64
 //! (`NAME::debian_13_arm64`), reported as ignored unless
@@ -45,4 +48,5 @@ mod failing;
 mod lifecycle;
 mod runaway;
 mod selftest;
+mod session;
 mod try_vm;

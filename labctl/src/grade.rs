@@ -10,8 +10,7 @@ use super::common;
 use super::exit::{Exit, Failure};
 use super::grading::{exit_for, grade_and_print, select_checks};
 use super::progress::{print_setup_log, wait_with_display};
-use lab_agent_client::{Client, Gradable};
-use lab_agent_proto::ReadyState;
+use lab_agent_client::Client;
 use lab_agent_proto::lab::Lab;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -174,7 +173,8 @@ fn checked(args: &GradeArgs, session: bool) -> Result<(Duration, Option<Duration
 }
 
 /// Returns when the agent is ready; else the failure to report: not ready
-/// now (exit 3), setup failed (4), unreachable (3). With `wait`, waits
+/// now (exit 3), setup failed (4), unreachable (3), in the client's words
+/// (the grading rule's, [`Client::require_ready`]). With `wait`, waits
 /// first, with progress.
 async fn ensure_ready(client: &Client, wait: Option<Duration>) -> Result<(), Failure> {
     if let Some(wait) = wait {
@@ -187,31 +187,9 @@ async fn ensure_ready(client: &Client, wait: Option<Duration>) -> Result<(), Fai
             Failure::client(e)
         });
     }
-    let ready = match client.gradable().await.map_err(Failure::client)? {
-        Gradable::Ready => return Ok(()),
-        Gradable::NotReady(ready) => ready,
-    };
-    let exit = match ready.state {
-        ReadyState::Failed => Exit::SetupFailed,
-        _ => Exit::Unreachable,
-    };
-    // The guest's words: the error's rendering escapes them.
-    let reason = ready
-        .reason
-        .as_deref()
-        .map_or(String::new(), |r| format!(": {r}"));
-    Err(Failure::new(
-        exit,
-        format!(
-            "the VM at {} is not ready, so it was not graded: its state is `{}`{reason}",
-            client.url(),
-            ready.state.as_str()
-        ),
-    )
-    .hint(match ready.state {
-        ReadyState::Failed => {
-            "its setup failed: `labctl wait` shows the setup log; fix the lab and try it with `labctl try`"
-        }
-        _ => "grade once it is ready: `labctl grade --wait SECS` waits for it first",
-    }))
+    client
+        .require_ready()
+        .await
+        .map(drop)
+        .map_err(Failure::client)
 }

@@ -17,9 +17,10 @@
 //!   the sandbox: one sandbox per VM (its hostname the VM's name), all on
 //!   one private switch (`switch.rs`: a bridge in a network namespace of
 //!   its own, a veth pair per VM) where the VMs' names resolve.
-//! - [`trial`]: a lab of one VM tried: the [`trial::Plan`] (flags checked
-//!   against each other and the machine, the timeout, the agent), the lab
-//!   started there ([`trial::Tried`]: a local agent or a VM) and stopped,
+//! - [`trial`]: a lab tried: the [`trial::Plan`] (flags checked against
+//!   each other and the machine, the timeout, the agent), the lab started
+//!   there and stopped ([`trial::Tried`]: a local agent or a VM;
+//!   [`trial::TriedSession`]: a sandbox or a qemu guest per VM),
 //!   the [`trial::Target`] the front end's flow waits on and grades, and
 //!   Ctrl-C/SIGTERM watched throughout ([`trial::interruptible`]).
 //! - [`kept`]: a sandbox kept after its run (`--keep`): enter it, stop it.

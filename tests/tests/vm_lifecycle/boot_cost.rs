@@ -371,7 +371,7 @@ impl FullPayload {
 /// `stop.sh`. With `student_step`, the student's step and grading through
 /// the commands `try` printed, before and after the reboot.
 fn full_payload(labctl: &Path, hello: &Path, image: &VmImage, student_step: bool) -> FullPayload {
-    let mut cmd = try_kernel_with(labctl, hello, image);
+    let mut cmd = on_kernel_with(labctl, "try", hello, image);
     cmd.args(["--keep", "--json"]);
     // An older labctl may not read the variable itself.
     if let Some(accel) = std::env::var_os("LAB_AGENT_VM_ACCEL") {

@@ -37,7 +37,7 @@ fn a_failing_setup_fails_fast_with_exit_code_and_log_tail(guest: GuestOs) {
     static_agent_for(guest.arch());
 
     let lock = VmLock::acquire(&format!("vm-failing-{guest}")).expect("a VM slot");
-    let mut tried = Running::spawn(try_disk(&lab.path, &image), "try");
+    let mut tried = Running::spawn(on_disk("try", &lab.path, &image), "try");
     let line = tried.wait_for_line("agent at http://", Duration::from_secs(60));
     let (url, token_file) = agent_line(&line);
     let qemu_pid = qemu_pid(&tried.wait_for_line("qemu pid ", Duration::from_secs(5)));

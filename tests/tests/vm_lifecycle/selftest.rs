@@ -24,17 +24,8 @@ fn hello_lab_passes_its_self_test_in_a_vm() {
 
 fn self_test_in_a_vm(guest: GuestOs) {
     let image = image(guest);
-    let arch = guest.arch();
-    let lab = repo_root().join("examples/hello-lab");
-    let mut cmd = std::process::Command::new(lab_agent_tests::local::labctl_bin());
-    cmd.arg("test")
-        .arg(&lab)
-        .arg("--json")
-        .arg("--agent")
-        .arg(static_agent_for(arch))
-        .args(["--arch", arch.name()])
-        .arg("--vm")
-        .arg(&image.disk);
+    let mut cmd = on_disk("test", &repo_root().join("examples/hello-lab"), &image);
+    cmd.arg("--json");
 
     let lock = VmLock::acquire(&format!("vm-selftest-{guest}")).expect("a VM slot");
     let mut tested = Running::spawn(cmd, "test");

@@ -30,21 +30,10 @@ fn two_vm_lab_holds_on_two_guests() {
 
 fn two_vm_lab_on_guests(guest: GuestOs) {
     let image = image(guest);
-    let arch = guest.arch();
-    let mut cmd = std::process::Command::new(labctl_bin());
+    let lab = repo_root().join("examples/two-vm-lab");
+    let mut cmd = on_kernel_with(&labctl_bin(), "test", &lab, &image);
     // One vCPU and 1 GiB each: two TCG guests on a 2-core host, a core each.
-    cmd.arg("test")
-        .arg(repo_root().join("examples/two-vm-lab"))
-        .arg("--json")
-        .arg("--agent")
-        .arg(static_agent_for(arch))
-        .args(["--arch", arch.name(), "--cpus", "1", "--memory", "1024"])
-        .arg("--kernel")
-        .arg(&image.kernel)
-        .arg("--initrd")
-        .arg(&image.initrd)
-        .arg("--rootfs")
-        .arg(&image.rootfs);
+    cmd.args(["--json", "--cpus", "1", "--memory", "1024"]);
 
     let lock = VmLock::acquire_all("vm-session").expect("every VM slot");
     let mut tested = Running::spawn(cmd, "test");

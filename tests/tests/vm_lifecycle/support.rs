@@ -127,13 +127,13 @@ pub fn static_agent_for(arch: Arch) -> &'static Path {
     })
 }
 
-/// `labctl try LAB --vm DISK --arch ARCH` booting the guest's bootable
-/// disk image (firmware, GRUB, the kernel from the disk), as an author
-/// boots a cloud image.
-pub fn try_disk(lab: &Path, image: &VmImage) -> Command {
+/// `labctl VERB LAB --vm DISK --arch ARCH` (`try` or `test`) booting the
+/// guest's bootable disk image (firmware, GRUB, the kernel from the disk),
+/// as an author boots a cloud image.
+pub fn on_disk(verb: &str, lab: &Path, image: &VmImage) -> Command {
     let arch = image.os.arch();
     let mut cmd = Command::new(labctl_bin());
-    cmd.arg("try")
+    cmd.arg(verb)
         .arg(lab)
         .arg("--agent")
         .arg(static_agent_for(arch))
@@ -143,12 +143,13 @@ pub fn try_disk(lab: &Path, image: &VmImage) -> Command {
     cmd
 }
 
-/// `labctl try LAB` booting the test image from its kernel, with the static
-/// agent, by this `labctl` (the tree's, or an older build to compare).
-pub fn try_kernel_with(labctl: &Path, lab: &Path, image: &VmImage) -> Command {
+/// `labctl VERB LAB` (`try` or `test`) booting the test image from its
+/// kernel, with the static agent, by this `labctl` (the tree's, or an
+/// older build to compare).
+pub fn on_kernel_with(labctl: &Path, verb: &str, lab: &Path, image: &VmImage) -> Command {
     let arch = image.os.arch();
     let mut cmd = Command::new(labctl);
-    cmd.arg("try")
+    cmd.arg(verb)
         .arg(lab)
         .arg("--agent")
         .arg(static_agent_for(arch))

@@ -489,7 +489,7 @@ impl Error {
                     .to_owned()
             }
             Error::NotReady { .. } => {
-                "grade once it is ready: wait for it first (`wait_ready`, `labctl grade --wait`)"
+                "grade once it is ready: wait for it first (`wait_ready`; `labctl grade --wait SECS`)"
                     .to_owned()
             }
             Error::WaitTimeout { last, .. } => match last {

@@ -27,6 +27,7 @@ use super::grading::{Rule, exit_for, grade_and_print_with};
 use super::progress::{print_setup_log, wait_with_display_hooked};
 use lab_runner::trial::{Ended, Interrupted, Options, Plan, StartError, Target, Tried};
 use lab_runner::{changes, systemd};
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -139,11 +140,11 @@ pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
     run_config(Config::from_args(args)?)
 }
 
-/// Runs a checked config on its target: `try`'s and `test`'s.
+/// Runs a checked config where it asks (one VM or a session; a sandbox,
+/// the machine or qemu): `try`'s and `test`'s. Stops it at the end, or
+/// leaves it running with `--keep`.
 fn run_config(config: Config) -> Result<Exit, Failure> {
-    if !config.lab.vms.is_empty() {
-        return session::run(&config);
-    }
+    let one = config.lab.vms.is_empty();
     if config.vm.is_none() && !config.sandbox {
         eprintln!(
             "warning: `--host`: the lab's setup runs on this machine itself, as root; what it \
@@ -152,67 +153,71 @@ fn run_config(config: Config) -> Result<Exit, Failure> {
     } else if let (None, Some(what)) = (&config.vm, systemd::mentioned(&config.lab)) {
         eprintln!(
             "note: {what} `systemctl`; the sandbox runs no systemd: if that fails here, try \
-             the lab in a VM with `--vm IMAGE`"
+             the lab {} with `--vm IMAGE`",
+            if one { "in a VM" } else { "on VMs" }
         );
     }
     let rt = common::runtime()?;
     let tried = Tried::start(&rt, &config).map_err(|e| match e {
         StartError::Failed(e) => Failure::from(e),
         StartError::Interrupted(i) => interrupted(
-            if config.vm.is_some() {
-                "the VM"
-            } else {
-                "the agent"
+            match (&config.vm, one) {
+                (None, _) => "the agent",
+                (Some(_), true) => "the VM",
+                (Some(_), false) => "the session's VMs",
             },
             i,
         ),
     })?;
     let silence = config.vm.as_ref().map_or(Duration::MAX, |v| v.boot_silence);
+    // A session's VM that ended the run: a failed guest keeps its console.
+    let culprit = RefCell::new(None);
     let outcome = rt.block_on(interruptible(async {
+        let flow = async {
+            match tried.one() {
+                Some(target) => flow(&config, target).await,
+                None => session::flow(&config, &tried, &culprit).await,
+            }
+        };
         tokio::select! {
-            result = flow(&config, tried.target()) => result,
+            result = flow => result,
             e = tried.gone(silence) => Err(e.into()),
         }
     }));
-    let result = match outcome {
-        Ok(result) => result,
-        Err(i) => {
-            let what = tried.what();
-            rt.block_on(tried.finish(Ended::Interrupted));
-            return Err(interrupted(what, i));
-        }
+    let (result, ended) = match outcome {
+        Ok(Ok(Exit::SetupFailed)) => (Ok(Exit::SetupFailed), Ended::SetupFailed),
+        Ok(Ok(exit)) => (Ok(exit), Ended::Done),
+        Ok(Err(f)) if f.exit == Exit::SetupFailed => (Err(f), Ended::SetupFailed),
+        Ok(Err(f)) => (Err(f), Ended::Failed),
+        Err(i) => (Err(interrupted(tried.what(), i)), Ended::Interrupted),
     };
-    let tried = if !config.keep {
-        tried
-    } else {
-        match tried {
-            Tried::Vm(vm) if vm.is_running() => {
-                vm::leave_running(vm, &config, &result);
-                return result;
-            }
-            Tried::Local(agent) if config.sandbox && result.is_ok() => {
-                let dir = agent.dir().to_owned();
-                rt.block_on(agent.keep_sandbox())?;
-                kept::print_how(&dir);
-                return result;
-            }
-            Tried::Local(mut agent) => {
-                // The grading outcome stands; Ctrl-C now just ends the session.
-                keep_running(&config, &agent);
-                let _ = rt.block_on(interruptible(std::future::pending::<()>()));
-                rt.block_on(agent.stop());
-                return result;
-            }
-            // A VM whose qemu is gone: stopped as without `--keep`.
-            stopped => stopped,
+    let tried = match tried {
+        _ if !config.keep || ended == Ended::Interrupted => tried,
+        Tried::Vm(vm) if vm.is_running() => {
+            vm::leave_running(vm, &config, &result);
+            return result;
         }
+        Tried::Vms(vms) => {
+            session::leave_running(vms.leave_running());
+            return result;
+        }
+        Tried::Local(agent) if config.sandbox && result.is_ok() => {
+            let dir = agent.dir().to_owned();
+            rt.block_on(agent.keep_sandbox())?;
+            kept::print_how(&dir);
+            return result;
+        }
+        Tried::Local(mut agent) => {
+            // The grading outcome stands; Ctrl-C now just ends the session.
+            keep_running(&config, &agent);
+            let _ = rt.block_on(interruptible(std::future::pending::<()>()));
+            rt.block_on(agent.stop());
+            return result;
+        }
+        // A VM whose qemu is gone: stopped as without `--keep`.
+        other => other,
     };
-    rt.block_on(tried.finish(match &result {
-        Ok(Exit::SetupFailed) => Ended::SetupFailed,
-        Err(f) if f.exit == Exit::SetupFailed => Ended::SetupFailed,
-        Ok(_) => Ended::Done,
-        Err(_) => Ended::Failed,
-    }));
+    rt.block_on(tried.finish(ended, culprit.into_inner().as_deref()));
     result
 }
 

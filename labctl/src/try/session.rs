@@ -1,5 +1,5 @@
 //! `labctl try` and `labctl test` of a lab of several VMs (`[[vms]]`): the
-//! runner's `TriedSession` starts a sandbox per VM on a private switch, or
+//! runner's `Tried` starts a sandbox per VM on a private switch, or
 //! with `--vm IMAGE` a qemu guest per VM on a private network (names
 //! resolving, setups at the same time); this file waits for the session
 //! as one (the first VM that fails ends it, named), then grades it as one
@@ -7,73 +7,26 @@
 //! self-test on it, and prints what each VM's lab changed.
 
 use super::test::print_self_test;
-use super::{Config, interrupted, labctl_name, print_systemd_hints};
+use super::{Config, labctl_name, print_systemd_hints};
 use crate::exit::{Exit, Failure};
 use crate::grading::exit_for;
 use crate::progress::{WaitDisplay, print_setup_log};
 use crate::session::{print_report, session_failure};
 use lab_agent_client::Session;
 use lab_runner::selftest::{self, VmAgent};
-use lab_runner::trial::{Ended, StartError, TriedSession, interruptible};
+use lab_runner::trial::Tried;
+use lab_runner::vm::LeftRunning;
 use lab_runner::{changes, systemd};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
-/// Starts the session, runs `try`'s (or `test`'s) flow on it, stops it (or
-/// leaves its guests running: `--keep --vm`).
-pub(super) fn run(config: &Config) -> Result<Exit, Failure> {
-    if let (None, Some(what)) = (&config.vm, systemd::mentioned(&config.lab)) {
-        eprintln!(
-            "note: {what} `systemctl`; the sandbox runs no systemd: if that fails here, try \
-             the lab on VMs with `--vm IMAGE`"
-        );
-    }
-    let rt = crate::common::runtime()?;
-    let vms = TriedSession::start(&rt, config).map_err(|e| match e {
-        StartError::Failed(e) => Failure::from(e),
-        StartError::Interrupted(i) => interrupted("the session's VMs", i),
-    })?;
-    let silence = config.vm.as_ref().map_or(Duration::MAX, |v| v.boot_silence);
-    // The VM that ended the run, whose console a failed guest keeps.
-    let culprit = RefCell::new(None);
-    let outcome = rt.block_on(interruptible(async {
-        tokio::select! {
-            result = flow(config, &vms, &culprit) => result,
-            e = vms.gone(silence) => Err(e.into()),
-        }
-    }));
-    let culprit = culprit.into_inner();
-    let (result, ended) = match outcome {
-        Ok(result) => {
-            let ended = match &result {
-                Ok(_) => Ended::Done,
-                Err(f) if f.exit == Exit::SetupFailed => Ended::SetupFailed,
-                Err(_) => Ended::Failed,
-            };
-            (result, ended)
-        }
-        Err(i) => (Err(interrupted(vms.what(), i)), Ended::Interrupted),
-    };
-    let vms = match vms {
-        vms if config.keep && ended != Ended::Interrupted => match vms.leave_running() {
-            Ok((stop, left)) => {
-                leave_running(&stop, &left);
-                return result;
-            }
-            Err(vms) => vms,
-        },
-        vms => vms,
-    };
-    rt.block_on(vms.finish(ended, culprit.as_deref()));
-    result
-}
+use std::path::PathBuf;
+use std::time::Instant;
 
 /// `--keep --vm`: each guest left running, and how to reach and stop them.
-fn leave_running(stop: &std::path::Path, left: &[(String, lab_runner::vm::LeftRunning)]) {
+pub(super) fn leave_running((stop, left): (PathBuf, Vec<(String, LeftRunning)>)) {
     let labctl = labctl_name();
     let mut text = String::from("\nthe session's VMs keep running. Reach each with, e.g.:\n");
-    for (vm, l) in left {
+    for (vm, l) in &left {
         text.push_str(&format!(
             "  {vm} (qemu pid {}): {labctl} exec --url {} --token-file {} -- COMMAND\n",
             l.pid,
@@ -88,9 +41,10 @@ fn leave_running(stop: &std::path::Path, left: &[(String, lab_runner::vm::LeftRu
     eprint!("{text}");
 }
 
-async fn flow(
+/// Waits for the session, then grades it or runs the self-test on it.
+pub(super) async fn flow(
     config: &Config,
-    vms: &TriedSession,
+    vms: &Tried,
     culprit: &RefCell<Option<String>>,
 ) -> Result<Exit, Failure> {
     let session = vms.session().map_err(Failure::client)?;
@@ -194,7 +148,7 @@ async fn flow(
 /// `labctl test`'s phases on the session: each check's solve on its VM.
 async fn self_test(
     config: &Config,
-    vms: &TriedSession,
+    vms: &Tried,
     session: &Session,
     solve_script: Option<&str>,
     started: Instant,

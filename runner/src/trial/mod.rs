@@ -14,15 +14,15 @@
 //!   or a qemu guest per VM).
 
 mod interrupt;
-mod session;
 mod target;
+mod tried;
 
 pub use interrupt::{Interrupted, interruptible, start_watched};
-pub use session::TriedSession;
 pub use target::Target;
+pub use tried::Tried;
 
-use crate::vm::{self, Stop, VmConfig, VmTarget};
-use crate::{Error, LocalAgent, local, sandbox};
+use crate::vm::{self, VmConfig};
+use crate::{Error, local, sandbox};
 use lab_agent_proto::lab::Lab;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -147,20 +147,6 @@ fn check_session(lab: &Lab, opts: &Options, vm: Option<&VmConfig>) -> Result<(),
     Ok(())
 }
 
-/// A lab of one VM, started where its [`Plan`] says.
-pub enum Tried {
-    /// `lab-agent serve` on loopback, in a sandbox or on the machine.
-    Local(LocalAgent),
-    /// A qemu guest.
-    Vm(VmTarget),
-}
-
-impl std::fmt::Debug for Tried {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.what())
-    }
-}
-
 /// How a run ended, for what [`Tried::finish`] keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
@@ -172,70 +158,6 @@ pub enum Ended {
     Failed,
     /// By a signal: stop at once.
     Interrupted,
-}
-
-impl Tried {
-    /// Starts the lab where `plan` says (interruptibly: an interrupted start
-    /// leaves nothing behind).
-    pub fn start(rt: &tokio::runtime::Runtime, plan: &Plan) -> Result<Tried, StartError> {
-        match &plan.vm {
-            Some(vm) => {
-                let started = start_watched(
-                    rt,
-                    |cancelled| VmTarget::start(&plan.lab, &plan.agent, plan.keep, vm, cancelled),
-                    |target| target.stop(Stop::Interrupted),
-                )?;
-                Ok(Tried::Vm(started?))
-            }
-            None => {
-                let start = LocalAgent::start(&plan.lab, &plan.agent, plan.sandbox);
-                Ok(Tried::Local(rt.block_on(interruptible(start))??))
-            }
-        }
-    }
-
-    pub fn target(&self) -> &dyn Target {
-        match self {
-            Tried::Local(agent) => agent,
-            Tried::Vm(vm) => vm,
-        }
-    }
-
-    /// What the front end calls it in messages ("stopped the VM").
-    pub fn what(&self) -> &'static str {
-        match self {
-            Tried::Local(_) => "the agent",
-            Tried::Vm(_) => "the VM",
-        }
-    }
-
-    /// Resolves only when the machine under the agent is gone or hung: a
-    /// VM's qemu exited, or its console stayed silent `boot_silence`
-    /// before its agent first answered. A local agent never resolves here:
-    /// the wait itself sees it go.
-    pub async fn gone(&self, boot_silence: Duration) -> Error {
-        match self {
-            Tried::Local(_) => std::future::pending().await,
-            Tried::Vm(vm) => tokio::select! {
-                e = vm.qemu_exited() => e,
-                e = vm.silent_console(boot_silence) => e,
-            },
-        }
-    }
-
-    /// Stops the lab and removes its files (a VM's console log stays when
-    /// it failed, and is shown when the VM did).
-    pub async fn finish(self, how: Ended) {
-        match self {
-            Tried::Local(mut agent) => agent.stop().await,
-            Tried::Vm(vm) => vm.stop(match how {
-                Ended::Done => Stop::Discard,
-                Ended::SetupFailed => Stop::KeepConsole,
-                Ended::Failed => Stop::ShowConsole,
-                Ended::Interrupted => Stop::Interrupted,
-            }),
-        }
-    }
 }
 
 /// Why [`Tried::start`] returned no lab.

@@ -1,0 +1,141 @@
+//! A lab started where its [`Plan`] says ([`Tried`]): one VM (a local
+//! agent, in a sandbox or on the machine, or a qemu guest) or a session of
+//! several (a sandbox or a qemu guest per VM), watched and stopped as one.
+
+use super::{Ended, Plan, StartError, Target, interruptible, start_watched};
+use crate::changes::Changes;
+use crate::vm::{Stop, VmSession, VmTarget};
+use crate::{Error, LocalAgent, LocalSession};
+use lab_agent_client::Session;
+use std::time::Duration;
+
+/// The lab, running.
+pub enum Tried {
+    /// One VM: `lab-agent serve` on loopback, in a sandbox or on the machine.
+    Local(LocalAgent),
+    /// One VM: a qemu guest.
+    Vm(VmTarget),
+    /// A session: a sandbox of this machine per VM.
+    Sandboxes(LocalSession),
+    /// A session: a qemu guest per VM.
+    Vms(VmSession),
+}
+
+impl std::fmt::Debug for Tried {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.what())
+    }
+}
+
+impl Tried {
+    /// Starts the lab where `plan` says, interruptibly: an interrupted or
+    /// failed start leaves nothing behind.
+    pub fn start(rt: &tokio::runtime::Runtime, plan: &Plan) -> Result<Tried, StartError> {
+        let (lab, agent) = (&plan.lab, &plan.agent);
+        Ok(match (&plan.vm, lab.vms.is_empty()) {
+            (Some(vm), true) => Tried::Vm(start_watched(
+                rt,
+                |cancelled| VmTarget::start(lab, agent, plan.keep, vm, cancelled),
+                |target| target.stop(Stop::Interrupted),
+            )??),
+            (Some(vm), false) => Tried::Vms(start_watched(
+                rt,
+                |cancelled| VmSession::start(lab, agent, vm, plan.keep, cancelled),
+                |vms| vms.stop(Stop::Interrupted),
+            )??),
+            (None, true) => Tried::Local(rt.block_on(interruptible(LocalAgent::start(
+                lab,
+                agent,
+                plan.sandbox,
+            )))??),
+            (None, false) => {
+                Tried::Sandboxes(rt.block_on(interruptible(LocalSession::start(lab, agent)))??)
+            }
+        })
+    }
+
+    /// A lab of one VM: its target (`None` for a session).
+    pub fn one(&self) -> Option<&dyn Target> {
+        match self {
+            Tried::Local(agent) => Some(agent),
+            Tried::Vm(vm) => Some(vm),
+            _ => None,
+        }
+    }
+
+    /// A session's VM named `name`.
+    pub fn vm(&self, name: &str) -> Option<&dyn Target> {
+        match self {
+            Tried::Sandboxes(s) => s.vm(name).map(|a| a as &dyn Target),
+            Tried::Vms(s) => s.vm(name).map(|t| t as &dyn Target),
+            _ => None,
+        }
+    }
+
+    /// A session's clients, for waiting and grading it as one (a lab of one
+    /// VM: a session of one, its VM called "the VM").
+    pub fn session(&self) -> Result<Session, lab_agent_client::Error> {
+        match self {
+            Tried::Sandboxes(s) => s.session(),
+            Tried::Vms(s) => s.session(),
+            Tried::Local(_) | Tried::Vm(_) => {
+                let client = self.one().expect("one VM").client()?;
+                Ok(Session::new([("the VM".to_owned(), client)]).expect("one name"))
+            }
+        }
+    }
+
+    /// What the lab changed in each of a session's sandboxes, by VM.
+    pub fn changes(&self) -> Vec<(String, Result<Changes, Error>)> {
+        match self {
+            Tried::Sandboxes(s) => s.changes(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// What the front end calls it in messages ("stopped the VM").
+    pub fn what(&self) -> &'static str {
+        match self {
+            Tried::Local(_) => "the agent",
+            Tried::Vm(_) => "the VM",
+            Tried::Sandboxes(_) => "the session's sandboxes",
+            Tried::Vms(_) => "the session's VMs",
+        }
+    }
+
+    /// Resolves only when a machine under an agent is gone or hung: a
+    /// guest's qemu exited, or its console stayed silent `boot_silence`
+    /// before its agent first answered (a session's names its VM). Local
+    /// agents never resolve here: the wait itself sees them go.
+    pub async fn gone(&self, boot_silence: Duration) -> Error {
+        match self {
+            Tried::Local(_) | Tried::Sandboxes(_) => std::future::pending().await,
+            Tried::Vm(vm) => tokio::select! {
+                e = vm.qemu_exited() => e,
+                e = vm.silent_console(boot_silence) => e,
+            },
+            Tried::Vms(s) => tokio::select! {
+                e = s.qemu_exited() => e,
+                e = s.silent_console(boot_silence) => e,
+            },
+        }
+    }
+
+    /// Stops everything and removes its files. A guest that failed keeps
+    /// its console log (shown when its machine failed, not its setup); in
+    /// a session only the VM that failed (`culprit`; all when unknown).
+    pub async fn finish(self, how: Ended, culprit: Option<&str>) {
+        let stop = |ours: bool| match how {
+            Ended::Interrupted => Stop::Interrupted,
+            Ended::SetupFailed if ours => Stop::KeepConsole,
+            Ended::Failed if ours => Stop::ShowConsole,
+            _ => Stop::Discard,
+        };
+        match self {
+            Tried::Local(mut agent) => agent.stop().await,
+            Tried::Vm(vm) => vm.stop(stop(true)),
+            Tried::Sandboxes(s) => s.stop().await,
+            Tried::Vms(s) => s.stop_each(|vm| stop(culprit.is_none_or(|c| c == vm))),
+        }
+    }
+}

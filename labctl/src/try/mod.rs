@@ -181,7 +181,10 @@ fn run_config(config: Config) -> Result<Exit, Failure> {
         };
         tokio::select! {
             result = flow => result,
-            e = tried.gone(silence) => Err(e.into()),
+            (vm, e) = tried.gone(silence) => {
+                *culprit.borrow_mut() = vm;
+                Err(e.into())
+            }
         }
     }));
     let (result, ended) = match outcome {

@@ -105,19 +105,23 @@ impl Tried {
 
     /// Resolves only when a machine under an agent is gone or hung: a
     /// guest's qemu exited, or its console stayed silent `boot_silence`
-    /// before its agent first answered (a session's names its VM). Local
-    /// agents never resolve here: the wait itself sees them go.
-    pub async fn gone(&self, boot_silence: Duration) -> Error {
+    /// before its agent first answered; in a session, with its VM's name
+    /// (for [`Tried::finish`]'s `culprit`). Local agents never resolve
+    /// here: the wait itself sees them go.
+    pub async fn gone(&self, boot_silence: Duration) -> (Option<String>, Error) {
         match self {
             Tried::Local(_) | Tried::Sandboxes(_) => std::future::pending().await,
             Tried::Vm(vm) => tokio::select! {
-                e = vm.qemu_exited() => e,
-                e = vm.silent_console(boot_silence) => e,
+                e = vm.qemu_exited() => (None, e),
+                e = vm.silent_console(boot_silence) => (None, e),
             },
-            Tried::Vms(s) => tokio::select! {
-                e = s.qemu_exited() => e,
-                e = s.silent_console(boot_silence) => e,
-            },
+            Tried::Vms(s) => {
+                let (vm, e) = tokio::select! {
+                    gone = s.qemu_exited() => gone,
+                    gone = s.silent_console(boot_silence) => gone,
+                };
+                (Some(vm), e)
+            }
         }
     }
 

@@ -121,12 +121,13 @@ impl VmSession {
         self.vm(vm).and_then(|t| t.on_progress(progress))
     }
 
-    /// Resolves when any guest's qemu exits, with an error naming its VM.
-    pub async fn qemu_exited(&self) -> Error {
+    /// Resolves when any guest's qemu exits: its VM's name, and an error
+    /// naming it.
+    pub async fn qemu_exited(&self) -> (String, Error) {
         loop {
             for (name, target) in &self.vms {
                 if let Some(e) = target.exit_error() {
-                    return e.on_vm(name);
+                    return (name.clone(), e.on_vm(name));
                 }
             }
             tokio::time::sleep(WATCH_POLL).await;
@@ -135,13 +136,13 @@ impl VmSession {
 
     /// Resolves when a guest whose agent never answered (as its progress
     /// reports tell: [`VmSession::on_progress`]) has printed nothing on its
-    /// console for `limit`, with an error naming its VM.
-    pub async fn silent_console(&self, limit: Duration) -> Error {
+    /// console for `limit`: its VM's name, and an error naming it.
+    pub async fn silent_console(&self, limit: Duration) -> (String, Error) {
         let mut watches: Vec<Silence> = self.vms.iter().map(|(_, t)| t.silence()).collect();
         loop {
             for ((name, target), silence) in self.vms.iter().zip(&mut watches) {
                 if let Some(e) = target.silence_error(silence, limit) {
-                    return e.on_vm(name);
+                    return (name.clone(), e.on_vm(name));
                 }
             }
             tokio::time::sleep(WATCH_POLL).await;

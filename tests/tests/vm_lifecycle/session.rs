@@ -102,3 +102,69 @@ fn two_vm_lab_on_guests(guest: GuestOs) {
         report["timings_ms"]
     );
 }
+
+/// A guest of the session whose qemu dies (here `kill -9` while both
+/// boot) ends `labctl try` at once, named (exit 3); the other guest is
+/// stopped and discarded, the dead one's console log alone is kept.
+#[test]
+#[cfg_attr(
+    vm_guest_left_out = "debian-12",
+    ignore = "LAB_AGENT_VM_GUESTS leaves out debian-12"
+)]
+fn a_guest_that_dies_ends_the_session_naming_it() {
+    on_guest(GuestOs::Debian12, a_guest_dies);
+}
+
+fn a_guest_dies(guest: GuestOs) {
+    let image = image(guest);
+    let lab = repo_root().join("examples/two-vm-lab");
+    let mut cmd = on_kernel_with(&labctl_bin(), "try", &lab, &image);
+    cmd.args(["--cpus", "1", "--memory", "1024"]);
+
+    let lock = VmLock::acquire_all("vm-session-dies").expect("every VM slot");
+    let mut tried = Running::spawn(cmd, "try");
+    let mut pids = Vec::new();
+    for vm in ["server", "client"] {
+        let line = tried.wait_for_line(&format!("VM `{vm}`: booting "), Duration::from_secs(120));
+        pids.push(qemu_pid(&line));
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pids[1].to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    let tried = tried.finish();
+    drop(lock);
+
+    assert_eq!(tried.code, Some(3), "{tried}");
+    assert!(
+        tried
+            .stderr
+            .contains("error: VM `client`: qemu exited (signal: 9 (SIGKILL))"),
+        "{tried}"
+    );
+    assert!(
+        tried.stderr.contains("VM `server`: stopped the VM"),
+        "{tried}"
+    );
+    for pid in &pids {
+        assert!(!process_is_qemu(*pid), "qemu {pid} still runs");
+    }
+    let kept = PathBuf::from(between(&tried.stderr, "console log kept: `", "`"));
+    assert!(
+        kept.ends_with("client/console.log"),
+        "the dead VM's console: {}",
+        kept.display()
+    );
+    let session_dir = kept.parent().and_then(Path::parent).unwrap().to_owned();
+    let left: Vec<String> = std::fs::read_dir(&session_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["client"], "only the dead VM's logs stay");
+    assert!(
+        !tried.stderr.contains("VM `server`: console log kept"),
+        "{tried}"
+    );
+    std::fs::remove_dir_all(&session_dir).unwrap();
+}

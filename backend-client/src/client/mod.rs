@@ -625,4 +625,4 @@ fn looks_like_ready(body: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

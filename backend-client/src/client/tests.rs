@@ -2,6 +2,22 @@
 
 use super::*;
 
+/// A test server's read of one request head into `buf`: where the head
+/// ends (after its blank line), or `None` when the client went away first.
+pub(crate) async fn read_head(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(p + 4);
+        }
+        let mut chunk = [0u8; 4096];
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
 /// Something on the agent's port that answers 200 and then sends a body
 /// without end (the student is root in the VM and can put it there).
 async fn endless_server() -> String {
@@ -124,15 +140,8 @@ async fn scripted_server(script: Vec<Then>) -> (String, Arc<AtomicU64>, Arc<Atom
                 let mut buf = Vec::new();
                 for served in 0.. {
                     // The head, then its `content-length` bytes of body.
-                    let head_end = loop {
-                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break p + 4;
-                        }
-                        let mut chunk = [0u8; 4096];
-                        match s.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
+                    let Some(head_end) = read_head(&mut s, &mut buf).await else {
+                        return;
                     };
                     let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
                     if matches!(then, Then::CutsAfter(n) if served == n) {

@@ -100,15 +100,8 @@ async fn resetting_agent(execs_as_a: u64) -> (String, std::sync::Arc<AtomicU64>)
             let execs = counted.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                let head_end = loop {
-                    if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break p + 4;
-                    }
-                    let mut chunk = [0u8; 4096];
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
+                let Some(head_end) = crate::client::tests::read_head(&mut s, &mut buf).await else {
+                    return;
                 };
                 let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
                 let len: usize = head

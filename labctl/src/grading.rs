@@ -41,6 +41,13 @@ pub async fn grade_and_print(
     grade_and_print_with(client, lab, guest_lab_dir, json, Rule::Ready, None::<()>).await
 }
 
+/// "grading `LAB` (N checks)": how each grading line starts.
+pub fn grading_what(lab: &Lab) -> String {
+    let n = lab.checks.len();
+    let s = if n == 1 { "" } else { "s" };
+    format!("grading `{}` ({n} check{s})", lab.name)
+}
+
 /// Whether grading asks the agent first that the VM is ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {
@@ -67,10 +74,8 @@ pub async fn grade_and_print_with<X: Serialize>(
     };
     // `LAB_DIR` may be the agent's word (`/v1/info`): shown escaped.
     eprintln!(
-        "grading `{}` ({} check{}) at {} with LAB_DIR={}",
-        lab.name,
-        lab.checks.len(),
-        if lab.checks.len() == 1 { "" } else { "s" },
+        "{} at {} with LAB_DIR={}",
+        grading_what(lab),
         client.url(),
         lab_agent_proto::text::escape(guest_lab_dir)
     );

@@ -6,7 +6,8 @@
 //! cloud-init stage: never a line per line of the setup log). Always on
 //! stderr. What a VM is doing, and its texts, are the client's
 //! ([`Activity`]).
-//! [`wait_with_display`] waits with it (`wait`, `grade --wait`, `try`);
+//! [`wait_with_display`] waits with it (`wait`, `grade --wait`), and
+//! [`wait_session`] for a started lab's VMs, failing fast (`try`, `test`);
 //! [`wait_following`] also prints each VM's setup log as it grows (`wait
 //! --follow`: the client's [`Follow`]), above the live lines;
 //! [`print_setup_log`] shows a failed setup's log.
@@ -14,8 +15,9 @@
 use super::common::human_duration;
 use lab_agent_client::activity::one_line;
 use lab_agent_client::follow::{self, Event, Follow};
-use lab_agent_client::{Activity, Client, Error, Progress, WaitOutcome};
+use lab_agent_client::{Activity, Client, Error, Progress, Session, SessionError, WaitOutcome};
 use lab_agent_proto::ReadyState;
+use std::cell::RefCell;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -44,8 +46,6 @@ struct Row {
     activity: Activity,
     /// The reason is the caller's text: show it alone.
     reason_is_status: bool,
-    /// Set once this VM's wait has ended, with the text to show.
-    done: Option<String>,
 }
 
 impl WaitDisplay {
@@ -65,7 +65,6 @@ impl WaitDisplay {
                     url,
                     activity: Activity::connecting(),
                     reason_is_status: false,
-                    done: None,
                 })
                 .collect(),
             drawn: 0,
@@ -79,10 +78,6 @@ impl WaitDisplay {
     pub fn with_limit(mut self, limit: Duration) -> Self {
         self.limit = Some(limit);
         self
-    }
-
-    pub fn is_live(&self) -> bool {
-        self.live
     }
 
     /// A progress report for VM `i`.
@@ -107,14 +102,6 @@ impl WaitDisplay {
         } else if changed {
             let line = self.plain_line(i, p.elapsed);
             eprintln!("{line}");
-        }
-    }
-
-    /// VM `i` is done; `text` says how ("ready after 3.2s").
-    pub fn finish_row(&mut self, i: usize, text: String) {
-        self.rows[i].done = Some(text);
-        if self.live {
-            self.redraw();
         }
     }
 
@@ -144,7 +131,8 @@ impl WaitDisplay {
         }
     }
 
-    fn plain_line(&self, i: usize, elapsed: Duration) -> String {
+    /// VM `i`'s line for a log (not a terminal), `elapsed` into the wait.
+    pub fn plain_line(&self, i: usize, elapsed: Duration) -> String {
         let row = &self.rows[i];
         let mut line = format!("[{:>6}] ", human_duration(elapsed));
         if self.show_urls {
@@ -154,22 +142,20 @@ impl WaitDisplay {
         line
     }
 
-    fn live_line(&self, row: &Row, width: usize) -> String {
-        let mut line = String::new();
-        match &row.done {
-            Some(text) => line.push_str(&format!("  {text}")),
-            None => {
-                line.push(SPINNER[self.frame % SPINNER.len()]);
-                line.push(' ');
-                line.push_str(&format!("{:>6}", human_duration(self.start.elapsed())));
-                if let Some(limit) = self.limit {
-                    line.push_str(" / ");
-                    line.push_str(&human_duration(limit));
-                }
-                line.push_str("  ");
-                line.push_str(&row.live_status());
-            }
+    /// VM `i`'s line on a terminal `width` columns wide, as redrawn.
+    pub fn live_line(&self, i: usize, width: usize) -> String {
+        let row = &self.rows[i];
+        let mut line = format!(
+            "{} {:>6}",
+            SPINNER[self.frame % SPINNER.len()],
+            human_duration(self.start.elapsed())
+        );
+        if let Some(limit) = self.limit {
+            line.push_str(" / ");
+            line.push_str(&human_duration(limit));
         }
+        line.push_str("  ");
+        line.push_str(&row.live_status());
         if self.show_urls {
             line = format!("{line}  ({})", row.url);
         }
@@ -178,7 +164,9 @@ impl WaitDisplay {
 
     fn redraw(&mut self) {
         let width = terminal_width();
-        let lines: Vec<String> = self.rows.iter().map(|r| self.live_line(r, width)).collect();
+        let lines: Vec<String> = (0..self.rows.len())
+            .map(|i| self.live_line(i, width))
+            .collect();
         let mut err = std::io::stderr().lock();
         let mut buf = String::new();
         if self.drawn > 0 {
@@ -243,18 +231,7 @@ fn terminal_width() -> usize {
 /// Waits for `clients`, showing progress on stderr, and prints a line per
 /// VM as it settles (or nothing but progress for one VM that is ready).
 pub async fn wait_with_display(clients: &[Client], deadline: Instant) -> Vec<WaitOutcome> {
-    wait_with_display_hooked(clients, deadline, &mut |_, _| None).await
-}
-
-/// [`wait_with_display`], showing every progress report to `hook` first;
-/// while an agent does not answer, the text `hook` returns (if any) is
-/// shown instead of "unreachable: REASON".
-pub async fn wait_with_display_hooked(
-    clients: &[Client],
-    deadline: Instant,
-    hook: &mut dyn FnMut(usize, &Progress) -> Option<String>,
-) -> Vec<WaitOutcome> {
-    wait_inner(clients, deadline, hook, None).await.0
+    wait_inner(clients, deadline, None).await.0
 }
 
 /// [`wait_with_display`] with each VM's setup log printed as it grows
@@ -267,61 +244,87 @@ pub async fn wait_following(
     deadline: Instant,
     to_stderr: bool,
 ) -> (Vec<WaitOutcome>, Vec<bool>) {
-    wait_inner(clients, deadline, &mut |_, _| None, Some(to_stderr)).await
+    wait_inner(clients, deadline, Some(to_stderr)).await
+}
+
+/// Waits for a session's VMs (a lab of one VM: a session of one) as the
+/// session does, failing fast, with a row each, labelled `labels`. While a
+/// VM's agent does not answer, the text `not_up` returns for it (if any)
+/// is shown instead of "unreachable: REASON".
+pub async fn wait_session(
+    session: &Session,
+    deadline: Instant,
+    labels: Vec<String>,
+    mut not_up: impl FnMut(&str, &Progress) -> Option<String>,
+) -> Result<(), SessionError> {
+    let names: Vec<&str> = session.vms().map(|(n, _)| n).collect();
+    let limit = deadline.saturating_duration_since(Instant::now());
+    let display = RefCell::new(WaitDisplay::new(labels).with_limit(limit));
+    let wait = session.wait_ready_with(deadline, |vm, p| {
+        let text = not_up(vm, p);
+        let i = names
+            .iter()
+            .position(|n| *n == vm)
+            .expect("the session's VM");
+        display.borrow_mut().update_with(i, p, text);
+    });
+    let waited = ticking(wait, &display).await;
+    display.borrow_mut().clear();
+    waited.map(drop)
+}
+
+/// Runs `wait`, the display's spinner and clock moving every [`TICK`].
+async fn ticking<T>(wait: impl Future<Output = T>, display: &RefCell<WaitDisplay>) -> T {
+    let mut tick = tokio::time::interval(TICK);
+    tokio::pin!(wait);
+    loop {
+        tokio::select! {
+            done = &mut wait => return done,
+            _ = tick.tick() => display.borrow_mut().tick(),
+        }
+    }
 }
 
 async fn wait_inner(
     clients: &[Client],
     deadline: Instant,
-    hook: &mut dyn FnMut(usize, &Progress) -> Option<String>,
     follow: Option<bool>,
 ) -> (Vec<WaitOutcome>, Vec<bool>) {
     let urls = clients.iter().map(|c| c.url().to_owned()).collect();
     let start = Instant::now();
     let display = WaitDisplay::new(urls).with_limit(deadline.saturating_duration_since(start));
-    let display = std::cell::RefCell::new(display);
+    let display = RefCell::new(display);
     // When each VM was first seen ready: one summary time for all would say
     // "ready after 6.0s" of a VM that was ready at once.
     let mut ready_at: Vec<Option<Duration>> = vec![None; clients.len()];
-    let mut tick = tokio::time::interval(TICK);
-    let (outcomes, shown) = {
-        let on_progress = |i: usize, p: &Progress| {
-            if p.state == Some(ReadyState::Ready) && ready_at[i].is_none() {
-                ready_at[i] = Some(p.elapsed);
+    let on_progress = |i: usize, p: &Progress| {
+        if p.state == Some(ReadyState::Ready) && ready_at[i].is_none() {
+            ready_at[i] = Some(p.elapsed);
+        }
+        display.borrow_mut().update(i, p);
+    };
+    // A log event is printed above the live lines (cleared, then redrawn
+    // below it), so the two never mix.
+    let wait = async {
+        match follow {
+            Some(to_stderr) => {
+                let on_event = |f: &Follow, event: Event| {
+                    let mut display = display.borrow_mut();
+                    display.clear();
+                    print_event(f, &event, to_stderr);
+                    display.resume();
+                };
+                follow::wait_following(clients, deadline, on_progress, on_event).await
             }
-            let not_up = hook(i, p);
-            display.borrow_mut().update_with(i, p, not_up);
-        };
-        // A log event is printed above the live lines (cleared, then
-        // redrawn below it), so the two never mix.
-        let wait = async {
-            match follow {
-                Some(to_stderr) => {
-                    let on_event = |f: &Follow, event: Event| {
-                        let mut display = display.borrow_mut();
-                        display.clear();
-                        print_event(f, &event, to_stderr);
-                        display.resume();
-                    };
-                    follow::wait_following(clients, deadline, on_progress, on_event).await
-                }
-                None => {
-                    let outcomes = lab_agent_client::wait_all(clients, deadline, on_progress).await;
-                    let shown = vec![false; outcomes.len()];
-                    (outcomes, shown)
-                }
-            }
-        };
-        tokio::pin!(wait);
-        loop {
-            tokio::select! {
-                done = &mut wait => break done,
-                _ = tick.tick() => display.borrow_mut().tick(),
+            None => {
+                let outcomes = lab_agent_client::wait_all(clients, deadline, on_progress).await;
+                let shown = vec![false; outcomes.len()];
+                (outcomes, shown)
             }
         }
     };
-    let mut display = display.into_inner();
-    display.clear();
+    let (outcomes, shown) = ticking(wait, &display).await;
+    display.borrow_mut().clear();
     let elapsed = start.elapsed();
     for (o, at) in outcomes.iter().zip(&ready_at) {
         let prefix = if clients.len() > 1 {
@@ -379,113 +382,5 @@ pub fn print_setup_log(e: &Error) {
             }
         }
         _ => eprintln!("setup log: (empty)"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_lines_name_state_and_reason() {
-        let mut d = WaitDisplay::with_mode(vec!["http://a".into(), "http://b".into()], false);
-        d.rows[1].activity.state = Some(ReadyState::SettingUp);
-        d.rows[1].activity.reason = "setup is\nrunning".into();
-        assert_eq!(
-            d.plain_line(1, Duration::from_millis(3200)),
-            "[  3.2s] http://b: setting_up: setup is running"
-        );
-        assert_eq!(
-            d.plain_line(0, Duration::from_secs(61)),
-            "[ 1m01s] http://a: unreachable: connecting"
-        );
-        let single = WaitDisplay::with_mode(vec!["http://a".into()], false);
-        assert_eq!(
-            single.plain_line(0, Duration::ZERO),
-            "[  0.0s] unreachable: connecting"
-        );
-    }
-
-    #[test]
-    fn a_caller_may_say_what_silence_means() {
-        let mut d = WaitDisplay::with_mode(vec!["http://a".into()], false);
-        let silent = Progress {
-            elapsed: Duration::from_secs(40),
-            state: None,
-            reason: "connection closed".into(),
-            attempts: 3,
-            answer: None,
-        };
-        d.update_with(0, &silent, Some("booting: cloud-init: init stage".into()));
-        assert_eq!(
-            d.plain_line(0, Duration::from_secs(40)),
-            "[ 40.0s] booting: cloud-init: init stage"
-        );
-        // Once the agent answers, its own state and reason show.
-        let answered = Progress {
-            state: Some(ReadyState::SettingUp),
-            reason: "setup is running".into(),
-            ..silent
-        };
-        d.update_with(0, &answered, Some("ignored".into()));
-        assert_eq!(
-            d.plain_line(0, Duration::from_secs(41)),
-            "[ 41.0s] setting_up: setup is running"
-        );
-    }
-
-    /// A new cloud-init stage is a plain line, a new setup log line is
-    /// not (the phases are the client's `Activity`, tested there); the
-    /// live line is cut to the terminal's width and shows the deadline.
-    #[test]
-    fn a_line_per_phase_and_the_live_line() {
-        let mut d = WaitDisplay::with_mode(vec!["http://a".into()], false)
-            .with_limit(Duration::from_secs(150));
-        let answer = |stage: &str, log: &str| {
-            let json = format!(
-                r#"{{"state":"setting_up","reason":"the setup script is running",
-                    "cloud_init":{{"done":false}},"setup":{{"state":"running","log_tail":"{log}"}},
-                    "timeline":{{"cloud_init":{{"{stage}":{{"start_secs":9.0}}}}}}}}"#
-            );
-            Some(std::sync::Arc::new(serde_json::from_str(&json).unwrap()))
-        };
-        let p = Progress {
-            elapsed: Duration::from_secs(3),
-            state: Some(ReadyState::SettingUp),
-            reason: "the setup script is running".into(),
-            attempts: 1,
-            answer: answer("init", "step 1"),
-        };
-        d.update(0, &p);
-        let before = d.rows[0].activity.clone();
-        d.update(
-            0,
-            &Progress {
-                answer: answer("init", "Get:1 http://deb"),
-                ..p.clone()
-            },
-        );
-        assert!(!d.rows[0].activity.is_new_phase(&before));
-        assert_eq!(
-            d.rows[0].live_status(),
-            "setting_up · setup: Get:1 http://deb"
-        );
-        d.update(
-            0,
-            &Progress {
-                answer: answer("modules-final", "x"),
-                ..p
-            },
-        );
-        assert!(d.rows[0].activity.is_new_phase(&before));
-        let line = d.live_line(&d.rows[0], 30);
-        assert!(line.ends_with('…') && line.chars().count() == 30, "{line}");
-        assert!(line.contains("/ 2m30s"), "{line}");
-    }
-
-    #[test]
-    fn truncates_to_width() {
-        assert_eq!(truncate("abcdef", 4), "abc…");
-        assert_eq!(truncate("abc", 4), "abc");
     }
 }

@@ -16,7 +16,7 @@
 
 use super::common;
 use super::exit::{Exit, Failure};
-use super::grading::exit_for;
+use super::grading::{exit_for, grading_what};
 use super::progress::print_setup_log;
 use super::report::{self, Style};
 use lab_agent_client::json::{json_text, report_json, session_outcomes_json};
@@ -45,13 +45,11 @@ pub fn session(
     }
     let mut clients = Vec::with_capacity(vms.len());
     for ((vm, url), file) in vms.iter().zip(urls).zip(token_files) {
-        let token = common::read_token(file)?;
         let mut builder = Client::builder();
         if let Some(t) = request_timeout {
             builder = builder.request_timeout(t);
         }
-        let client = builder.build(url, &token).map_err(Failure::client)?;
-        clients.push((vm.clone(), client));
+        clients.push((vm.clone(), common::client(builder, url, file)?));
     }
     Session::new(clients).map_err(session_failure)
 }
@@ -135,13 +133,8 @@ pub fn grade(
                     session_failure(e)
                 })?;
         }
-        eprintln!(
-            "grading `{}` ({} check{}) on VMs {}",
-            lab.name,
-            lab.checks.len(),
-            if lab.checks.len() == 1 { "" } else { "s" },
-            session.vms().map(|(n, _)| n).collect::<Vec<_>>().join(", ")
-        );
+        let names: Vec<&str> = session.vms().map(|(n, _)| n).collect();
+        eprintln!("{} on VMs {}", grading_what(lab), names.join(", "));
         let report = session
             .grade(lab, guest_lab_dir)
             .await

@@ -19,9 +19,9 @@
 //!   its own, a veth pair per VM) where the VMs' names resolve.
 //! - [`trial`]: a lab tried: the [`trial::Plan`] (flags checked against
 //!   each other and the machine, the timeout, the agent), the lab started
-//!   there and stopped ([`trial::Tried`]: a local agent or a VM;
-//!   [`trial::TriedSession`]: a sandbox or a qemu guest per VM),
-//!   the [`trial::Target`] the front end's flow waits on and grades, and
+//!   there and stopped ([`trial::Tried`]: a local agent or a VM, or for a
+//!   session a sandbox or a qemu guest per VM), each VM's
+//!   [`trial::Target`] the front end's flow waits on and grades, and
 //!   Ctrl-C/SIGTERM watched throughout ([`trial::interruptible`]).
 //! - [`kept`]: a sandbox kept after its run (`--keep`): enter it, stop it.
 //! - [`changes`]: what a lab changed in the sandbox, from the overlays'

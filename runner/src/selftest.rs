@@ -360,53 +360,41 @@ pub fn load_solve_script(lab: &Lab) -> Result<Option<String>, Error> {
     })
 }
 
-/// Grades, solves, grades, grades in reverse, on an agent whose setup is
-/// done; `solve_script` is [`load_solve_script`]'s; `setup_ms` how long the
-/// caller waited for setup. Progress goes to stderr. An error is the
-/// agent's (unreachable, 401); a check or solve the agent refused is in
-/// the result.
-pub async fn run(
-    client: &Client,
-    lab: &Lab,
-    guest_lab_dir: &str,
-    solve_script: Option<&str>,
-    setup_ms: u64,
-) -> Result<SelfTest, lab_agent_client::Error> {
-    let on = On::One {
-        client,
-        lab_dir: guest_lab_dir,
-    };
-    run_on(&on, lab, solve_script, setup_ms)
-        .await
-        .map_err(|e| match e {
-            SessionError::Vm { error, .. } => *error,
-            SessionError::Mismatch(m) => unreachable!("one agent is no session: {m}"),
-        })
-}
-
-/// One VM of a session, for [`run_session`].
+/// One VM's agent, its setup done, for [`run`].
 #[derive(Debug, Clone, Copy)]
 pub struct VmAgent<'a> {
-    /// Its name in the lab (`[[vms]] name`).
+    /// Its name in the lab (`[[vms]] name`; any, for a lab of one VM).
     pub vm: &'a str,
     pub client: &'a Client,
     /// Its `LAB_DIR`.
     pub lab_dir: &'a str,
 }
 
-/// [`run`] on a session of several VMs whose setups are all done: each
-/// grade is the session's (each check on its VM, one report), each
-/// check's `solve` runs on the check's VM, and the `[solve]` script on
-/// every VM in the lab's order (`LAB_VM` tells it where it runs). An error
-/// names the VM whose agent failed.
-pub async fn run_session(
+/// Grades, solves, grades, grades in reverse, on agents whose setups are
+/// done; `solve_script` is [`load_solve_script`]'s; `setup_ms` how long the
+/// caller waited for setup. Progress goes to stderr. A lab of one VM runs
+/// on its one agent; a session's grades are the session's (each check on
+/// its VM, one report), each check's `solve` runs on the check's VM, and
+/// the `[solve]` script on every VM in the lab's order (`LAB_VM` tells it
+/// where it runs). An error is an agent's (unreachable, 401), naming its
+/// VM; a check or solve the agent refused is in the result.
+pub async fn run(
     vms: &[VmAgent<'_>],
     lab: &Lab,
     solve_script: Option<&str>,
     setup_ms: u64,
 ) -> Result<SelfTest, SessionError> {
-    let session = Session::new(vms.iter().map(|v| (v.vm.to_owned(), v.client.clone())))?;
-    run_on(&On::Session { session, vms }, lab, solve_script, setup_ms).await
+    let on = match vms {
+        [one] if lab.vms.is_empty() => On::One {
+            client: one.client,
+            lab_dir: one.lab_dir,
+        },
+        _ => On::Session {
+            session: Session::new(vms.iter().map(|v| (v.vm.to_owned(), v.client.clone())))?,
+            vms,
+        },
+    };
+    run_on(&on, lab, solve_script, setup_ms).await
 }
 
 /// Where the phases run.

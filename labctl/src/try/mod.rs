@@ -15,23 +15,21 @@
 //! flow on its [`Target`] (wait with progress, grade, print) and what
 //! `--keep` prints. A lab of several VMs: [`session`].
 
+mod flow;
 mod kept;
-mod session;
 pub mod test;
 pub mod vm;
 
 use super::common;
 use super::exit::{Exit, Failure};
 use super::findings as inspect;
-use super::grading::{Rule, exit_for, grade_and_print_with};
-use super::progress::{print_setup_log, wait_with_display_hooked};
-use lab_runner::trial::{Ended, Interrupted, Options, Plan, StartError, Target, Tried};
-use lab_runner::{changes, systemd};
+use lab_runner::systemd;
+use lab_runner::trial::{Ended, Interrupted, Options, Plan, StartError, Tried, interruptible};
 use std::cell::RefCell;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Default, clap::Args)]
 pub struct TryArgs {
     /// The lab's folder (with its `lab.toml`)
     #[arg(value_name = "LAB_DIR", required_unless_present_any = ["enter", "stop"])]
@@ -160,27 +158,14 @@ fn run_config(config: Config) -> Result<Exit, Failure> {
     let rt = common::runtime()?;
     let tried = Tried::start(&rt, &config).map_err(|e| match e {
         StartError::Failed(e) => Failure::from(e),
-        StartError::Interrupted(i) => interrupted(
-            match (&config.vm, one) {
-                (None, _) => "the agent",
-                (Some(_), true) => "the VM",
-                (Some(_), false) => "the session's VMs",
-            },
-            i,
-        ),
+        StartError::Interrupted(i) => interrupted(config.what(), i),
     })?;
     let silence = config.vm.as_ref().map_or(Duration::MAX, |v| v.boot_silence);
     // A session's VM that ended the run: a failed guest keeps its console.
     let culprit = RefCell::new(None);
     let outcome = rt.block_on(interruptible(async {
-        let flow = async {
-            match tried.one() {
-                Some(target) => flow(&config, target).await,
-                None => session::flow(&config, &tried, &culprit).await,
-            }
-        };
         tokio::select! {
-            result = flow => result,
+            result = flow::flow(&config, &tried, &culprit) => result,
             (vm, e) = tried.gone(silence) => {
                 *culprit.borrow_mut() = vm;
                 Err(e.into())
@@ -201,7 +186,7 @@ fn run_config(config: Config) -> Result<Exit, Failure> {
             return result;
         }
         Tried::Vms(vms) => {
-            session::leave_running(vms.leave_running());
+            vm::leave_session_running(vms.leave_running());
             return result;
         }
         Tried::Local(agent) if config.sandbox && result.is_ok() => {
@@ -224,112 +209,7 @@ fn run_config(config: Config) -> Result<Exit, Failure> {
     result
 }
 
-/// Wait for setup, grade, report: the part every target shares.
-async fn flow(config: &Config, target: &dyn Target) -> Result<Exit, Failure> {
-    let client = target.client().map_err(Failure::client)?;
-    match config.lab.setup.as_ref().and_then(|s| s.script.as_ref()) {
-        Some(script) => eprintln!("waiting for setup `{}` to finish", script.display()),
-        None => eprintln!("no setup script: waiting for the agent to be ready"),
-    }
-    let started = Instant::now();
-    let outcome = wait_with_display_hooked(
-        std::slice::from_ref(&client),
-        Instant::now() + config.timeout,
-        &mut |_, p| target.on_progress(p),
-    )
-    .await
-    .pop()
-    .expect("one outcome per client");
-    let mut setup_failed = false;
-    match outcome.result {
-        Ok(_) => target.on_ready(),
-        Err(e) => {
-            print_setup_log(&e);
-            if config.sandbox {
-                let tail = e.ready_response().and_then(|r| r.setup.log_tail.as_deref());
-                for hint in systemd::hints(tail.unwrap_or_default()) {
-                    eprintln!("{hint}");
-                }
-            }
-            if !e.is_setup_failed() {
-                target.explain_wait_failure();
-            }
-            let failure = Failure::client(e);
-            if !(failure.exit == Exit::SetupFailed && config.keep_going) {
-                return Err(failure);
-            }
-            failure.print();
-            eprintln!("grading anyway (`--keep-going`)");
-            setup_failed = true;
-        }
-    }
-    if let Some(script) = &config.test {
-        return test::after_setup(config, target, &client, script.as_deref(), started).await;
-    }
-    // What the setup changed (before the checks run).
-    let changes = match target.changes() {
-        Some(Ok(c)) => Some(c),
-        Some(Err(e)) => {
-            eprintln!("warning: {}", Failure::from(e).render(false).trim_end());
-            None
-        }
-        None => None,
-    };
-    // `--json`: the report's members, then `changes`.
-    #[derive(serde::Serialize)]
-    struct Extra<'a> {
-        changes: &'a changes::Changes,
-    }
-    let extra = changes.as_ref().map(|changes| Extra { changes });
-    let report = grade_and_print_with(
-        &client,
-        &config.lab,
-        target.guest_lab_dir(),
-        config.json,
-        // Waited above, and `--keep-going` grades a failed setup: this flow
-        // keeps its own rule.
-        Rule::Unchecked,
-        extra,
-    )
-    .await?;
-    if let Some(c) = &changes {
-        if !config.json {
-            println!("{}", c.summary());
-            if config.list_changes {
-                print!("{}", c.listing());
-            } else if c.files() > 0 {
-                println!("(`--changes` lists them)");
-            }
-        }
-    }
-    if config.sandbox {
-        print_systemd_hints(&report);
-    }
-    Ok(if setup_failed {
-        Exit::SetupFailed
-    } else {
-        exit_for(&report)
-    })
-}
-
 /// `--keep`: say how to reach the agent, for the author to poke at it.
-/// Each hint once, for what the failed checks printed that says systemd
-/// is missing (a sandbox has no init): the one place both flows print them.
-fn print_systemd_hints(report: &lab_agent_client::GradeReport) {
-    let mut hints: Vec<&str> = report
-        .checks
-        .iter()
-        .filter(|c| !matches!(c.status, lab_agent_client::CheckStatus::Passed))
-        .flat_map(|c| [systemd::hints(&c.stdout), systemd::hints(&c.stderr)])
-        .flatten()
-        .collect();
-    hints.sort_unstable();
-    hints.dedup();
-    for hint in hints {
-        eprintln!("{hint}");
-    }
-}
-
 fn keep_running(config: &Config, agent: &lab_runner::LocalAgent) {
     let labctl = labctl_name();
     let conn = format!(
@@ -353,8 +233,6 @@ fn labctl_name() -> String {
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "labctl".to_owned())
 }
-
-use lab_runner::trial::interruptible;
 
 /// The failure a signal means (`target`: what the cleanup stopped).
 fn interrupted(target: &str, i: Interrupted) -> Failure {

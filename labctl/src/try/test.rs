@@ -7,11 +7,8 @@
 
 use super::{Config, TryArgs, run_config};
 use crate::exit::{Exit, Failure};
-use lab_agent_client::Client;
 use lab_runner::selftest::{self, Verdict};
-use lab_runner::trial::Target;
 use std::path::PathBuf;
-use std::time::Instant;
 
 #[derive(Debug, clap::Args)]
 pub struct TestArgs {
@@ -44,41 +41,15 @@ pub fn run(args: &TestArgs) -> Result<Exit, Failure> {
     let mut config = Config::from_args(&TryArgs {
         lab: Some(args.lab.clone()),
         host: args.host,
-        changes: false,
-        enter: None,
-        stop: None,
-        command: Vec::new(),
         agent: args.agent.clone(),
-        keep_going: false,
         timeout: args.timeout,
         json: args.json,
         checks: args.checks.clone(),
-        keep: false,
         vm: args.vm.clone(),
+        ..TryArgs::default()
     })?;
     config.test = Some(selftest::load_solve_script(&config.lab)?);
     run_config(config)
-}
-
-/// The flow's part after a successful setup: the self-test, printed.
-pub(super) async fn after_setup(
-    config: &Config,
-    target: &dyn Target,
-    client: &Client,
-    solve_script: Option<&str>,
-    started: Instant,
-) -> Result<Exit, Failure> {
-    let setup_ms = started.elapsed().as_millis().try_into().unwrap_or(u64::MAX);
-    let test = selftest::run(
-        client,
-        &config.lab,
-        target.guest_lab_dir(),
-        solve_script,
-        setup_ms,
-    )
-    .await
-    .map_err(Failure::client)?;
-    Ok(print_self_test(config, &test))
 }
 
 /// Prints a self-test (the table, or `--json`); the exit status it means.

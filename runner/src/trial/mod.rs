@@ -1,17 +1,16 @@
 //! A lab tried: where it runs, checked before anything starts ([`Plan`]),
 //! and the lab started there, stopped or kept ([`Tried`]). `labctl try`
-//! and `labctl test` are its front end: they wait, grade and print on a
-//! [`Target`] between [`Tried::start`] and [`Tried::finish`], and watch
-//! for signals with [`interruptible`] the whole time.
+//! and `labctl test` are its front end: between [`Tried::start`] and
+//! [`Tried::finish`] they wait on [`Tried::session`] (a lab of one VM is a
+//! session of one), grade and print, with each VM's [`Target`] for what is
+//! its own, and watch for signals with [`interruptible`] the whole time.
 //!
 //! # Layout
-//! - this file: the plan (the lab, the agent, the place, the timeout) and
-//!   the started lab, one VM (a local agent or a qemu guest).
-//! - `target`: [`Target`], what the wait-and-grade flow needs from either.
+//! - this file: the plan (the lab, the agent, the place, the timeout).
+//! - `tried`: the started lab: one VM (a local agent or a qemu guest) or a
+//!   session (a sandbox or a qemu guest per VM).
+//! - `target`: [`Target`], what the wait-and-grade flow needs from a VM.
 //! - `interrupt`: Ctrl-C and SIGTERM, also while a VM starts.
-//!
-//! - `session`: a lab of several VMs, as one ([`TriedSession`]: a sandbox
-//!   or a qemu guest per VM).
 
 mod interrupt;
 mod target;
@@ -19,7 +18,7 @@ mod tried;
 
 pub use interrupt::{Interrupted, interruptible, start_watched};
 pub use target::Target;
-pub use tried::Tried;
+pub use tried::{ONE_VM, Tried};
 
 use crate::vm::{self, VmConfig};
 use crate::{Error, local, sandbox};
@@ -63,6 +62,12 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// What the front end calls the lab tried ("stopped the VM"), as
+    /// [`Tried::what`] does once it has started.
+    pub fn what(&self) -> &'static str {
+        tried::what(self.vm.is_some(), self.lab.vms.is_empty())
+    }
+
     /// The flags that exclude each other or need root, checked before the
     /// lab is read (and linted) at all.
     pub fn check_place(opts: &Options, vm: Option<&VmConfig>) -> Result<(), Error> {

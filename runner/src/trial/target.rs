@@ -2,9 +2,8 @@
 //! agent runs ([`Target`]): a local agent (in a sandbox or on the machine)
 //! or a VM.
 
-use crate::changes::Changes;
+use crate::LocalAgent;
 use crate::vm::VmTarget;
-use crate::{Error, LocalAgent};
 use lab_agent_client::{Client, Progress};
 
 pub trait Target {
@@ -22,10 +21,6 @@ pub trait Target {
     /// The wait failed for another reason than a failed setup: show what
     /// helps (the agent's own log, a console).
     fn explain_wait_failure(&self) {}
-    /// What the lab changed, where the target can tell (a sandbox).
-    fn changes(&self) -> Option<Result<Changes, Error>> {
-        None
-    }
 }
 
 impl Target for LocalAgent {
@@ -37,9 +32,6 @@ impl Target for LocalAgent {
     }
     fn explain_wait_failure(&self) {
         self.print_log_tail();
-    }
-    fn changes(&self) -> Option<Result<Changes, Error>> {
-        LocalAgent::changes(self)
     }
 }
 

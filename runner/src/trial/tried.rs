@@ -9,6 +9,9 @@ use crate::{Error, LocalAgent, LocalSession};
 use lab_agent_client::Session;
 use std::time::Duration;
 
+/// A lab of one VM's name in [`Tried::session`].
+pub const ONE_VM: &str = "the VM";
+
 /// The lab, running.
 pub enum Tried {
     /// One VM: `lab-agent serve` on loopback, in a sandbox or on the machine.
@@ -63,44 +66,48 @@ impl Tried {
         }
     }
 
-    /// A session's VM named `name`.
-    pub fn vm(&self, name: &str) -> Option<&dyn Target> {
+    /// The VM named `name` in [`Tried::session`]: a session's, or a lab of
+    /// one VM's one (whatever the name).
+    pub fn target(&self, name: &str) -> Option<&dyn Target> {
         match self {
             Tried::Sandboxes(s) => s.vm(name).map(|a| a as &dyn Target),
             Tried::Vms(s) => s.vm(name).map(|t| t as &dyn Target),
-            _ => None,
+            _ => self.one(),
         }
     }
 
     /// A session's clients, for waiting and grading it as one (a lab of one
-    /// VM: a session of one, its VM called "the VM").
+    /// VM: a session of one, its VM called [`ONE_VM`]).
     pub fn session(&self) -> Result<Session, lab_agent_client::Error> {
         match self {
             Tried::Sandboxes(s) => s.session(),
             Tried::Vms(s) => s.session(),
             Tried::Local(_) | Tried::Vm(_) => {
                 let client = self.one().expect("one VM").client()?;
-                Ok(Session::new([("the VM".to_owned(), client)]).expect("one name"))
+                Ok(Session::new([(ONE_VM.to_owned(), client)]).expect("one name"))
             }
         }
     }
 
-    /// What the lab changed in each of a session's sandboxes, by VM.
+    /// What the lab changed, by VM, where that can be told (a sandbox).
     pub fn changes(&self) -> Vec<(String, Result<Changes, Error>)> {
         match self {
             Tried::Sandboxes(s) => s.changes(),
-            _ => Vec::new(),
+            Tried::Local(a) => a
+                .changes()
+                .map(|c| (ONE_VM.to_owned(), c))
+                .into_iter()
+                .collect(),
+            Tried::Vm(_) | Tried::Vms(_) => Vec::new(),
         }
     }
 
     /// What the front end calls it in messages ("stopped the VM").
     pub fn what(&self) -> &'static str {
-        match self {
-            Tried::Local(_) => "the agent",
-            Tried::Vm(_) => "the VM",
-            Tried::Sandboxes(_) => "the session's sandboxes",
-            Tried::Vms(_) => "the session's VMs",
-        }
+        what(
+            matches!(self, Tried::Vm(_) | Tried::Vms(_)),
+            self.one().is_some(),
+        )
     }
 
     /// Resolves only when a machine under an agent is gone or hung: a
@@ -141,5 +148,15 @@ impl Tried {
             Tried::Sandboxes(s) => s.stop().await,
             Tried::Vms(s) => s.stop_each(|vm| stop(culprit.is_none_or(|c| c == vm))),
         }
+    }
+}
+
+/// What a front end calls a lab tried in a VM or not, of one VM or not.
+pub(super) fn what(vm: bool, one: bool) -> &'static str {
+    match (vm, one) {
+        (false, true) => "the agent",
+        (true, true) => "the VM",
+        (false, false) => "the session's sandboxes",
+        (true, false) => "the session's VMs",
     }
 }

@@ -8,10 +8,15 @@ pub use args::{VmArgs, config_from_args};
 
 use super::{Config, labctl_name};
 use crate::exit::{Exit, Failure};
-use lab_runner::vm::VmTarget;
+use lab_runner::vm::{LeftRunning, VmTarget};
+use std::path::PathBuf;
 
 /// `--keep`: leave qemu running (with a `stop.sh`), say how to reach it.
-pub(super) fn leave_running(target: VmTarget, config: &Config, result: &Result<Exit, Failure>) {
+pub(in crate::r#try) fn leave_running(
+    target: VmTarget,
+    config: &Config,
+    result: &Result<Exit, Failure>,
+) {
     let left = target.leave_running();
     let (pid, url) = (left.pid, &left.url);
     let labctl = labctl_name();
@@ -42,5 +47,24 @@ pub(super) fn leave_running(target: VmTarget, config: &Config, result: &Result<E
             left.stop.display()
         )),
     }
+    eprint!("{text}");
+}
+
+/// `--keep --vm`: each guest left running, and how to reach and stop them.
+pub(in crate::r#try) fn leave_session_running((stop, left): (PathBuf, Vec<(String, LeftRunning)>)) {
+    let labctl = labctl_name();
+    let mut text = String::from("\nthe session's VMs keep running. Reach each with, e.g.:\n");
+    for (vm, l) in &left {
+        text.push_str(&format!(
+            "  {vm} (qemu pid {}): {labctl} exec --url {} --token-file {} -- COMMAND\n",
+            l.pid,
+            l.url,
+            l.token_file.display()
+        ));
+    }
+    text.push_str(&format!(
+        "stop them all and remove their files with:\n  sh {}\n",
+        stop.display()
+    ));
     eprint!("{text}");
 }

@@ -1,0 +1,192 @@
+//! What `try` and `test` do on a started lab, of one VM or a session (a
+//! session of one, to the runner's [`Tried::session`]): wait for every
+//! setup at once (the first VM that fails ends it, named), then the
+//! runner's self-test (`test`) or a grade (`try`: for one VM each check as
+//! it ends, for a session one report under each VM's heading), and what
+//! the setups changed.
+
+use super::Config;
+use super::test::print_self_test;
+use crate::common::human_duration;
+use crate::exit::{Exit, Failure};
+use crate::grading::{Rule, exit_for, grade_and_print_with, grading_what};
+use crate::progress::{print_setup_log, wait_session};
+use crate::session::{print_report, session_failure};
+use lab_agent_client::{CheckStatus, GradeReport, SessionError};
+use lab_runner::selftest::{self, VmAgent};
+use lab_runner::trial::Tried;
+use lab_runner::{changes::Changes, systemd};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Waits for the lab, then grades it or runs the self-test on it. The VM
+/// that ended it, if one did, goes to `culprit`.
+pub(super) async fn flow(
+    config: &Config,
+    tried: &Tried,
+    culprit: &RefCell<Option<String>>,
+) -> Result<Exit, Failure> {
+    let one = tried.one().is_some();
+    // One VM's errors stand as they are; a session's are led by its VM.
+    let fail = |e: SessionError| match e {
+        SessionError::Vm { error, .. } if one => Failure::client(*error),
+        e => session_failure(e),
+    };
+    let session = tried.session().map_err(Failure::client)?;
+    let names: Vec<&str> = session.vms().map(|(n, _)| n).collect();
+    let labels = if one {
+        match config.lab.setup.as_ref().and_then(|s| s.script.as_ref()) {
+            Some(script) => eprintln!("waiting for setup `{}` to finish", script.display()),
+            None => eprintln!("no setup script: waiting for the agent to be ready"),
+        }
+        session.vms().map(|(_, c)| c.url().to_owned()).collect()
+    } else {
+        eprintln!(
+            "waiting for the setups of VMs {} (at the same time)",
+            names.join(", ")
+        );
+        names.iter().map(|n| format!("VM {n}")).collect()
+    };
+    let started = Instant::now();
+    let waited = wait_session(&session, started + config.timeout, labels, |vm, p| {
+        tried.target(vm)?.on_progress(p)
+    })
+    .await;
+    let mut setup_failed = false;
+    match waited {
+        Ok(()) if one => eprintln!("ready after {}", human_duration(started.elapsed())),
+        Ok(()) => eprintln!(
+            "every VM is ready ({} s)",
+            started.elapsed().as_secs_f32().round()
+        ),
+        Err(e) => {
+            culprit.replace(e.vm().map(str::to_owned));
+            if let (Some(vm), Some(error)) = (e.vm(), e.error()) {
+                print_setup_log(error);
+                if config.sandbox {
+                    let tail = error
+                        .ready_response()
+                        .and_then(|r| r.setup.log_tail.clone());
+                    for hint in systemd::hints(&tail.unwrap_or_default()) {
+                        eprintln!("{hint}");
+                    }
+                }
+                if let Some(target) = tried.target(vm).filter(|_| !error.is_setup_failed()) {
+                    target.explain_wait_failure();
+                }
+            }
+            let failure = fail(e);
+            // `--keep-going` (one VM only): grade a failed setup anyway.
+            if !(failure.exit == Exit::SetupFailed && config.keep_going) {
+                return Err(failure);
+            }
+            failure.print();
+            eprintln!("grading anyway (`--keep-going`)");
+            setup_failed = true;
+        }
+    }
+    for vm in &names {
+        if let Some(target) = tried.target(vm).filter(|_| !setup_failed) {
+            target.on_ready();
+        }
+    }
+    let lab_dir = |vm| tried.target(vm).map_or("", |t| t.guest_lab_dir());
+    if let Some(solve_script) = &config.test {
+        let setup_ms = started.elapsed().as_millis().try_into().unwrap_or(u64::MAX);
+        let agents: Vec<VmAgent> = session
+            .vms()
+            .map(|(vm, client)| VmAgent {
+                vm,
+                client,
+                lab_dir: lab_dir(vm),
+            })
+            .collect();
+        let test = selftest::run(&agents, &config.lab, solve_script.as_deref(), setup_ms)
+            .await
+            .map_err(fail)?;
+        return Ok(print_self_test(config, &test));
+    }
+    // What each setup changed (before the checks run).
+    let mut changes: BTreeMap<String, Changes> = BTreeMap::new();
+    for (vm, c) in tried.changes() {
+        match c {
+            Ok(c) => drop(changes.insert(vm, c)),
+            Err(e) => {
+                let on = if one {
+                    String::new()
+                } else {
+                    format!("VM `{vm}`: ")
+                };
+                let text = Failure::from(e).render(false);
+                eprintln!("warning: {on}{}", text.trim_end());
+            }
+        }
+    }
+    // `--json`: the report's members, then `changes` (a session's by VM).
+    let extra = match one {
+        true => changes
+            .values()
+            .next()
+            .map(|c| serde_json::json!({ "changes": c })),
+        false => Some(serde_json::json!({ "changes": changes })),
+    };
+    let report = if let (true, Some((vm, client))) = (one, session.vms().next()) {
+        // Waited above, and `--keep-going` grades a failed setup: this flow
+        // keeps its own rule.
+        let json = config.json;
+        grade_and_print_with(
+            client,
+            &config.lab,
+            lab_dir(vm),
+            json,
+            Rule::Unchecked,
+            extra,
+        )
+        .await?
+    } else {
+        eprintln!("{} on VMs {}", grading_what(&config.lab), names.join(", "));
+        let report = session.grade(&config.lab, None).await.map_err(fail)?;
+        print_report(&report, config.json, extra);
+        report
+    };
+    if !config.json {
+        for (vm, c) in &changes {
+            match one {
+                true => println!("{}", c.summary()),
+                false => println!("{vm}: {}", c.summary()),
+            }
+            if config.list_changes {
+                print!("{}", c.listing());
+            }
+        }
+        if !config.list_changes && changes.values().any(|c| c.files() > 0) {
+            println!("(`--changes` lists them)");
+        }
+    }
+    if config.sandbox {
+        print_systemd_hints(&report);
+    }
+    Ok(if setup_failed {
+        Exit::SetupFailed
+    } else {
+        exit_for(&report)
+    })
+}
+
+/// Each hint once, for what the failed checks printed that says systemd
+/// is missing (a sandbox has no init).
+fn print_systemd_hints(report: &GradeReport) {
+    let mut hints: Vec<&str> = report
+        .checks
+        .iter()
+        .filter(|c| !matches!(c.status, CheckStatus::Passed))
+        .flat_map(|c| [systemd::hints(&c.stdout), systemd::hints(&c.stderr)])
+        .flatten()
+        .collect();
+    hints.sort_unstable();
+    hints.dedup();
+    for hint in hints {
+        eprintln!("{hint}");
+    }
+}

@@ -22,37 +22,11 @@ pub fn stderr_live() -> bool {
 }
 
 /// The rule, with the terminal test and the environment passed in.
-fn enabled(is_terminal: bool, var: impl Fn(&str) -> Option<std::ffi::OsString>) -> bool {
+pub fn enabled(is_terminal: bool, var: impl Fn(&str) -> Option<std::ffi::OsString>) -> bool {
     let no_color = var("NO_COLOR").is_some_and(|v| !v.is_empty());
     is_terminal && !no_color && !is_dumb(var)
 }
 
 fn is_dumb(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> bool {
     var("TERM").is_some_and(|t| t == "dumb")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_rule() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| std::ffi::OsString::from(v))
-            }
-        };
-        assert!(enabled(true, env(&[("TERM", "xterm")])));
-        assert!(enabled(true, env(&[])));
-        assert!(!enabled(false, env(&[("TERM", "xterm")])), "not a terminal");
-        assert!(!enabled(true, env(&[("NO_COLOR", "1")])));
-        assert!(
-            enabled(true, env(&[("NO_COLOR", "")])),
-            "an empty NO_COLOR does not count"
-        );
-        assert!(!enabled(true, env(&[("TERM", "dumb")])));
-    }
 }

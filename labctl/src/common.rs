@@ -2,7 +2,7 @@
 //! token file, and the async runtime.
 
 use super::exit::{Exit, Failure};
-use lab_agent_client::Client;
+use lab_agent_client::{Client, ClientBuilder};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -35,16 +35,11 @@ pub struct AgentArgs {
     pub token_file: PathBuf,
 }
 
-impl AgentArgs {
-    /// A client for the agent, with the token read from its file.
-    pub fn client(&self) -> Result<Client, Failure> {
-        let token = read_token(&self.token_file)?;
-        client(&self.url, &token)
-    }
-}
-
-pub fn client(url: &str, token: &str) -> Result<Client, Failure> {
-    Client::new(url, token).map_err(Failure::client)
+/// `builder`'s client for the agent at `url`, with the token in
+/// `token_file`.
+pub fn client(builder: ClientBuilder, url: &str, token_file: &Path) -> Result<Client, Failure> {
+    let token = read_token(token_file)?;
+    builder.build(url, &token).map_err(Failure::client)
 }
 
 /// Reads a token file by the one rule every reader applies

@@ -114,11 +114,8 @@ impl Config {
         request
             .validate()
             .map_err(|e| Failure::usage(format!("the command cannot be sent: {e}")))?;
-        let token = common::read_token(&args.agent.token_file)?;
-        let client = Client::builder()
-            .request_timeout(answer_timeout)
-            .build(&args.agent.url, &token)
-            .map_err(Failure::client)?;
+        let builder = Client::builder().request_timeout(answer_timeout);
+        let client = common::client(builder, &args.agent.url, &args.agent.token_file)?;
         Ok(Config { client, request })
     }
 }

@@ -199,11 +199,6 @@ impl Failure {
     }
 
     pub fn print(&self) {
-        eprint!("{}", self.render(stderr_color()));
+        eprint!("{}", self.render(crate::color::stderr()));
     }
-}
-
-/// Whether to color stderr (see [`crate::color`]).
-pub fn stderr_color() -> bool {
-    crate::color::stderr()
 }

@@ -87,12 +87,11 @@ impl Config {
                 .hint("`--vm NAME --url URL --token-file FILE` for each VM of a lab with [[vms]]"));
             }
         };
-        let token = common::read_token(token_file)?;
         let mut builder = Client::builder().request_timeout(answer_timeout);
         if let Some(id) = &args.instance {
             builder = builder.instance(id);
         }
-        let client = builder.build(url, &token).map_err(Failure::client)?;
+        let client = common::client(builder, url, token_file)?;
         Ok(Config {
             lab,
             client,

@@ -1,32 +1,12 @@
 //! `labctl`: one module per verb. `main` parses the arguments, `run`
 //! dispatches to the verb, and the verb returns an [`Exit`] or a
-//! [`Failure`], printed with its cause chain and hints on stderr.
-//!
-//! Each verb turns its clap arguments into a checked `Config` before any
-//! work; stdout carries only data (reports, JSON, a command's output),
-//! stderr everything else.
-//!
-//! - [`wait`], [`exec`], [`grade`], [`r#try`]: talk to agents; `test` is a
-//!   flow of `try`'s (`r#try::test`: the same targets and wait, the
-//!   runner's self-test after it).
-//! - [`lint`]: checks a lab without running it (`try` runs it first).
-//! - [`secret`]: renders a lab's payload and writes the Secret.
-//! - [`timeline`]: the distribution of many VMs' preparation time, per
-//!   phase, from logged `/v1/ready` answers (the statistics are the client
-//!   library's); [`life`] prints one VM's (`wait`).
-//! - No verb imports another verb; what two verbs share lives in a module
-//!   named after what it does: [`grading`] (grade one VM, print its report:
-//!   `grade`, `try`), [`findings`] (what `lint` finds, printed: `lint`, `try`),
-//!   [`payload`] (render and write a payload: `secret`, `try --vm`, `lint`),
-//!   [`progress`] (waiting with a live display: `wait`, `grade`, `try`;
-//!   with `wait --follow`, the setup logs the client's `Follow` yields).
-//! - [`agent_bin`] (finding the agent) and [`token`] (per-VM tokens) are
-//!   the generator's, re-exported.
-//! - [`exit`]: exit codes and how errors print; [`common`], [`report`],
-//!   [`color`]: shared by the verbs.
-//! - The sandbox, the qemu driver and the VM a lab is tried in are the
-//!   runner's (`lab_runner`): this crate is the command line. The library a
-//!   backend links (`lab-agent-client`) knows nothing of either.
+//! [`Failure`], printed with its cause chain and hints on stderr. Each
+//! verb turns its clap arguments into a checked `Config` before any work;
+//! stdout carries only data (reports, JSON, a command's output), stderr
+//! everything else. No verb imports another: what two share has a module
+//! named after what it does ([`grading`], [`findings`], [`progress`], …).
+//! The codemap is ARCHITECTURE.md's; running a lab is the runner's
+//! (`lab_runner`), and the library a backend links knows nothing of either.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

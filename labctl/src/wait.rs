@@ -82,26 +82,20 @@ impl Config {
             (None, Some(lab)) => Duration::from_secs(lab.readiness.timeout_secs),
             (None, None) => Duration::from_secs(DEFAULT_TIMEOUT_SECS),
         };
-        let tokens = match args.token_files.len() {
-            1 => vec![common::read_token(&args.token_files[0])?; args.urls.len()],
-            n if n == args.urls.len() => args
-                .token_files
-                .iter()
-                .map(|f| common::read_token(f))
-                .collect::<Result<_, _>>()?,
-            n => {
-                return Err(Failure::usage(format!(
-                    "{n} `--token-file`s for {} `--url`s",
-                    args.urls.len()
-                ))
-                .hint("give one token file for all VMs, or one per `--url` in the same order"));
+        let n = args.urls.len();
+        let files: Vec<&PathBuf> = match args.token_files.len() {
+            1 => vec![&args.token_files[0]; n],
+            len if len == n => args.token_files.iter().collect(),
+            len => {
+                return Err(
+                    Failure::usage(format!("{len} `--token-file`s for {n} `--url`s")).hint(
+                        "give one token file for all VMs, or one per `--url` in the same order",
+                    ),
+                );
             }
         };
-        let clients = args
-            .urls
-            .iter()
-            .zip(&tokens)
-            .map(|(url, token)| common::client(url, token))
+        let clients = (args.urls.iter().zip(files))
+            .map(|(url, file)| common::client(Client::builder(), url, file))
             .collect::<Result<_, _>>()?;
         Ok(Config {
             clients,

@@ -1,5 +1,5 @@
 //! labctl's own printing, tested through its library (`labctl::report`,
-//! `life`, `exit`, `common`): texts that need exact inputs (a check's
+//! `life`, `exit`, `common`, `progress`, `color`): texts that need exact inputs (a check's
 //! duration, a guest's `NaN`, a cause chain) an agent run on loopback
 //! cannot pin down. The end-to-end runs of the same texts are in the
 //! verbs' modules.
@@ -275,5 +275,118 @@ root: 10.0 GiB, 7.6 GiB free, 393.2 MiB written since boot
         )
         .unwrap();
         assert_eq!(describe(&old), "");
+    }
+}
+
+mod progress {
+    use lab_agent_client::Progress;
+    use lab_agent_proto::ReadyState;
+    use labctl::progress::WaitDisplay;
+    use std::time::Duration;
+
+    fn progress(secs: u64, state: Option<ReadyState>, reason: &str) -> Progress {
+        Progress {
+            elapsed: Duration::from_secs(secs),
+            state,
+            reason: reason.into(),
+            attempts: 1,
+            answer: None,
+        }
+    }
+
+    #[test]
+    fn plain_lines_name_state_and_reason() {
+        let mut d = WaitDisplay::with_mode(vec!["http://a".into(), "http://b".into()], false);
+        d.update(
+            1,
+            &progress(3, Some(ReadyState::SettingUp), "setup is\nrunning"),
+        );
+        assert_eq!(
+            d.plain_line(1, Duration::from_millis(3200)),
+            "[  3.2s] http://b: setting_up: setup is running"
+        );
+        assert_eq!(
+            d.plain_line(0, Duration::from_secs(61)),
+            "[ 1m01s] http://a: unreachable: connecting"
+        );
+        let single = WaitDisplay::with_mode(vec!["http://a".into()], false);
+        assert_eq!(
+            single.plain_line(0, Duration::ZERO),
+            "[  0.0s] unreachable: connecting"
+        );
+    }
+
+    #[test]
+    fn a_caller_may_say_what_silence_means() {
+        let mut d = WaitDisplay::with_mode(vec!["http://a".into()], false);
+        let silent = progress(40, None, "connection closed");
+        d.update_with(0, &silent, Some("booting: cloud-init: init stage".into()));
+        assert_eq!(
+            d.plain_line(0, Duration::from_secs(40)),
+            "[ 40.0s] booting: cloud-init: init stage"
+        );
+        // Once the agent answers, its own state and reason show.
+        let answered = progress(41, Some(ReadyState::SettingUp), "setup is running");
+        d.update_with(0, &answered, Some("ignored".into()));
+        assert_eq!(
+            d.plain_line(0, Duration::from_secs(41)),
+            "[ 41.0s] setting_up: setup is running"
+        );
+    }
+
+    /// The live line shows what the VM does now (setup's last log line;
+    /// which changes are new phases is the client's `Activity`, tested
+    /// there), the time against the deadline, and is cut to the width.
+    #[test]
+    fn the_live_line() {
+        let mut d = WaitDisplay::with_mode(vec!["http://a".into()], false)
+            .with_limit(Duration::from_secs(150));
+        let json = r#"{"state":"setting_up","reason":"the setup script is running",
+            "cloud_init":{"done":false},"setup":{"state":"running","log_tail":"Get:1 http://deb"},
+            "timeline":{"cloud_init":{"init":{"start_secs":9.0}}}}"#;
+        let p = Progress {
+            answer: Some(std::sync::Arc::new(serde_json::from_str(json).unwrap())),
+            ..progress(
+                3,
+                Some(ReadyState::SettingUp),
+                "the setup script is running",
+            )
+        };
+        d.update(0, &p);
+        let line = d.live_line(0, 200);
+        assert!(
+            line.ends_with("/ 2m30s  setting_up · setup: Get:1 http://deb"),
+            "{line}"
+        );
+        let cut = d.live_line(0, 30);
+        assert!(cut.ends_with('…') && cut.chars().count() == 30, "{cut}");
+        assert!(cut.contains("/ 2m30s"), "{cut}");
+    }
+}
+
+mod color {
+    use labctl::color::enabled;
+    use std::ffi::OsString;
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<OsString> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_that_shows_it_unless_told_no() {
+        assert!(enabled(true, env(&[("TERM", "xterm")])));
+        assert!(enabled(true, env(&[])));
+        assert!(!enabled(false, env(&[("TERM", "xterm")])), "not a terminal");
+        assert!(!enabled(true, env(&[("NO_COLOR", "1")])));
+        assert!(
+            enabled(true, env(&[("NO_COLOR", "")])),
+            "an empty NO_COLOR does not count"
+        );
+        assert!(!enabled(true, env(&[("TERM", "dumb")])));
     }
 }

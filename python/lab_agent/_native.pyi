@@ -1,5 +1,6 @@
-# Type stubs of the Rust extension (python/src/). The typed API is
-# lab_agent/__init__.py; this module is its engine.
+# Type stubs of the Rust extension (python/src/). The typed API is the
+# package's Python modules (lab_agent/_*.py, re-exported by __init__.py);
+# this module is their engine.
 from os import PathLike
 from typing import Any, Awaitable, Dict, List, Optional, Tuple, Union
 

@@ -4,7 +4,8 @@
 //! released (so other Python threads run, and one `Client` serves many
 //! threads: the Rust client is a cloneable handle over one connection
 //! pool), and `ready_async()` returns an asyncio awaitable driven by the
-//! same runtime. Answers are JSON text; `lab_agent/__init__.py` types them.
+//! same runtime. Answers are JSON text; the package's Python modules
+//! (`lab_agent/_*.py`) type them.
 
 use crate::error::{client_error, plain, session_error};
 use crate::lab::Lab;

@@ -5,8 +5,8 @@
 //! `lab_payload::render`)
 //! run on one tokio runtime per process. Answers cross into Python as the
 //! JSON the Rust types serialize to, so `Report.to_json()` is `labctl grade
-//! --json` by construction; `lab_agent/__init__.py` turns them into typed
-//! objects.
+//! --json` by construction; the package's Python modules
+//! (`lab_agent/_*.py`) turn them into typed objects.
 //!
 //! # Layout
 //! - [`client`] — `Client`, blocking methods (GIL released while waiting)

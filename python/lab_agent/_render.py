@@ -1,0 +1,85 @@
+"""A lab's payload as a Kubernetes Secret (:func:`render_secret`): the
+native module runs what ``labctl secret`` runs, so both make the same
+bytes; :class:`Rendered` hands back the manifest, the token and the
+budget."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
+
+from . import _native
+from ._native import Lab
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A lab's payload: ``text`` is the Secret manifest ``labctl secret``
+    prints; ``user_data`` what it carries; ``token`` the agent's token;
+    ``budget`` the byte budget (``labctl secret --json``'s ``budget``)."""
+
+    text: str
+    user_data: str
+    token: str
+    token_generated: bool
+    agent_path: str
+    budget: Dict[str, Any]
+    arch: str = "amd64"
+    #: The VM of a lab with ``[[vms]]`` this payload is for; else None.
+    vm: Optional[str] = None
+
+
+
+def render_secret(
+    lab: Lab,
+    name: str,
+    namespace: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    agent_path: Optional[str] = None,
+    token: Optional[str] = None,
+    format: str = "yaml",
+    arch: Optional[str] = None,
+    vm: Optional[str] = None,
+    params: Optional[Mapping[str, str]] = None,
+) -> Rendered:
+    """Renders ``lab``'s payload into a Kubernetes Secret, exactly as
+    ``labctl secret LAB --name NAME [--namespace NS] [--label K=V]...
+    [--agent PATH] [--token-file F] --format FORMAT [--arch ARCH]`` prints it.
+
+    ``arch`` is the lab VM's architecture, ``"amd64"`` or ``"arm64"`` (the
+    node's ``kubernetes.io/arch``; default: ``agent_path``'s, else amd64):
+    it picks the agent and the serial console. ``agent_path`` is the static
+    ``lab-agent`` (default: where ``labctl`` looks for that architecture's);
+    ``token`` is generated when not given (``.token`` has it).
+
+    In a lab of several VMs (``[[vms]]``), ``vm`` names the one this
+    payload is for (required there; refused for a lab of one VM): its
+    setup, its own token, and ``LAB_VM``/``LAB_VMS`` for its setup and
+    checks. ``params`` become ``LAB_PARAM_<KEY>`` for them (keys: letters,
+    digits, ``_``; values any text), as ``--vm NAME --param KEY=VALUE``.
+    Either wrong is a ``ValueError``.
+    Raises :class:`RenderError` (agent, names, token, over 1 MiB) or
+    :class:`LabError`."""
+    r = _native.render_secret(
+        lab,
+        name,
+        namespace=namespace,
+        labels=None if labels is None else dict(labels),
+        agent_path=agent_path,
+        token=token,
+        format=format,
+        arch=arch,
+        vm=vm,
+        params=None if params is None else dict(params),
+    )
+    return Rendered(
+        text=r.text,
+        user_data=r.user_data,
+        token=r.token,
+        token_generated=r.token_generated,
+        agent_path=str(r.agent_path),
+        budget=json.loads(r.budget_json),
+        arch=r.arch,
+        vm=r.vm,
+    )

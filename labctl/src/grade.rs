@@ -8,8 +8,9 @@
 
 use super::common;
 use super::exit::{Exit, Failure};
-use super::grading::{exit_for, grade_and_print, select_checks};
+use super::grading::{Rule, exit_for, grade_and_print};
 use super::progress::{print_setup_log, wait_with_display};
+use super::session;
 use lab_agent_client::Client;
 use lab_agent_proto::lab::Lab;
 use std::path::PathBuf;
@@ -106,40 +107,34 @@ pub fn run(args: &GradeArgs) -> Result<Exit, Failure> {
     if !args.vms.is_empty() {
         return run_session(args);
     }
-    let config = Config::from_args(args)?;
+    let c = Config::from_args(args)?;
     let rt = common::runtime()?;
     rt.block_on(async {
-        ensure_ready(&config.client, config.wait).await?;
-        let guest_lab_dir = match &config.guest_lab_dir {
+        ensure_ready(&c.client, c.wait).await?;
+        let guest_lab_dir = match &c.guest_lab_dir {
             Some(dir) => dir.clone(),
-            None => config
-                .client
-                .reported_lab_dir()
-                .await
-                .map_err(Failure::client)?,
+            None => c.client.reported_lab_dir().await.map_err(Failure::client)?,
         };
-        let report =
-            grade_and_print(&config.client, &config.lab, &guest_lab_dir, config.json).await?;
+        let report = grade_and_print(
+            &c.client,
+            &c.lab,
+            &guest_lab_dir,
+            c.json,
+            Rule::Ready,
+            None::<()>,
+        )
+        .await?;
         Ok(exit_for(&report))
     })
 }
 
-/// `--vm`: the lab's VMs graded as one session ([`crate::session`]).
+/// `--vm`: the lab's VMs graded as one session ([`session`]).
 fn run_session(args: &GradeArgs) -> Result<Exit, Failure> {
     let (answer_timeout, wait, lab) = checked(args, true)?;
-    let session = crate::session::session(
-        &args.vms,
-        &args.urls,
-        &args.token_files,
-        Some(answer_timeout),
-    )?;
-    crate::session::grade(
-        &session,
-        &lab,
-        args.guest_lab_dir.as_deref(),
-        wait,
-        args.json,
-    )
+    let builder = Client::builder().request_timeout(answer_timeout);
+    let session = session::session(&args.vms, &args.urls, &args.token_files, builder)?;
+    let guest_lab_dir = args.guest_lab_dir.as_deref();
+    session::grade(&session, &lab, guest_lab_dir, wait, args.json)
 }
 
 /// What grading one VM and a session check alike, in this order: the
@@ -162,7 +157,8 @@ fn checked(args: &GradeArgs, session: bool) -> Result<(Duration, Option<Duration
     }
     let mut lab = Lab::load(&args.lab).map_err(Failure::lab)?;
     let wait = wait.map(|w| w.unwrap_or(Duration::from_secs(lab.readiness.timeout_secs)));
-    select_checks(&mut lab, &args.checks)?;
+    lab.select_checks(&args.checks)
+        .map_err(|e| Failure::usage(e.to_string()))?;
     if let Some(dir) = args.guest_lab_dir.as_ref().filter(|d| !d.starts_with('/')) {
         return Err(Failure::usage(format!(
             "`--lab-dir {dir}` is not an absolute path in the guest"
@@ -177,8 +173,10 @@ fn checked(args: &GradeArgs, session: bool) -> Result<(Duration, Option<Duration
 /// first, with progress.
 async fn ensure_ready(client: &Client, wait: Option<Duration>) -> Result<(), Failure> {
     if let Some(wait) = wait {
-        let outcome = wait_with_display(std::slice::from_ref(client), Instant::now() + wait)
+        let deadline = Instant::now() + wait;
+        let outcome = wait_with_display(std::slice::from_ref(client), deadline, None)
             .await
+            .0
             .pop()
             .expect("one outcome per client");
         return outcome.result.map(drop).map_err(|e| {

@@ -10,13 +10,6 @@ use lab_agent_proto::lab::Lab;
 use serde::Serialize;
 use std::io::Write;
 
-/// `--check NAME`: keeps only the named checks ([`Lab::select_checks`]);
-/// an unknown name is a usage error listing the names.
-pub fn select_checks(lab: &mut Lab, names: &[String]) -> Result<(), Failure> {
-    lab.select_checks(names)
-        .map_err(|e| Failure::usage(e.to_string()))
-}
-
 /// 0 when every check passed; 5 when any could not run (an error is the
 /// lab's, and must not read as a failing student); 1 otherwise.
 pub fn exit_for(report: &GradeReport) -> Exit {
@@ -27,18 +20,6 @@ pub fn exit_for(report: &GradeReport) -> Exit {
     } else {
         Exit::CheckFailed
     }
-}
-
-/// Grades a VM that is ready (the library's rule: one that is not is
-/// refused with nothing run), printing each check to stdout as it finishes
-/// (or, with `json`, the whole report at the end).
-pub async fn grade_and_print(
-    client: &Client,
-    lab: &Lab,
-    guest_lab_dir: &str,
-    json: bool,
-) -> Result<GradeReport, Failure> {
-    grade_and_print_with(client, lab, guest_lab_dir, json, Rule::Ready, None::<()>).await
 }
 
 /// "grading `LAB` (N checks)": how each grading line starts.
@@ -59,9 +40,11 @@ pub enum Rule {
     Unchecked,
 }
 
-/// [`grade_and_print`] under `rule`, with `extra`'s members (a struct's
-/// fields) after the report's in the JSON object: `try` adds its `changes`.
-pub async fn grade_and_print_with<X: Serialize>(
+/// Grades one VM under `rule` (the library's: a VM that is not ready is
+/// refused with nothing run), printing each check to stdout as it ends;
+/// or, with `json`, the whole report at the end, `extra`'s members (a
+/// struct's fields) after the report's: `try` adds its `changes`.
+pub async fn grade_and_print<X: Serialize>(
     client: &Client,
     lab: &Lab,
     guest_lab_dir: &str,

@@ -26,9 +26,8 @@ pub fn describe(r: &ReadyResponse) -> String {
         );
     }
     if let Some(t) = &r.timeline {
-        out.push_str("booted at ");
-        out.push_str(&escape(t.boot_at.as_deref().unwrap_or("(unknown)")));
-        out.push_str("; seconds since boot:\n");
+        let at = escape(t.boot_at.as_deref().unwrap_or("(unknown)"));
+        let _ = writeln!(out, "booted at {at}; seconds since boot:");
         row(&mut out, "phase", ["start", "end", "duration"]);
         for (phase, span) in phases_of(t) {
             let cells = [span.start_secs, span.finished_secs, span.duration_secs()];
@@ -36,17 +35,26 @@ pub fn describe(r: &ReadyResponse) -> String {
         }
     }
     if let Some(root) = &r.root {
-        out.push_str("root: ");
-        out.push_str(&bytes(root.size_bytes));
-        out.push_str(", ");
-        out.push_str(&bytes(root.free_bytes));
-        out.push_str(" free");
+        let (size, free) = (bytes(root.size_bytes), bytes(root.free_bytes));
+        let _ = write!(out, "root: {size}, {free} free");
         if let Some(written) = root.written_bytes {
-            out.push_str(", ");
-            out.push_str(&bytes(written));
-            out.push_str(" written since boot");
+            let _ = write!(out, ", {} written since boot", bytes(written));
         }
         out.push('\n');
+    }
+    out
+}
+
+/// Each VM's life under its heading (none: a VM alone), for the VMs
+/// whose agent reports one: the data a wait has to report.
+pub fn lives<'a>(vms: impl IntoIterator<Item = (Option<String>, &'a ReadyResponse)>) -> String {
+    let mut out = String::new();
+    for (heading, r) in vms {
+        let text = describe(r);
+        if let (false, Some(heading)) = (text.is_empty(), heading) {
+            let _ = writeln!(out, "{heading}:");
+        }
+        out.push_str(&text);
     }
     out
 }

@@ -6,10 +6,10 @@
 //! cloud-init stage: never a line per line of the setup log). Always on
 //! stderr. What a VM is doing, and its texts, are the client's
 //! ([`Activity`]).
-//! [`wait_with_display`] waits with it (`wait`, `grade --wait`), and
-//! [`wait_session`] for a started lab's VMs, failing fast (`try`, `test`);
-//! [`wait_following`] also prints each VM's setup log as it grows (`wait
-//! --follow`: the client's [`Follow`]), above the live lines;
+//! [`wait_with_display`] waits with it (`wait`, `grade --wait`; with
+//! `wait --follow` each VM's setup log as it grows, the client's
+//! [`Follow`], above the live lines), and [`wait_session`] for a started
+//! lab's VMs, failing fast (`try`, `test`);
 //! [`print_setup_log`] shows a failed setup's log.
 
 use super::common::human_duration;
@@ -230,62 +230,12 @@ fn terminal_width() -> usize {
 
 /// Waits for `clients`, showing progress on stderr, and prints a line per
 /// VM as it settles (or nothing but progress for one VM that is ready).
-pub async fn wait_with_display(clients: &[Client], deadline: Instant) -> Vec<WaitOutcome> {
-    wait_inner(clients, deadline, None).await.0
-}
-
-/// [`wait_with_display`] with each VM's setup log printed as it grows
-/// (`wait --follow`), above the live lines; the VMs whose setup is over
-/// are read to the end of their log before the verdict. Also says, per
-/// VM, whether its whole log was shown. The logs go to stdout, or to
-/// stderr when `to_stderr` (`--json`: stdout is the JSON's).
-pub async fn wait_following(
-    clients: &[Client],
-    deadline: Instant,
-    to_stderr: bool,
-) -> (Vec<WaitOutcome>, Vec<bool>) {
-    wait_inner(clients, deadline, Some(to_stderr)).await
-}
-
-/// Waits for a session's VMs (a lab of one VM: a session of one) as the
-/// session does, failing fast, with a row each, labelled `labels`. While a
-/// VM's agent does not answer, the text `not_up` returns for it (if any)
-/// is shown instead of "unreachable: REASON".
-pub async fn wait_session(
-    session: &Session,
-    deadline: Instant,
-    labels: Vec<String>,
-    mut not_up: impl FnMut(&str, &Progress) -> Option<String>,
-) -> Result<(), SessionError> {
-    let names: Vec<&str> = session.vms().map(|(n, _)| n).collect();
-    let limit = deadline.saturating_duration_since(Instant::now());
-    let display = RefCell::new(WaitDisplay::new(labels).with_limit(limit));
-    let wait = session.wait_ready_with(deadline, |vm, p| {
-        let text = not_up(vm, p);
-        let i = names
-            .iter()
-            .position(|n| *n == vm)
-            .expect("the session's VM");
-        display.borrow_mut().update_with(i, p, text);
-    });
-    let waited = ticking(wait, &display).await;
-    display.borrow_mut().clear();
-    waited.map(drop)
-}
-
-/// Runs `wait`, the display's spinner and clock moving every [`TICK`].
-async fn ticking<T>(wait: impl Future<Output = T>, display: &RefCell<WaitDisplay>) -> T {
-    let mut tick = tokio::time::interval(TICK);
-    tokio::pin!(wait);
-    loop {
-        tokio::select! {
-            done = &mut wait => return done,
-            _ = tick.tick() => display.borrow_mut().tick(),
-        }
-    }
-}
-
-async fn wait_inner(
+/// With `follow` (`wait --follow`), each VM's setup log is printed as it
+/// grows, above the live lines, to stdout (or stderr when `Some(true)`:
+/// `--json`'s stdout is the JSON's); the VMs whose setup is over are read
+/// to the end of their log before the verdict. Also says, per VM, whether
+/// its whole log was shown.
+pub async fn wait_with_display(
     clients: &[Client],
     deadline: Instant,
     follow: Option<bool>,
@@ -340,6 +290,44 @@ async fn wait_inner(
         }
     }
     (outcomes, shown)
+}
+
+/// Waits for a session's VMs (a lab of one VM: a session of one) as the
+/// session does, failing fast, with a row each, labelled `labels`. While a
+/// VM's agent does not answer, the text `not_up` returns for it (if any)
+/// is shown instead of "unreachable: REASON".
+pub async fn wait_session(
+    session: &Session,
+    deadline: Instant,
+    labels: Vec<String>,
+    mut not_up: impl FnMut(&str, &Progress) -> Option<String>,
+) -> Result<(), SessionError> {
+    let names: Vec<&str> = session.vms().map(|(n, _)| n).collect();
+    let limit = deadline.saturating_duration_since(Instant::now());
+    let display = RefCell::new(WaitDisplay::new(labels).with_limit(limit));
+    let wait = session.wait_ready_with(deadline, |vm, p| {
+        let text = not_up(vm, p);
+        let i = names
+            .iter()
+            .position(|n| *n == vm)
+            .expect("the session's VM");
+        display.borrow_mut().update_with(i, p, text);
+    });
+    let waited = ticking(wait, &display).await;
+    display.borrow_mut().clear();
+    waited.map(drop)
+}
+
+/// Runs `wait`, the display's spinner and clock moving every [`TICK`].
+async fn ticking<T>(wait: impl Future<Output = T>, display: &RefCell<WaitDisplay>) -> T {
+    let mut tick = tokio::time::interval(TICK);
+    tokio::pin!(wait);
+    loop {
+        tokio::select! {
+            done = &mut wait => return done,
+            _ = tick.tick() => display.borrow_mut().tick(),
+        }
+    }
 }
 
 /// Writes a log's lines (to stdout, or stderr when `to_stderr`) or

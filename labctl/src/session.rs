@@ -20,19 +20,19 @@ use super::grading::{exit_for, grading_what};
 use super::progress::print_setup_log;
 use super::report::{self, Style};
 use lab_agent_client::json::{json_text, report_json, session_outcomes_json};
-use lab_agent_client::{Client, GradeReport, Session, SessionError};
+use lab_agent_client::{ClientBuilder, GradeReport, Session, SessionError};
 use lab_agent_proto::lab::Lab;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// `--vm NAME`s with their `--url`s and `--token-file`s, one each, in the
-/// same order; `request_timeout` for every client.
+/// same order; each VM's client built by `builder`.
 pub fn session(
     vms: &[String],
     urls: &[String],
     token_files: &[PathBuf],
-    request_timeout: Option<Duration>,
+    builder: ClientBuilder,
 ) -> Result<Session, Failure> {
     if urls.len() != vms.len() || token_files.len() != vms.len() {
         return Err(Failure::usage(format!(
@@ -45,11 +45,7 @@ pub fn session(
     }
     let mut clients = Vec::with_capacity(vms.len());
     for ((vm, url), file) in vms.iter().zip(urls).zip(token_files) {
-        let mut builder = Client::builder();
-        if let Some(t) = request_timeout {
-            builder = builder.request_timeout(t);
-        }
-        clients.push((vm.clone(), common::client(builder, url, file)?));
+        clients.push((vm.clone(), common::client(builder.clone(), url, file)?));
     }
     Session::new(clients).map_err(session_failure)
 }
@@ -85,19 +81,13 @@ pub fn wait(session: &Session, timeout: Duration, json: bool) -> Result<Exit, Fa
         let v = session_outcomes_json(&outcomes);
         let _ = writeln!(std::io::stdout(), "{}", json_text(&v));
     } else {
-        let mut out = String::new();
-        for (vm, o) in &outcomes {
-            match &o.result {
-                Ok(r) => {
-                    let text = super::life::describe(r);
-                    if !text.is_empty() {
-                        out.push_str(&format!("{vm} ({}):\n{text}", o.url));
-                    }
-                }
-                Err(e) => print_setup_log(e),
-            }
+        for e in outcomes.iter().filter_map(|(_, o)| o.result.as_ref().err()) {
+            print_setup_log(e);
         }
-        let _ = write!(std::io::stdout(), "{out}");
+        let ready = outcomes.iter().filter_map(|(vm, o)| {
+            Some((Some(format!("{vm} ({})", o.url)), o.result.as_ref().ok()?))
+        });
+        let _ = write!(std::io::stdout(), "{}", super::life::lives(ready));
     }
     let failed = outcomes
         .into_iter()
@@ -133,25 +123,31 @@ pub fn grade(
                     session_failure(e)
                 })?;
         }
-        let names: Vec<&str> = session.vms().map(|(n, _)| n).collect();
-        eprintln!("{} on VMs {}", grading_what(lab), names.join(", "));
-        let report = session
-            .grade(lab, guest_lab_dir)
-            .await
-            .map_err(session_failure)?;
-        print_report(&report, json, None::<()>);
+        let report = grade_and_print(session, lab, guest_lab_dir, json, None::<()>).await?;
         Ok(exit_for(&report))
     })
 }
 
-/// A session's report on stdout: each check under its VM's heading and the
-/// summary, or with `json` the report's JSON with `extra`'s members after
-/// its own (`try` adds each VM's `changes`).
-pub fn print_report<X: serde::Serialize>(report: &GradeReport, json: bool, extra: Option<X>) {
+/// Grades the session as one, then prints its report on stdout: each check
+/// under its VM's heading and the summary, or with `json` the report's
+/// JSON with `extra`'s members after its own (`try` adds `changes`).
+pub async fn grade_and_print<X: serde::Serialize>(
+    session: &Session,
+    lab: &Lab,
+    guest_lab_dir: Option<&str>,
+    json: bool,
+    extra: Option<X>,
+) -> Result<GradeReport, Failure> {
+    let names: Vec<&str> = session.vms().map(|(n, _)| n).collect();
+    eprintln!("{} on VMs {}", grading_what(lab), names.join(", "));
+    let report = session
+        .grade(lab, guest_lab_dir)
+        .await
+        .map_err(session_failure)?;
     let mut out = std::io::stdout().lock();
     if json {
-        let _ = writeln!(out, "{}", report_json(report, extra));
-        return;
+        let _ = writeln!(out, "{}", report_json(&report, extra));
+        return Ok(report);
     }
     let style = Style {
         color: crate::color::stdout(),
@@ -166,5 +162,6 @@ pub fn print_report<X: serde::Serialize>(report: &GradeReport, json: bool, extra
         }
         let _ = write!(out, "{}", report::check(c, style));
     }
-    let _ = write!(out, "\n{}", report::summary(report, style));
+    let _ = write!(out, "\n{}", report::summary(&report, style));
+    Ok(report)
 }

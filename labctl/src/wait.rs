@@ -6,9 +6,9 @@
 use super::common;
 use super::exit::{Exit, Failure};
 use super::life;
-use super::progress::{print_setup_log, wait_following, wait_with_display};
+use super::progress::{print_setup_log, wait_with_display};
 use lab_agent_client::json::{json_text, outcomes_json};
-use lab_agent_client::{Client, Error, WaitOutcome};
+use lab_agent_client::{Client, WaitOutcome};
 use lab_agent_proto::lab::Lab;
 use std::io::Write;
 use std::path::PathBuf;
@@ -109,20 +109,16 @@ impl Config {
 pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
     let config = Config::from_args(args)?;
     if !args.vms.is_empty() {
-        let session = crate::session::session(&args.vms, &args.urls, &args.token_files, None)?;
+        let session =
+            crate::session::session(&args.vms, &args.urls, &args.token_files, Client::builder())?;
         return crate::session::wait(&session, config.timeout, config.json);
     }
     let rt = common::runtime()?;
     let deadline = Instant::now() + config.timeout;
     // Per VM, whether its whole setup log was shown (`--follow`): then a
     // failed setup's tail is not shown again.
-    let (outcomes, shown) = if config.follow {
-        rt.block_on(wait_following(&config.clients, deadline, config.json))
-    } else {
-        let outcomes = rt.block_on(wait_with_display(&config.clients, deadline));
-        let shown = vec![false; outcomes.len()];
-        (outcomes, shown)
-    };
+    let follow = config.follow.then_some(config.json);
+    let (outcomes, shown) = rt.block_on(wait_with_display(&config.clients, deadline, follow));
     // A reader that stops early (`| head`) is not an error.
     let _ = if config.json {
         writeln!(
@@ -131,71 +127,45 @@ pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
             json_text(&outcomes_json(&outcomes))
         )
     } else {
-        write!(std::io::stdout(), "{}", lives(&outcomes))
+        // With several VMs, each life under its URL.
+        let several = outcomes.len() > 1;
+        let ready = outcomes
+            .iter()
+            .filter_map(|o| Some((several.then(|| o.url.clone()), o.result.as_ref().ok()?)));
+        write!(std::io::stdout(), "{}", life::lives(ready))
     };
     report(outcomes, &shown, config.json)
-}
-
-/// Each ready VM's life (instance, timeline, root disk) for people, on
-/// stdout: the data a wait has to report. With several VMs, each under its
-/// URL.
-fn lives(outcomes: &[WaitOutcome]) -> String {
-    let several = outcomes.len() > 1;
-    let mut out = String::new();
-    for o in outcomes {
-        let Ok(r) = &o.result else { continue };
-        let text = life::describe(r);
-        if text.is_empty() {
-            continue;
-        }
-        if several {
-            out.push_str(&o.url);
-            out.push_str(":\n");
-        }
-        out.push_str(&text);
-    }
-    out
 }
 
 /// Prints why each VM that is not ready is not, and picks the exit status:
 /// a 401 or bad URL (2) before a failed setup (4) before the rest (3).
 /// `shown`: per VM, whether its whole setup log was printed already.
 fn report(outcomes: Vec<WaitOutcome>, shown: &[bool], json: bool) -> Result<Exit, Failure> {
-    let failures: Vec<&Error> = outcomes
-        .iter()
-        .filter_map(|o| o.result.as_ref().err())
-        .collect();
-    if failures.is_empty() {
-        return Ok(Exit::Success);
-    }
-    let worst = failures
-        .iter()
-        .map(|e| Exit::for_client_error(e))
-        .min_by_key(|e| match e {
-            Exit::Usage => 0,
-            Exit::SetupFailed => 1,
-            _ => 2,
-        })
-        .unwrap_or(Exit::Unreachable);
-    // With one VM, its error is *the* error; with several, each VM's is
-    // printed and a summary becomes the error.
-    let (total, not_ready) = (outcomes.len(), failures.len());
-    let mut last = None;
+    let total = outcomes.len();
+    let mut failures = Vec::new();
     for (o, &shown) in outcomes.into_iter().zip(shown) {
         if let Err(e) = o.result {
             if !json && !shown {
                 print_setup_log(&e);
             }
-            if let Some(f) = last.replace(Failure::client(e)) {
-                f.print();
-            }
+            failures.push(Failure::client(e));
         }
     }
-    let last = last.expect("at least one VM failed");
+    let rank = |f: &&Failure| match f.exit {
+        Exit::Usage => 0,
+        Exit::SetupFailed => 1,
+        _ => 2,
+    };
+    let Some(worst) = failures.iter().min_by_key(rank).map(|f| f.exit) else {
+        return Ok(Exit::Success);
+    };
+    // With one VM, its error is *the* error; with several, each VM's is
+    // printed and a summary becomes the error.
     if total == 1 {
-        return Err(last);
+        return Err(failures.remove(0));
     }
-    last.print();
+    failures.iter().for_each(Failure::print);
+    let not_ready = failures.len();
     Err(Failure::new(
         worst,
         format!("{not_ready} of {total} VMs are not ready"),

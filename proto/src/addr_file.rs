@@ -1,5 +1,5 @@
 //! The address file of `lab-agent serve --addr-file FILE`: with `--listen`
-//! on port 0, the agent writes the address it bound there ([`write`]:
+//! on port 0, the agent writes the address it bound there ([`fn@write`]:
 //! atomically, one line `IP:PORT`) before it serves. Whoever starts an agent on
 //! loopback (`labctl try`, the tests, the bench) starts it with
 //! [`serve_args`] and learns its port with [`wait`] (or [`read`]).

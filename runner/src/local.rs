@@ -357,7 +357,7 @@ impl LocalAgent {
         }
     }
 
-    /// SIGTERM, up to [`STOP_GRACE`] to exit, then SIGKILL to the whole
+    /// SIGTERM, up to `STOP_GRACE` to exit, then SIGKILL to the whole
     /// process group; then the temp dir goes.
     pub async fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -3,7 +3,7 @@
 //! namespaces, its hostname the VM's name, its overlay, its try dir), the
 //! VM's view of the lab ([`Lab::for_vm`]: its setup, and `LAB_VM`,
 //! `LAB_VMS` in the agent's `--env-file`), all joined by one private
-//! [`Switch`] on which each VM's name resolves to its address (an
+//! `Switch` on which each VM's name resolves to its address (an
 //! `/etc/hosts` bound into each sandbox).
 //!
 //! ```text

@@ -60,7 +60,7 @@ impl ClientBuilder {
     /// Time allowed for a response beyond what the request asks the agent
     /// to spend (a long-poll's `wait`, an exec's `timeout_secs`). Any
     /// length is taken: one too long to add to the clock (`Duration::MAX`)
-    /// means no limit of the client's own (see [`deadline_after`]).
+    /// means no limit of the client's own (see `deadline_after`).
     pub fn request_timeout(mut self, t: Duration) -> Self {
         self.request_timeout = t;
         self

@@ -9,9 +9,9 @@ use super::Config;
 use super::test::print_self_test;
 use crate::common::human_duration;
 use crate::exit::{Exit, Failure};
-use crate::grading::{Rule, exit_for, grade_and_print_with, grading_what};
+use crate::grading::{Rule, exit_for, grade_and_print};
 use crate::progress::{print_setup_log, wait_session};
-use crate::session::{print_report, session_failure};
+use crate::session::{grade_and_print as grade_session, session_failure};
 use lab_agent_client::{CheckStatus, GradeReport, SessionError};
 use lab_runner::selftest::{self, VmAgent};
 use lab_runner::trial::Tried;
@@ -107,20 +107,23 @@ pub(super) async fn flow(
             .map_err(fail)?;
         return Ok(print_self_test(config, &test));
     }
-    // What each setup changed (before the checks run).
+    // What each setup changed (before the checks run). A session's lines
+    // name their VM.
+    let on = |vm: &str, text: &str| match one {
+        true => text.to_owned(),
+        false => format!("{vm}: {text}"),
+    };
     let mut changes: BTreeMap<String, Changes> = BTreeMap::new();
     for (vm, c) in tried.changes() {
         match c {
             Ok(c) => drop(changes.insert(vm, c)),
-            Err(e) => {
-                let on = if one {
-                    String::new()
-                } else {
-                    format!("VM `{vm}`: ")
-                };
-                let text = Failure::from(e).render(false);
-                eprintln!("warning: {on}{}", text.trim_end());
-            }
+            Err(e) => eprintln!(
+                "warning: {}",
+                on(
+                    &format!("VM `{vm}`"),
+                    Failure::from(e).render(false).trim_end()
+                )
+            ),
         }
     }
     // `--json`: the report's members, then `changes` (a session's by VM).
@@ -135,7 +138,7 @@ pub(super) async fn flow(
         // Waited above, and `--keep-going` grades a failed setup: this flow
         // keeps its own rule.
         let json = config.json;
-        grade_and_print_with(
+        grade_and_print(
             client,
             &config.lab,
             lab_dir(vm),
@@ -145,17 +148,11 @@ pub(super) async fn flow(
         )
         .await?
     } else {
-        eprintln!("{} on VMs {}", grading_what(&config.lab), names.join(", "));
-        let report = session.grade(&config.lab, None).await.map_err(fail)?;
-        print_report(&report, config.json, extra);
-        report
+        grade_session(&session, &config.lab, None, config.json, extra).await?
     };
     if !config.json {
         for (vm, c) in &changes {
-            match one {
-                true => println!("{}", c.summary()),
-                false => println!("{vm}: {}", c.summary()),
-            }
+            println!("{}", on(vm, &c.summary()));
             if config.list_changes {
                 print!("{}", c.listing());
             }

@@ -1,19 +1,14 @@
 //! `labctl try LAB_DIR`: a lab author's whole loop on one machine. Stand
-//! up an agent with the lab, wait for its setup (with progress), grade the
-//! checks, print the report, tear everything down — also on Ctrl-C and on
-//! errors.
+//! up the lab (an agent in a sandbox, on the machine or in a qemu VM; for
+//! a session one per VM), wait for its setup with progress, grade, print
+//! the report, tear everything down — also on Ctrl-C and on errors. The
+//! lab is linted first, as `labctl lint` does. `labctl test` ([`mod@test`]) is
+//! the same with the runner's self-test where `try` grades once.
 //!
-//! Before anything starts, the lab is linted ([`crate::findings`], as `labctl
-//! lint` does) and, for a local try, the user must be root: setup and checks
-//! run as root (and as other users) on this machine.
-//!
-//! `labctl test` ([`test`]) is the same flow on the same targets, with the
-//! runner's self-test (`lab_runner::selftest`) where `try` grades once.
-//!
-//! Where the agent runs, how it starts and stops, and the checks on the
-//! flags are the runner's ([`lab_runner::trial`]); this module is the
-//! flow on its [`Target`] (wait with progress, grade, print) and what
-//! `--keep` prints. A lab of several VMs: [`session`].
+//! Where and how the lab runs, and the checks on the flags, are the
+//! runner's ([`lab_runner::trial`]); `flow.rs` waits and grades; this file
+//! is the flags, the run (start, watch, keep or stop) and what `--keep`
+//! prints.
 
 mod flow;
 mod kept;
@@ -211,12 +206,7 @@ fn run_config(config: Config) -> Result<Exit, Failure> {
 
 /// `--keep`: say how to reach the agent, for the author to poke at it.
 fn keep_running(config: &Config, agent: &lab_runner::LocalAgent) {
-    let labctl = labctl_name();
-    let conn = format!(
-        "--url {} --token-file {}",
-        agent.url(),
-        agent.token_file().display()
-    );
+    let (labctl, conn) = (labctl_name(), conn(agent.url(), &agent.token_file()));
     eprintln!(
         "\nthe agent keeps running; press Ctrl-C to stop it and clean up. Meanwhile, e.g.:\n  \
          {labctl} exec {conn} [--user USER] -- COMMAND\n  \
@@ -234,13 +224,16 @@ fn labctl_name() -> String {
         .unwrap_or_else(|| "labctl".to_owned())
 }
 
+/// `--url URL --token-file FILE`: how a printed command reaches an agent.
+fn conn(url: &str, token_file: &std::path::Path) -> String {
+    format!("--url {url} --token-file {}", token_file.display())
+}
+
 /// The failure a signal means (`target`: what the cleanup stopped).
 fn interrupted(target: &str, i: Interrupted) -> Failure {
-    Failure::new(
-        Exit::Interrupted(i.code),
-        format!(
-            "interrupted by {}: stopped {target} and removed its files",
-            i.signal
-        ),
-    )
+    let what = format!(
+        "interrupted by {}: stopped {target} and removed its files",
+        i.signal
+    );
+    Failure::new(Exit::Interrupted(i.code), what)
 }

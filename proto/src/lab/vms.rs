@@ -179,7 +179,7 @@ fn listed(names: &[&str]) -> String {
 }
 
 /// Why a lab cannot be rendered for the VM (and parameters) asked for; see
-/// [`Lab::for_vm`]. Each says what to pass instead.
+/// `Lab::for_vm`. Each says what to pass instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VmError {
     #[error("lab `{lab}` has several VMs ({}): say which one this payload is for with `--vm NAME`", .vms.join(", "))]

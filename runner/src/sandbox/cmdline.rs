@@ -33,7 +33,7 @@ pub fn run_keeper_if_asked() {
     }
 }
 
-/// The keeper's command line: [`keeper_command`] writes it, [`KeeperArgs::parse`]
+/// The keeper's command line: `keeper_command` writes it, [`KeeperArgs::parse`]
 /// reads it back.
 #[derive(Debug)]
 pub struct KeeperArgs {
@@ -54,7 +54,7 @@ pub struct KeeperArgs {
 pub struct VmOptions {
     /// The sandbox's hostname (its UTS namespace's): the VM's name.
     pub hostname: Option<String>,
-    /// Bind the try dir's [`HOSTS_FILE`] on `/etc/hosts` inside: the
+    /// Bind the try dir's `HOSTS_FILE` on `/etc/hosts` inside: the
     /// session's names, written beside the token, never into the overlay
     /// (so it is not one of the lab's changes).
     pub hosts: bool,
@@ -114,7 +114,7 @@ pub(crate) fn keeper_command(
 }
 
 impl KeeperArgs {
-    /// The arguments after [`KEEPER_VERB`], as [`keeper_command`] writes them.
+    /// The arguments after [`KEEPER_VERB`], as `keeper_command` writes them.
     pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<KeeperArgs, String> {
         let mut args = args.into_iter();
         let (mut dir, mut agent, mut vm) = (None, None, VmOptions::default());

@@ -41,7 +41,7 @@
 //! `DIR/lab-agent`, whatever file system it lives on.
 //!
 //! The network namespace has only loopback, up. `labctl` reaches the agent
-//! through [`NetnsDialer`]: a socket is created on a thread that joined the
+//! through `NetnsDialer`: a socket is created on a thread that joined the
 //! namespace, and a socket keeps the namespace it was created in.
 
 use nix::libc;

@@ -184,6 +184,32 @@ fn no_source_file_is_over_800_lines() {
     );
 }
 
+/// `labctl` is the command line: arguments, output and exit codes, within
+/// 3,000 lines (`labctl/src`, all of it). Running a lab is the runner's,
+/// talking to agents the client's: what grows past the budget belongs
+/// there, or says the budget should be argued anew.
+#[test]
+fn labctl_is_the_cli_within_3000_lines() {
+    const BUDGET: usize = 3000;
+    let mut stack = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../labctl/src")];
+    let mut lines = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                lines += std::fs::read_to_string(&path).unwrap().lines().count();
+            }
+        }
+    }
+    assert!(
+        lines <= BUDGET,
+        "labctl/src is {lines} lines, over its {BUDGET}: move what is not arguments, output or \
+         exit codes to the runner (`runner/`) or the client (`backend-client/`)"
+    );
+}
+
 /// The agent's layers point one way: what runs commands (`process/`) and
 /// what decides readiness (`readiness/`) know nothing of HTTP (`http/`) or
 /// the endpoints (`api/`), so either can be driven without a server

@@ -210,6 +210,74 @@ fn labctl_is_the_cli_within_3000_lines() {
     );
 }
 
+/// No `labctl` verb imports another: what two verbs share has a module
+/// named after what it does (`grading`, `progress`, `session`, …), so a
+/// verb reads alone. `lib.rs`, the table of verbs, is no verb.
+#[test]
+fn no_labctl_verb_imports_another() {
+    const VERBS: [&str; 7] = ["wait", "exec", "grade", "lint", "secret", "timeline", "try"];
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../labctl/src");
+    let mut wrong = Vec::new();
+    for verb in VERBS {
+        let (file, dir) = (src.join(format!("{verb}.rs")), src.join(verb));
+        // A verb's own files: `super::` is the crate's root only from its top file.
+        let mut files = vec![(file, true)];
+        let mut stack = vec![dir];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten() {
+                let path = entry.unwrap().path();
+                match path.is_dir() {
+                    true => stack.push(path),
+                    false => files.push((path, false)),
+                }
+            }
+        }
+        for (path, top) in files.into_iter().filter(|(p, _)| p.is_file()) {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let roots: &[&str] = if top {
+                &["crate::", "super::"]
+            } else {
+                &["crate::"]
+            };
+            for used in roots.iter().flat_map(|root| modules_after(&text, root)) {
+                let used = used.trim_start_matches("r#");
+                if used != verb && VERBS.contains(&used) {
+                    wrong.push(format!("{}: uses `{used}`", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a verb imports another:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The first names of the paths after each `root` in `text`: `a` of
+/// `root a::b`, and `a`, `b` of `root {a::x, b}`.
+fn modules_after(text: &str, root: &str) -> Vec<String> {
+    let ident = |s: &str| {
+        let s = s.trim_start();
+        let end = s
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '#'))
+            .unwrap_or(s.len());
+        s[..end].to_owned()
+    };
+    let mut found = Vec::new();
+    for (i, _) in text.match_indices(root) {
+        let rest = &text[i + root.len()..];
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                found.extend(group.split(',').map(ident));
+            }
+            None => found.push(ident(rest)),
+        }
+    }
+    found
+}
+
 /// The agent's layers point one way: what runs commands (`process/`) and
 /// what decides readiness (`readiness/`) know nothing of HTTP (`http/`) or
 /// the endpoints (`api/`), so either can be driven without a server

@@ -118,7 +118,7 @@ Flags:
   -h, --help         Print this help
 ";
 
-/// Parses `lab-agent`'s arguments (without argv[0]).
+/// Parses `lab-agent`'s arguments (without `argv[0]`).
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, UsageError> {
     let mut args = Args::new(args);
     let main_usage = "lab-agent --help";

@@ -33,7 +33,7 @@ pub struct ServeConfig {
     pub env_file: PathBuf,
     pub max_execs: usize,
     pub shutdown_grace: Duration,
-    /// Bytes of command output held at once (see [`crate::http::budget`]).
+    /// Bytes of command output held at once (see `crate::http::budget`).
     pub output_budget: u64,
     pub cgroup: crate::process::cgroup::Mode,
     /// `pids.max` per exec cgroup (where no cgroup enforces it,

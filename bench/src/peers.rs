@@ -256,7 +256,7 @@ impl Sshd {
         c
     }
 
-    /// A multiplexing master connection; clients pass its socket to [`ssh`].
+    /// A multiplexing master connection; clients pass its socket to `ssh`.
     pub fn start_master(&self) -> io::Result<(Proc, PathBuf)> {
         let sock = self.dir.join("mux.sock");
         let mut cmd = Command::new("ssh");

@@ -10,7 +10,7 @@
 //!   rules its inputs keep ([`PayloadSpec::check`]).
 //! - [`payload`]: spec → user-data ([`render_user_data`]): checks the spec
 //!   and puts the parts together.
-//! - [`unit`]: the agent's systemd unit as the guest gets it, and the serial
+//! - [`mod@unit`]: the agent's systemd unit as the guest gets it, and the serial
 //!   autologin drop-in.
 //! - [`cloud_config`]: the `#cloud-config` part: `bootcmd`, `write_files`
 //!   (token, unit, serial autologin), `runcmd`. Fixed size.

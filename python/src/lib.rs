@@ -9,15 +9,15 @@
 //! (`lab_agent/_*.py`) turn them into typed objects.
 //!
 //! # Layout
-//! - [`client`] — `Client`, blocking methods (GIL released while waiting)
+//! - `client.rs` — `Client`, blocking methods (GIL released while waiting)
 //!   and `a*` methods returning asyncio awaitables; `wait_all`.
-//! - [`error`] — the exception hierarchy and the one mapping from
+//! - `error.rs` — the exception hierarchy and the one mapping from
 //!   `lab_agent_client::Error` to it.
-//! - [`lab`] — `Lab.load`.
-//! - [`render`] — `render_secret`.
-//! - [`stream`] — `ExecStream`, a streamed exec read event by event
+//! - `lab.rs` — `Lab.load`.
+//! - `render.rs` — `render_secret`.
+//! - `stream.rs` — `ExecStream`, a streamed exec read event by event
 //!   (blocking or asyncio); dropping or closing it ends the request.
-//! - [`tasks`] — asyncio futures resolved from the runtime, blocking
+//! - `tasks.rs` — asyncio futures resolved from the runtime, blocking
 //!   waits Ctrl-C interrupts, and the exit hook that keeps the runtime's
 //!   threads away from a finalising interpreter.
 

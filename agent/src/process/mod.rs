@@ -178,11 +178,11 @@ impl SpawnError {
 /// The commands still running (their sessions, and cgroups where they have
 /// one), so a shutting-down agent can kill what is left after its grace
 /// period; and the one owner of their cgroups' lifecycle: taken for a
-/// command in [`spawn`], discarded when the spawn fails in it, released
-/// when its [`Job`] ends (which rings [`Jobs::ended`] for the housekeeping
+/// command in `spawn`, discarded when the spawn fails in it, released
+/// when its `Job` ends (which rings [`Jobs::ended`] for the housekeeping
 /// that sweeps and refills the pool, [`Jobs::housekeep`]), and killed
-/// through [`crate::process::cgroup::kill`]. Nothing else calls the pool
-/// ([`Cgroups`]); `exec.rs` sees only the [`Job`].
+/// through `crate::process::cgroup::kill`. Nothing else calls the pool
+/// (`Cgroups`); `exec.rs` sees only the `Job`.
 #[derive(Debug, Clone, Default)]
 pub struct Jobs {
     /// A handful at most (`--max-execs`).

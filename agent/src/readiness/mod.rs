@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How stale a cached answer may be. Long-polls re-check every
-/// [`POLL_INTERVAL`]; together they keep detection well under 100 ms.
+/// `POLL_INTERVAL`; together they keep detection well under 100 ms.
 pub const CACHE_TTL: Duration = Duration::from_millis(20);
 pub const POLL_INTERVAL: Duration = Duration::from_millis(40);
 /// How much of the end of `setup.log` a response carries.

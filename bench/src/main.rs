@@ -674,7 +674,7 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-/// Whether `bin serve --help` lists `--cgroup` (agents since issue #12).
+/// Whether `bin serve --help` lists `--cgroup` (agents since containment).
 fn knows_cgroup_flag(bin: &std::path::Path) -> bool {
     std::process::Command::new(bin)
         .args(["serve", "--help"])

@@ -1,5 +1,5 @@
 //! The report: the tables of BENCHMARKS.md from what [`crate::run`]
-//! measured, and the targets table (SPEC §7) with each verdict.
+//! measured, and the targets table with each verdict.
 
 use crate::children::User;
 use crate::stats::{Summary, ms};
@@ -255,7 +255,7 @@ fn targets(
     }
     if let Some(s) = sizes {
         t.push((
-            // SPEC §7, as packaging/build-agent.sh enforces it.
+            // The size target, as packaging/build-agent.sh enforces it.
             "binary < 1,000,000 bytes".into(),
             format!("{} bytes", s.binary),
             s.binary < 1_000_000,

@@ -36,7 +36,7 @@ const READY_WITHIN: Duration = Duration::from_secs(1);
 /// The VM's RAM: the hog must go past it.
 const MEMORY_MIB: u32 = 1024;
 /// How much the agent's peak RSS may grow over a run of runaways: the
-/// 8 MiB SPEC §7 allows over the agent's own needs with hostile clients
+/// 8 MiB the memory target allows over the agent's own needs with hostile clients
 /// (these commands' answers are a few KiB each).
 const AGENT_MEMORY_SLACK_KIB: u64 = 8 * 1024;
 /// Execs of `true` per configuration and round in [`limits_cost`].
@@ -332,7 +332,7 @@ fn runaways_cost_their_check_not_the_vm(guest: GuestOs) {
     peaks.stop(&conn);
     // The agent outlived every runaway (never OOM-killed nor restarted),
     // and its memory did not grow with them: its peak RSS over the whole
-    // run stays within the slack SPEC §7 gives it over its own idle.
+    // run stays within the slack the memory target gives it over its own idle.
     let after = agent_memory(&conn);
     assert_eq!(
         after.pid, agent.pid,

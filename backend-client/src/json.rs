@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 /// A grade report as pretty JSON: its members in its fields' order (the
-/// SPEC's, and the Python package's `to_json()`, which must equal it), then
+/// contract's, and the Python package's `to_json()`, which must equal it), then
 /// `extra`'s (a struct's fields: `labctl try` adds its `changes`).
 /// Serialized from the types, not through a [`Value`], whose objects sort
 /// their keys.

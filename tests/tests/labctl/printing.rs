@@ -240,7 +240,7 @@ mod life {
         assert_eq!(secs(Some(f64::NAN)), "-");
     }
 
-    /// The SPEC's example, a stage not finished, and the guest's strings
+    /// The contract's example, a stage not finished, and the guest's strings
     /// escaped.
     #[test]
     fn the_spec_example() {

@@ -97,6 +97,9 @@ class Lab:
 class Rendered:
     text: str
     user_data: str
+    user_data_bytes: bytes
+    agent_from: str
+    agent_sha256: str
     token: str
     token_generated: bool
     agent_path: str
@@ -172,6 +175,7 @@ def render_secret(
     arch: Optional[str] = None,
     vm: Optional[str] = None,
     params: Optional[Dict[str, str]] = None,
+    agent_from: str = "embedded",
 ) -> Rendered: ...
 def session_wait_ready(
     names: List[str], clients: List[Client], timeout: float

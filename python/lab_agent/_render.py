@@ -16,8 +16,12 @@ from ._native import Lab
 @dataclass(frozen=True)
 class Rendered:
     """A lab's payload: ``text`` is the Secret manifest ``labctl secret``
-    prints; ``user_data`` what it carries; ``token`` the agent's token;
-    ``budget`` the byte budget (``labctl secret --json``'s ``budget``)."""
+    prints; ``user_data`` the user-data as text (the MIME message
+    cloud-init splits) and ``user_data_bytes`` exactly what the Secret
+    carries (the same bytes, or them gzip'd with ``agent_from="disk"``);
+    ``token`` the agent's token; ``budget`` the byte budget (``labctl
+    secret --json``'s ``budget``); ``agent_sha256`` the agent's SHA-256,
+    which a ``"disk"`` payload pins."""
 
     text: str
     user_data: str
@@ -28,6 +32,10 @@ class Rendered:
     arch: str = "amd64"
     #: The VM of a lab with ``[[vms]]`` this payload is for; else None.
     vm: Optional[str] = None
+    user_data_bytes: bytes = b""
+    #: ``"embedded"`` or ``"disk"``.
+    agent_from: str = "embedded"
+    agent_sha256: str = ""
 
 
 
@@ -42,6 +50,7 @@ def render_secret(
     arch: Optional[str] = None,
     vm: Optional[str] = None,
     params: Optional[Mapping[str, str]] = None,
+    agent_from: str = "embedded",
 ) -> Rendered:
     """Renders ``lab``'s payload into a Kubernetes Secret, exactly as
     ``labctl secret LAB --name NAME [--namespace NS] [--label K=V]...
@@ -59,6 +68,13 @@ def render_secret(
     checks. ``params`` become ``LAB_PARAM_<KEY>`` for them (keys: letters,
     digits, ``_``; values any text), as ``--vm NAME --param KEY=VALUE``.
     Either wrong is a ``ValueError``.
+
+    ``agent_from="disk"`` (``labctl secret --agent-from disk``) leaves the
+    agent out: the payload pins the SHA-256 of ``agent_path``'s agent, and
+    the VM takes it from the agent's disk (``labctl agent-disk``, attached
+    once per cluster as a containerDisk with ``serial: lab-agent`` or a
+    ConfigMap volume with ``volumeLabel: LAB-AGENT``); the user-data is
+    gzip'd, a few KiB. ``"embedded"`` (the default) carries the agent.
     Raises :class:`RenderError` (agent, names, token, over 1 MiB) or
     :class:`LabError`."""
     r = _native.render_secret(
@@ -72,6 +88,7 @@ def render_secret(
         arch=arch,
         vm=vm,
         params=None if params is None else dict(params),
+        agent_from=agent_from,
     )
     return Rendered(
         text=r.text,
@@ -82,4 +99,7 @@ def render_secret(
         budget=json.loads(r.budget_json),
         arch=r.arch,
         vm=r.vm,
+        user_data_bytes=r.user_data_bytes,
+        agent_from=r.agent_from,
+        agent_sha256=r.agent_sha256,
     )

@@ -7,9 +7,10 @@ use crate::error::{RenderError, plain};
 use crate::lab::Lab;
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::lab_payload::{self, BudgetReport, RenderOptions};
-use lab_agent_cloudinit::{Arch, Format, SecretMeta};
+use lab_agent_cloudinit::{AgentFrom, Arch, Format, SecretMeta};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -20,8 +21,15 @@ use std::path::PathBuf;
 pub struct Rendered {
     /// The Secret manifest (YAML or JSON).
     text: String,
-    /// The raw cloud-init user-data the Secret carries.
+    /// The cloud-init user-data as text: the MIME message cloud-init splits.
     user_data: String,
+    /// Exactly what the Secret's `userdata` holds: `user_data`'s bytes, or
+    /// them gzip'd with `agent_from="disk"`.
+    user_data_bytes: Py<PyBytes>,
+    /// `"embedded"` or `"disk"`.
+    agent_from: &'static str,
+    /// The SHA-256 of the agent (what a `"disk"` payload pins).
+    agent_sha256: String,
     /// The token the agent will require (generated unless one was given).
     token: String,
     /// Whether `token` was generated here.
@@ -41,7 +49,7 @@ fn render_error(py: Python<'_>, message: String, hint: Option<String>) -> PyErr 
 }
 
 #[pyfunction]
-#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml", arch=None, vm=None, params=None))]
+#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml", arch=None, vm=None, params=None, agent_from="embedded"))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
 pub fn render_secret(
     py: Python<'_>,
@@ -55,7 +63,11 @@ pub fn render_secret(
     arch: Option<&str>,
     vm: Option<&str>,
     params: Option<BTreeMap<String, String>>,
+    agent_from: &str,
 ) -> PyResult<Rendered> {
+    let agent_from = agent_from
+        .parse::<AgentFrom>()
+        .map_err(|e| plain(py, PyValueError::new_err(e), None))?;
     // As `labctl secret --vm --param`: the VM's setup and variables; the
     // model says what is wrong with either.
     let for_vm = lab
@@ -105,6 +117,7 @@ pub fn render_secret(
         meta,
         format,
         serial_autologin: true,
+        agent_from,
     };
     let lab = &for_vm;
     let rendered = py
@@ -114,7 +127,10 @@ pub fn render_secret(
     Ok(Rendered {
         text: rendered.manifest,
         budget_json: serde_json::to_string(&budget).expect("a budget serializes"),
+        user_data_bytes: PyBytes::new(py, rendered.user_data.as_bytes()).unbind(),
         user_data: rendered.user_data.into_string(),
+        agent_from: agent_from.name(),
+        agent_sha256: lab_agent_cloudinit::AgentPin::of(&agent.bytes).sha256,
         token,
         token_generated,
         agent_path: agent.path,

@@ -149,6 +149,8 @@ fn budget(lab: &Lab, agent: Option<&Path>, found: &mut Findings) {
         },
         format: Format::Yaml,
         serial_autologin: true,
+        // The larger payload: a lab that fits with the agent fits without.
+        agent_from: Default::default(),
     };
     match payload::render(lab, &agent, &token, &opts) {
         Ok(rendered) => found.notes.push(format!(

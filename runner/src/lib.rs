@@ -43,6 +43,9 @@
 //!   and [`vm`].
 //! - [`secret`]: the work behind `labctl secret` ([`secret::SecretJob`]):
 //!   the token read or made, the payload rendered, the files written.
+//! - [`agent_disk`]: the work behind `labctl agent-disk`
+//!   ([`agent_disk::AgentDiskJob`]): the agents found, the disk's
+//!   artefacts written.
 //! - [`selftest`]: `labctl test`'s phases on a ready agent (grade, solve,
 //!   grade, grade in reverse), the rules each check must keep, and its
 //!   report.
@@ -56,6 +59,7 @@
 //!   process that started it unless the caller keeps it (`--keep`).
 //! - Messages go to stderr; stdout is the front end's.
 
+pub mod agent_disk;
 pub mod changes;
 mod error;
 pub mod inspect;

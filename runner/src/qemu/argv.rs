@@ -93,6 +93,9 @@ pub struct MachineSpec {
     pub extra_qemu_args: Vec<String>,
     /// A second NIC on a session's private network (a VM of a session).
     pub lan: Option<LanNic>,
+    /// Read-only raw disks after the overlay and the seed (`/dev/vdc`, …):
+    /// the agent's disk of `--agent-from disk`.
+    pub disks: Vec<ExtraDisk>,
     /// Files the NoCloud seed holds beside `user-data` and `meta-data`
     /// (name, content): a session's `network-config` and `vendor-data`.
     pub seed_extra: Vec<(String, Vec<u8>)>,
@@ -116,10 +119,20 @@ impl MachineSpec {
             extra_append: String::new(),
             extra_qemu_args: Vec::new(),
             lan: None,
+            disks: Vec::new(),
             seed_extra: Vec::new(),
             detached: false,
         }
     }
+}
+
+/// A read-only raw disk, as KubeVirt attaches a volume: on virtio, with
+/// the `serial` its `disks:` entry names (the guest's
+/// `/dev/disk/by-id/virtio-SERIAL`), or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraDisk {
+    pub path: PathBuf,
+    pub serial: Option<String>,
 }
 
 /// The files of one machine, all in its run dir.
@@ -207,6 +220,19 @@ pub fn qemu_args(spec: &MachineSpec, paths: &RunPaths, port: u16) -> Vec<OsStrin
         &drive_arg(&paths.overlay, "qcow2", "cache=unsafe"),
     ]);
     a.push(["-drive", &drive_arg(&paths.seed, "raw", "readonly=on")]);
+    for (i, disk) in spec.disks.iter().enumerate() {
+        // -device rather than if=virtio: only a device takes a serial.
+        let file = disk.path.display().to_string().replace(',', ",,");
+        a.push([
+            "-drive",
+            &format!("file={file},if=none,id=disk{i},format=raw,readonly=on"),
+        ]);
+        let mut device = format!("virtio-blk-pci,drive=disk{i}");
+        if let Some(serial) = &disk.serial {
+            device.push_str(&format!(",serial={}", serial.replace(',', ",,")));
+        }
+        a.push(["-device", &device]);
+    }
     a.push([
         "-netdev",
         &format!("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT}"),
@@ -426,6 +452,41 @@ mod tests {
         assert_eq!(
             values(&args, "-device"),
             ["virtio-net-pci,netdev=net0,romfile=", "virtio-rng-pci"]
+        );
+    }
+
+    #[test]
+    fn an_agent_disk_is_read_only_virtio_with_its_serial() {
+        let mut spec = MachineSpec::new(
+            "d",
+            Guest::Disk {
+                image: "/i.raw".into(),
+            },
+        );
+        spec.disks = vec![
+            ExtraDisk {
+                path: "/run/d/lab-agent.img".into(),
+                serial: Some("lab-agent".into()),
+            },
+            ExtraDisk {
+                path: "/run/d/a,b.iso".into(),
+                serial: None,
+            },
+        ];
+        let args = strings(&qemu_args(&spec, &paths(), 1));
+        assert_eq!(
+            &values(&args, "-drive")[2..],
+            [
+                "file=/run/d/lab-agent.img,if=none,id=disk0,format=raw,readonly=on",
+                "file=/run/d/a,,b.iso,if=none,id=disk1,format=raw,readonly=on"
+            ]
+        );
+        assert_eq!(
+            &values(&args, "-device")[..2],
+            [
+                "virtio-blk-pci,drive=disk0,serial=lab-agent",
+                "virtio-blk-pci,drive=disk1"
+            ]
         );
     }
 

@@ -349,6 +349,7 @@ mod tests {
             accel: crate::qemu::AccelMode::Auto,
             accel_set_by: None,
             boot_silence: Duration::from_secs(1),
+            agent_disk: None,
         };
         let err =
             VmSession::start(&lab, Path::new("/nonexistent"), &vm, false, &|| false).unwrap_err();

@@ -2,16 +2,19 @@
 //! dir, qemu started under the accelerator the config allows, and the
 //! watches that end a wait early (qemu exited, a console gone silent).
 
-use super::VmConfig;
+use super::{AgentDiskKind, VmConfig};
 use crate::Error;
 use crate::payload::{self, PayloadError, RenderOptions, write_private};
 use crate::qemu::accel::{self, Hooks};
 use crate::qemu::lan::LanNic;
 use crate::qemu::machine::make_run_dir;
-use crate::qemu::{self, AccelMode, ConsoleMark, Machine, MachineSpec, QemuError, console, seed};
+use crate::qemu::{
+    self, AccelMode, ConsoleMark, ExtraDisk, Machine, MachineSpec, QemuError, console, seed,
+};
 use lab_agent_client::{Client, ClientBuilder, Progress};
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
-use lab_agent_cloudinit::{Arch, Format, SecretMeta};
+use lab_agent_cloudinit::agent_disk::{self, AgentDisk};
+use lab_agent_cloudinit::{AgentFrom, Arch, Format, SecretMeta};
 use lab_agent_proto::lab::Lab;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -92,12 +95,14 @@ impl VmTarget {
         };
 
         // The payload exactly as `labctl secret` renders it for a Secret.
-        let user_data = target.render(lab, agent, arch).map_err(|e| {
-            let hint = e.hint();
-            Error::usage("failed to render the lab's payload")
-                .with_source(e)
-                .hints(hint)
-        })?;
+        let user_data = target
+            .render(lab, agent, arch, vm.agent_disk)
+            .map_err(|e| {
+                let hint = e.hint();
+                Error::usage("failed to render the lab's payload")
+                    .with_source(e)
+                    .hints(hint)
+            })?;
 
         // A session's VM is named after the VM: qemu's `-name`, the
         // guest's hostname (how the other VMs know it) and its instance.
@@ -111,6 +116,12 @@ impl VmTarget {
         spec.cpus = vm.cpus;
         spec.disk_gib = vm.disk_gib;
         spec.detached = keep;
+        if let Some(kind) = vm.agent_disk {
+            spec.disks.push(ExtraDisk {
+                path: target.dir.join(agent_disk::IMAGE_FILE),
+                serial: kind.serial().map(str::to_owned),
+            });
+        }
         let hostname = seed::hostname(member.as_ref().map_or(&lab.name, |m| &m.name));
         if let Some(m) = member {
             spec.lan = Some(m.lan);
@@ -164,9 +175,25 @@ impl VmTarget {
 
     /// Renders the lab's payload with a fresh token and writes it to the
     /// run dir as `labctl secret` would (token, user-data, secret.yaml, all
-    /// 0600); returns the user-data for the seed.
-    fn render(&mut self, lab: &Lab, agent: &Path, arch: Arch) -> Result<Vec<u8>, PayloadError> {
+    /// 0600); returns the user-data for the seed. With `agent_disk`, the
+    /// payload pins the agent (`--agent-from disk`) and the agent's disk is
+    /// written beside it, as `labctl agent-disk` makes it.
+    fn render(
+        &mut self,
+        lab: &Lab,
+        agent: &Path,
+        arch: Arch,
+        agent_disk: Option<AgentDiskKind>,
+    ) -> Result<Vec<u8>, PayloadError> {
         let agent = agent_bin::load(Some(agent), Linkage::Static(arch))?;
+        if agent_disk.is_some() {
+            let disk = AgentDisk::new([(arch, agent.bytes.clone())])?;
+            write_private(
+                &self.dir.join(agent_disk::IMAGE_FILE),
+                &disk.image(),
+                "the agent's disk",
+            )?;
+        }
         let token = lab_agent_cloudinit::token::generate().map_err(PayloadError::Random)?;
         let opts = RenderOptions {
             arch,
@@ -178,6 +205,11 @@ impl VmTarget {
             },
             format: Format::Yaml,
             serial_autologin: true,
+            agent_from: if agent_disk.is_some() {
+                AgentFrom::Disk
+            } else {
+                AgentFrom::Embedded
+            },
         };
         let rendered = payload::render_logged(lab, &agent, &token, &opts, &mut std::io::stderr())?;
         write_private(

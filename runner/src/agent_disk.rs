@@ -195,8 +195,9 @@ fn next_steps(dir: &Path, configmap: &str) -> String {
         "next, once per cluster (then `labctl secret --agent-from disk` for each VM):\n\
          \x20 skopeo copy oci-archive:{dir}/{CONTAINERDISK_FILE} docker://REGISTRY/lab-agent:TAG\n\
          \x20   (the VM: a containerDisk volume of that image, its disk with `serial: {serial}`)\n\
-         \x20 or: kubectl apply -n NAMESPACE -f {dir}/{CONFIGMAP_FILE}\n\
-         \x20   (the VM: a configMap volume `{configmap}` with `volumeLabel: {label}`)\n",
+         \x20 or: kubectl create -n NAMESPACE -f {dir}/{CONFIGMAP_FILE}\n\
+         \x20   (not `apply`: its last-applied annotation would copy the agents past the 256 KiB \
+         annotations allow; the VM: a configMap volume `{configmap}` with `volumeLabel: {label}`)\n",
         serial = agent_disk::SERIAL,
         label = agent_disk::LABEL,
     )

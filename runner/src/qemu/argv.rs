@@ -227,7 +227,11 @@ pub fn qemu_args(spec: &MachineSpec, paths: &RunPaths, port: u16) -> Vec<OsStrin
             "-drive",
             &format!("file={file},if=none,id=disk{i},format=raw,readonly=on"),
         ]);
-        let mut device = format!("virtio-blk-pci,drive=disk{i}");
+        // The last PCI slots, in order: the kernel names virtio disks in
+        // PCI order, and the root disk must stay `/dev/vda` (`root=` of a
+        // kernel boot, a disk image's GRUB) and the seed `/dev/vdb`.
+        let slot = 0x1f - i;
+        let mut device = format!("virtio-blk-pci,drive=disk{i},addr={slot:#x}");
         if let Some(serial) = &disk.serial {
             device.push_str(&format!(",serial={}", serial.replace(',', ",,")));
         }
@@ -484,8 +488,8 @@ mod tests {
         assert_eq!(
             &values(&args, "-device")[..2],
             [
-                "virtio-blk-pci,drive=disk0,serial=lab-agent",
-                "virtio-blk-pci,drive=disk1"
+                "virtio-blk-pci,drive=disk0,addr=0x1f,serial=lab-agent",
+                "virtio-blk-pci,drive=disk1,addr=0x1e"
             ]
         );
     }

@@ -141,7 +141,10 @@ impl VmSession {
         let mut watches: Vec<Silence> = self.vms.iter().map(|(_, t)| t.silence()).collect();
         loop {
             for ((name, target), silence) in self.vms.iter().zip(&mut watches) {
-                if let Some(e) = target.silence_error(silence, limit) {
+                if let Some(e) = target
+                    .install_error()
+                    .or_else(|| target.silence_error(silence, limit))
+                {
                     return (name.clone(), e.on_vm(name));
                 }
             }

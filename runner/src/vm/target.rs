@@ -276,19 +276,43 @@ impl VmTarget {
     /// Resolves, with an error, when the serial console has printed
     /// nothing for `limit` and the agent has never answered: a guest that
     /// does not boot (whatever the accelerator) ends here, not at the
-    /// boot allowance. Pending for good once the agent has answered (the
-    /// setup's own timeout then bounds the wait).
+    /// boot allowance; so does one whose payload said on the console that
+    /// it could not install the agent ([`VmTarget::install_error`]).
+    /// Pending for good once the agent has answered (the setup's own
+    /// timeout then bounds the wait).
     pub async fn silent_console(&self, limit: Duration) -> Error {
         let mut silence = self.silence();
         loop {
             if self.first_answer.get().is_some() {
                 return std::future::pending().await;
             }
-            if let Some(e) = self.silence_error(&mut silence, limit) {
+            if let Some(e) = self
+                .install_error()
+                .or_else(|| self.silence_error(&mut silence, limit))
+            {
                 return e;
             }
             tokio::time::sleep(WATCH_POLL).await;
         }
+    }
+
+    /// The installer's own line on the console when it could not install
+    /// the agent (no agent disk, another agent on it, another machine…):
+    /// with no agent in the VM nothing would ever answer, so the wait ends
+    /// with that line (escaped: the guest wrote it), not at the allowance.
+    pub(super) fn install_error(&self) -> Option<Error> {
+        if self.first_answer.get().is_some() {
+            return None;
+        }
+        let text = self.machine().console_text();
+        let reason = installer_failure(&text)?;
+        Some(
+            Error::unreachable(format!(
+                "the VM's payload could not install the agent: {}",
+                lab_agent_proto::text::escape(reason)
+            ))
+            .hint("the VM's serial console has the rest (kept with the run dir)"),
+        )
     }
 
     /// What [`VmTarget::silence_error`] watches, from qemu's start.
@@ -397,6 +421,17 @@ impl Drop for VmTarget {
     }
 }
 
+/// The reason in the installer's failure line (`lab-agent payload:
+/// REASON`, `cloud-init/src/installer.rs`'s `fail`), if the console has one;
+/// its success line says `installed`.
+fn installer_failure(console: &str) -> Option<&str> {
+    const HEAD: &str = "lab-agent payload: ";
+    console.lines().find_map(|line| {
+        let reason = &line[line.find(HEAD)? + HEAD.len()..];
+        (!reason.starts_with("installed")).then_some(reason.trim_end())
+    })
+}
+
 /// "10.0.2" from "QEMU emulator version 10.0.2 (Debian …)".
 fn version_number(line: &str) -> &str {
     line.split_once("version ")
@@ -418,6 +453,16 @@ impl From<QemuError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_installers_failure_line_is_found_and_its_success_is_not() {
+        let ok = "[  40.1] cloud-init[612]: lab-agent payload: installed the agent from its disk, 2 lab file(s)\n";
+        assert_eq!(installer_failure(ok), None);
+        let bad =
+            "x\n[  41.0] cloud-init[612]: lab-agent payload: no agent disk: attach it\r\nmore\n";
+        assert_eq!(installer_failure(bad), Some("no agent disk: attach it"));
+        assert_eq!(installer_failure("nothing here\n"), None);
+    }
 
     #[test]
     fn qemu_versions_are_short() {

@@ -37,7 +37,10 @@ pub enum ApiError {
         "this VM is instance {}, not {meant}, which the request is meant for: the VM was reset; nothing was run",
         found.as_deref().unwrap_or("(none: its state dir keeps no id)")
     )]
-    InstanceChanged { meant: String, found: Option<String> },
+    InstanceChanged {
+        meant: String,
+        found: Option<String>,
+    },
     #[error(
         "the output the agent holds for running commands and unsent answers would pass its budget of {} MiB (`--output-budget`); retry in a moment, or ask for a smaller max_output_bytes",
         limit / (1024 * 1024)

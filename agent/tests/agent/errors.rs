@@ -133,7 +133,12 @@ fn past_max_execs_an_exec_waits_its_turn() {
     let marker = agent.dir.join("started");
     let first = std::thread::spawn({
         let marker = marker.clone();
-        move || exec_at(addr, &json!({"command": format!("touch {}; sleep 1", marker.display())}))
+        move || {
+            exec_at(
+                addr,
+                &json!({"command": format!("touch {}; sleep 1", marker.display())}),
+            )
+        }
     });
     eventually(10, "the first exec to start", || {
         marker.exists().then_some(())
@@ -159,7 +164,12 @@ fn past_the_queue_or_its_wait_is_429_with_retry_after() {
     let ran = agent.dir.join("ran");
     let slow = std::thread::spawn({
         let marker = marker.clone();
-        move || exec_at(addr, &json!({"command": format!("touch {}; sleep 8", marker.display())}))
+        move || {
+            exec_at(
+                addr,
+                &json!({"command": format!("touch {}; sleep 8", marker.display())}),
+            )
+        }
     });
     eventually(10, "the first exec to start", || {
         marker.exists().then_some(())
@@ -168,7 +178,10 @@ fn past_the_queue_or_its_wait_is_429_with_retry_after() {
         .map(|_| {
             let ran = ran.clone();
             std::thread::spawn(move || {
-                exec_at(addr, &json!({"command": format!("touch {}", ran.display())}))
+                exec_at(
+                    addr,
+                    &json!({"command": format!("touch {}", ran.display())}),
+                )
             })
         })
         .collect();

@@ -90,18 +90,28 @@ fn an_exec_pinned_to_another_instance_runs_nothing() {
         let r = agent.exec(json!({"command": touch, "instance_id": first["id"], "stream": stream}));
         let msg = r.error(409, "instance_changed");
         assert!(
-            msg.contains(&format!("this VM is instance {}", reset["id"].as_str().unwrap()))
-                && msg.contains(first["id"].as_str().unwrap())
+            msg.contains(&format!(
+                "this VM is instance {}",
+                reset["id"].as_str().unwrap()
+            )) && msg.contains(first["id"].as_str().unwrap())
                 && msg.contains("nothing was run"),
             "{msg}"
         );
-        assert_eq!(r.json()["error"]["instance_id"], reset["id"], "{}", r.text());
+        assert_eq!(
+            r.json()["error"]["instance_id"],
+            reset["id"],
+            "{}",
+            r.text()
+        );
     }
     assert!(!marker.exists(), "the command ran on the reset VM");
     let msg = agent
         .exec(json!({"command": touch, "instance_id": "not-an-id"}))
         .error(400, "bad_request");
-    assert!(msg.contains("`not-an-id` is not 32 lowercase hex digits"), "{msg}");
+    assert!(
+        msg.contains("`not-an-id` is not 32 lowercase hex digits"),
+        "{msg}"
+    );
     assert!(!marker.exists());
     let r = agent.run(json!({"command": touch, "instance_id": reset["id"]}));
     assert_eq!(r["exit_code"], 0);

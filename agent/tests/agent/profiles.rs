@@ -41,7 +41,11 @@ impl TestUser {
             &format!("{passwd}{name}:x:{id}:{id}::{home_dir}:/bin/bash\n"),
             0o644,
         );
-        write_file(&etc.join("group"), &format!("{group}{name}:x:{id}:\n"), 0o644);
+        write_file(
+            &etc.join("group"),
+            &format!("{group}{name}:x:{id}:\n"),
+            0o644,
+        );
         TestUser { name, home, etc }
     }
 

@@ -398,13 +398,21 @@ mod tests {
         let id = "0123456789abcdef0123456789abcdef";
         let pinned = ExecRequest::new("true").instance(id);
         let text = serde_json::to_string(&pinned).unwrap();
-        assert!(text.ends_with(&format!(r#","instance_id":"{id}"}}"#)), "{text}");
+        assert!(
+            text.ends_with(&format!(r#","instance_id":"{id}"}}"#)),
+            "{text}"
+        );
         assert_eq!(serde_json::from_str::<ExecRequest>(&text).unwrap(), pinned);
         assert_eq!(pinned.validate(), Ok(()));
-        let err = ExecRequest::new("true").instance("ABC\n").validate().unwrap_err();
+        let err = ExecRequest::new("true")
+            .instance("ABC\n")
+            .validate()
+            .unwrap_err();
         assert!(err.0.contains(r"`ABC\n` is not 32 lowercase hex"), "{err}");
         let twice = format!(r#"{{"command":"x","instance_id":"{id}","instance_id":"{id}"}}"#);
-        let err = serde_json::from_str::<ExecRequest>(&twice).unwrap_err().to_string();
+        let err = serde_json::from_str::<ExecRequest>(&twice)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("duplicate field `instance_id`"), "{err}");
     }
 

@@ -34,7 +34,7 @@ def test_wait_each_hands_out_each_vm_as_it_becomes_ready(
         "cy": lab_agent.Client(slower.url, token=slower.token),
         "dee": lab_agent.Client(failed.url, token=failed.token),
     }
-    each = lab_agent.wait_each(vms, timeout=8)
+    each = lab_agent.wait_each(vms, timeout=5)
     assert each.remaining == 4
     order: List[str] = []
     outcomes: Dict[str, object] = {}

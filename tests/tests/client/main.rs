@@ -107,7 +107,7 @@ async fn wait_each_yields_each_vm_as_soon_as_it_is_known() {
         Client::new(&silent.url(), "token").unwrap(),
         client(&failed),
     ];
-    let mut each = wait_each(&clients, in_secs(8));
+    let mut each = wait_each(&clients, in_secs(5));
     assert_eq!(each.remaining(), 3);
     let mut order = Vec::new();
     while let Some((i, outcome)) = each.next().await {

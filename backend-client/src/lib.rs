@@ -79,7 +79,7 @@ pub mod wait;
 
 pub use activity::Activity;
 pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};
-pub use error::Error;
+pub use error::{Error, PinnedBy};
 pub use follow::Follow;
 pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;
@@ -88,4 +88,4 @@ pub use stream::{ExecStream, SetupLog};
 pub use timeline::{
     Answers, AnswersError, Distribution, Phase, PhaseStats, distribution, phases_of,
 };
-pub use wait::{Progress, WaitOutcome, wait_all};
+pub use wait::{Progress, WaitEach, WaitOutcome, wait_all, wait_each};

@@ -48,6 +48,19 @@ fn render_error(py: Python<'_>, message: String, hint: Option<String>) -> PyErr 
     plain(py, RenderError::new_err(message), hint)
 }
 
+/// The `labctl` that `PATH` names (symlinks resolved, as `labctl` sees
+/// itself), if any.
+fn labctl_on_path() -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("labctl"))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .and_then(|p| std::fs::canonicalize(p).ok())
+}
+
 #[pyfunction]
 #[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml", arch=None, vm=None, params=None, agent_from="embedded"))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
@@ -95,10 +108,16 @@ pub fn render_secret(
         .map(|name| name.parse::<Arch>())
         .transpose()
         .map_err(|e| plain(py, PyValueError::new_err(e.to_string()), None))?;
+    let hint = |e: &agent_bin::AgentBinError| e.hint_giving("`agent_path=PATH`");
     let arch = lab_payload::payload_arch(arch, agent_path.as_deref())
         .map_err(|e| render_error(py, e.to_string(), e.hint()))?;
-    let agent = agent_bin::load(agent_path.as_deref(), Linkage::Static(arch))
-        .map_err(|e| render_error(py, e.to_string(), e.hint()))?;
+    // Without `agent_path`: where `labctl secret` (the `labctl` on PATH)
+    // finds it, not beside this interpreter.
+    let agent = match &agent_path {
+        Some(path) => agent_bin::load(Some(path), Linkage::Static(arch)),
+        None => agent_bin::load_as_labctl(labctl_on_path().as_deref(), Linkage::Static(arch)),
+    }
+    .map_err(|e| render_error(py, e.to_string(), hint(&e)))?;
     let (token, token_generated) = match token {
         Some(t) => (t, false),
         None => (

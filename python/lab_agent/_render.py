@@ -124,11 +124,23 @@ async def render_secret_async(
     arch: Optional[str] = None,
     vm: Optional[str] = None,
     params: Optional[Mapping[str, str]] = None,
+    agent_from: str = "embedded",
 ) -> Rendered:
     """:func:`render_secret` off the event loop: it runs in asyncio's
     default thread pool (``asyncio.to_thread``), so the loop goes on
     serving while the agent is compressed (the render releases the GIL);
     the same arguments, answer and errors."""
     return await asyncio.to_thread(
-        render_secret, lab, name, namespace, labels, agent_path, token, format, arch, vm, params
+        render_secret,
+        lab,
+        name,
+        namespace,
+        labels,
+        agent_path,
+        token,
+        format,
+        arch,
+        vm,
+        params,
+        agent_from,
     )

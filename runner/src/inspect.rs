@@ -17,7 +17,7 @@ use crate::trial::Params;
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::{Format, SecretMeta};
 use lab_agent_proto::lab::{Lab, Scripts, scripts_of_toml};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// What linting a lab found.
@@ -65,19 +65,7 @@ pub fn lint(dir: &Path, agent: Option<&Path>, params: &Params) -> Findings {
         }
     }
     match lab.collect_files() {
-        Ok(files) => {
-            // The scripts among the files (`#!`): a student runs them.
-            let source = lab.files.as_ref().map(|f| lab.dir.join(&f.source));
-            for f in files.iter().filter(|f| f.contents.starts_with(b"#!")) {
-                if let (true, Some(source)) = (has_crlf(&f.contents), &source) {
-                    let what = format!("the lab's file `{}`", f.path);
-                    found
-                        .problems
-                        .push(crlf_problem(&what, &source.join(&f.path)));
-                }
-            }
-            budget(&lab, agent, params, &mut found)
-        }
+        Ok(_) => budget(&lab, agent, params, &mut found),
         Err(e) => found.problems.push(e.to_string()),
     }
     found.lab = Some(lab);
@@ -111,6 +99,16 @@ fn syntax(scripts: &Scripts, found: &mut Findings) {
         Some((vec!["-c".as_ref(), text.as_ref()], what))
     });
     let commands: Vec<_> = commands.collect();
+    // The scripts among the lab's files (`#!`): the setup or a student
+    // runs them.
+    if let Some(source) = &scripts.files_source {
+        for (shown, path) in scripts_under(source, Path::new("")) {
+            if has_crlf(&std::fs::read(&path).unwrap_or_default()) {
+                let what = format!("the lab's file `{}`", shown.display());
+                found.problems.push(crlf_problem(&what, &path));
+            }
+        }
+    }
     for (args, what) in files.into_iter().chain(commands) {
         match bash_n(&args) {
             Ok(None) => {}
@@ -137,6 +135,35 @@ fn bash_n(args: &[&std::ffi::OsStr]) -> Result<Option<String>, String> {
     Ok(Some(
         String::from_utf8_lossy(&out.stderr).trim_end().to_owned(),
     ))
+}
+
+/// The files under `dir` that start with `#!` (each with its path under
+/// the lab's files folder), in name order; links and the unreadable are
+/// `Lab::collect_files`'s to report.
+fn scripts_under(dir: &Path, shown: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    let mut out = Vec::new();
+    for e in entries {
+        let (path, shown) = (e.path(), shown.join(e.file_name()));
+        match e.file_type() {
+            Ok(t) if t.is_dir() => out.extend(scripts_under(&path, &shown)),
+            Ok(t) if t.is_file() => {
+                let mut head = [0u8; 2];
+                let read = std::fs::File::open(&path)
+                    .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
+                if read.is_ok() && head == *b"#!" {
+                    out.push((shown, path));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 fn has_crlf(bytes: &[u8]) -> bool {

@@ -182,8 +182,21 @@ fn test_explains_a_broken_check_and_keeps_the_sandbox() {
         describe(&out)
     );
     assert!(!Path::new("/etc/labctl-sbx-solved").exists());
-    let seen = labctl(["try", "--enter", &d, "--", "test", "-f", "/etc/labctl-sbx-solved"]);
-    assert_eq!(seen.status.code(), Some(0), "the solve's work is kept: {}", describe(&seen));
+    let seen = labctl([
+        "try",
+        "--enter",
+        &d,
+        "--",
+        "test",
+        "-f",
+        "/etc/labctl-sbx-solved",
+    ]);
+    assert_eq!(
+        seen.status.code(),
+        Some(0),
+        "the solve's work is kept: {}",
+        describe(&seen)
+    );
     let graded = labctl(["try", "--grade", &d, "--json"]);
     assert_eq!(graded.status.code(), Some(1), "{}", describe(&graded));
     assert_eq!(

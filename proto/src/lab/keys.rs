@@ -107,7 +107,11 @@ fn walk(
             let offset = key.span().start;
             let error = LabError::UnknownKey {
                 path: path.to_path_buf(),
-                line: text[..offset.min(text.len())].matches('\n').count() + 1,
+                line: text.as_bytes()[..offset.min(text.len())]
+                    .iter()
+                    .filter(|b| **b == b'\n')
+                    .count()
+                    + 1,
                 key: name.to_owned(),
                 table: schema.name,
                 suggestion: closest(name, schema.keys).map(str::to_owned),

@@ -93,6 +93,11 @@ pub struct Config(SecretJob);
 impl Config {
     pub fn from_args(args: &SecretArgs) -> Result<Config, PayloadError> {
         let meta = secret_meta(args)?;
+        let params = params(&args.params)?;
+        // The lab (and `--vm`) before the token flags: one round of fixes.
+        let lab = Lab::load(&args.lab_dir)?
+            .for_vm(args.vm.as_deref(), &params)
+            .map_err(|e| PayloadError::Usage(e.to_string()))?;
         if args.token_file.is_none() && args.token_out.is_none() && !args.json {
             return Err(PayloadError::Usage(
                 "a generated token would only be inside the Secret: pass `--token-out FILE` or \
@@ -100,10 +105,6 @@ impl Config {
                     .into(),
             ));
         }
-        let params = params(&args.params)?;
-        let lab = Lab::load(&args.lab_dir)?
-            .for_vm(args.vm.as_deref(), &params)
-            .map_err(|e| PayloadError::Usage(e.to_string()))?;
         Ok(Config(SecretJob {
             lab,
             meta,

@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //! - [`sandbox`]: the throwaway copy of this machine a local try runs in
-//!   (namespaces, overlays; the keeper process and its init), and its
+//!   (namespaces, overlays; the keeper process and its init), or of a
+//!   guest image's root file system ([`sandbox::Image`]), and its
 //!   `NetnsDialer`, the way into its network. A binary that
 //!   starts a sandbox runs [`sandbox::keeper_main`] for
 //!   [`sandbox::KEEPER_VERB`] (`/proc/self/exe` is the keeper).
@@ -22,8 +23,10 @@
 //!   there and stopped ([`trial::Tried`]: a local agent or a VM, or for a
 //!   session a sandbox or a qemu guest per VM), each VM's
 //!   [`trial::Target`] the front end's flow waits on and grades, and
-//!   Ctrl-C/SIGTERM watched throughout ([`trial::interruptible`]).
-//! - [`kept`]: a sandbox kept after its run (`--keep`): enter it, stop it.
+//!   Ctrl-C/SIGTERM watched throughout ([`trial::interruptible`]); each
+//!   VM's `--param`s ([`trial::Params`]).
+//! - [`kept`]: a sandbox kept after its run (`--keep`): enter it, grade
+//!   it again, stop it.
 //! - [`changes`]: what a lab changed in the sandbox, from the overlays'
 //!   upper dirs.
 //! - [`systemd`]: a lab that needs systemd or the network, which the

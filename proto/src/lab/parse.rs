@@ -3,6 +3,7 @@
 
 use super::raw::*;
 use super::*;
+use crate::exec::RawExecOptions;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
@@ -159,6 +160,20 @@ impl Lab {
                     check(Err(e));
                     None
                 }),
+                on_small_root: match (r.on_small_root, r.min_root_bytes) {
+                    (Some(choice), None) => {
+                        check(Err(invalid(
+                            &path,
+                            "readiness.on_small_root",
+                            format!(
+                                "is \"{}\" but there is no min_root_bytes for it to act on: set readiness.min_root_bytes, or remove on_small_root",
+                                choice.as_str()
+                            ),
+                        )));
+                        choice
+                    }
+                    (choice, _) => choice.unwrap_or_default(),
+                },
             });
 
         let solve = raw.solve.and_then(|s| {
@@ -176,16 +191,16 @@ impl Lab {
         });
 
         // The lab-wide defaults: what a check without its own key gets.
-        let mut defaults = ExecOptions {
-            profile: raw.profile.unwrap_or_default(),
-            leave_running: raw.leave_running.unwrap_or(false),
-            ..ExecOptions::default()
-        };
-        for (option, value) in [
-            (Bounded::MaxPids, raw.max_pids),
-            (Bounded::MaxMemoryBytes, raw.max_memory_bytes),
-        ] {
-            check(set(&path, "", &mut defaults, option, value));
+        options_as_written(&path, "", &raw.options)
+            .into_iter()
+            .for_each(|e| check(Err(e)));
+        let (defaults, option_problems) = raw.options.over(&ExecOptions::default());
+        for problem in option_problems {
+            check(Err(invalid(
+                &path,
+                &problem.key(),
+                problem.detail().to_string(),
+            )));
         }
         let mut seen = HashSet::new();
         let mut checks = Vec::with_capacity(raw.checks.len());
@@ -221,12 +236,6 @@ impl Lab {
                     "is empty: give what a student would run, or remove the key".into(),
                 );
             }
-            if c.user.as_deref().is_some_and(|u| u.trim().is_empty()) {
-                bad(
-                    "user",
-                    "is empty: name a user or remove the key (default root)".into(),
-                );
-            }
             let points = match c.points {
                 None => DEFAULT_POINTS,
                 Some(p) if (0..=i64::from(MAX_POINTS)).contains(&p) => p as u32,
@@ -238,43 +247,18 @@ impl Lab {
                     DEFAULT_POINTS
                 }
             };
-            if let Some(cwd) = &c.cwd {
-                if !cwd.starts_with('/') {
-                    bad(
-                        "cwd",
-                        format!(
-                            "`{cwd}` is not absolute: give a path in the guest starting with `/` (`$LAB_DIR` is not expanded here)"
-                        ),
-                    );
-                }
-            }
-            for key in c.env.keys() {
-                if let Err(problem) = env_name(key) {
-                    bad(&format!("env.{key}"), problem);
-                }
-            }
-            // The check's own keys over the lab's defaults; the numbers by
+            // The check's own keys over the lab's defaults: the numbers by
             // the options' own ranges, then the options' other rules.
-            let mut exec = ExecOptions {
-                user: c.user.unwrap_or_else(|| exec::DEFAULT_USER.to_owned()),
-                cwd: c.cwd,
-                env: c.env,
-                stdin: c.stdin,
-                profile: c.profile.unwrap_or(defaults.profile),
-                leave_running: c.leave_running.unwrap_or(defaults.leave_running),
-                ..defaults.clone()
-            };
-            for (option, value) in [
-                (Bounded::TimeoutSecs, c.timeout_secs),
-                (Bounded::MaxOutputBytes, c.max_output_bytes),
-                (Bounded::MaxPids, c.max_pids),
-                (Bounded::MaxMemoryBytes, c.max_memory_bytes),
-            ] {
-                check(set(&path, &prefix, &mut exec, option, value));
+            for e in options_as_written(&path, &prefix, &c.options) {
+                check(Err(e));
             }
-            for problem in exec.validate() {
-                let field = field(&problem.key());
-                check(Err(invalid(&path, &field, problem.detail().to_string())));
+            let (exec, option_problems) = c.options.over(&defaults);
+            for problem in option_problems {
+                check(Err(invalid(
+                    &path,
+                    &field(&problem.key()),
+                    problem.detail().to_string(),
+                )));
             }
             checks.push(Check {
                 name: check_name,
@@ -307,35 +291,34 @@ impl Lab {
     }
 }
 
-/// Sets a numeric option from the key an author wrote (`prefix` names its
-/// check, empty at the top level): the value when the option's range
-/// ([`Bounded`]) allows it, else the problem, reported, and the option left
-/// as it was.
-fn set(
-    path: &Path,
-    prefix: &str,
-    options: &mut ExecOptions,
-    option: Bounded,
-    value: Option<i64>,
-) -> Result<(), LabError> {
-    let Some(value) = value else { return Ok(()) };
-    match option.check(value) {
-        Ok(n) => {
-            match option {
-                Bounded::TimeoutSecs => options.timeout_secs = n,
-                Bounded::MaxOutputBytes => options.max_output_bytes = n,
-                // `check` kept it within MAX_PIDS.
-                Bounded::MaxPids => options.max_pids = Some(n as u32),
-                Bounded::MaxMemoryBytes => options.max_memory_bytes = Some(n),
-            }
-            Ok(())
-        }
-        Err(problem) => Err(invalid(
-            path,
-            &format!("{prefix}{}", problem.key()),
-            problem.detail().to_string(),
-        )),
+/// What `lab.toml` asks of the options as written, beyond their own rules
+/// ([`RawExecOptions::over`]): `prefix` names the check (empty at the top
+/// level), so each problem is told where it was written, once.
+fn options_as_written(path: &Path, prefix: &str, raw: &RawExecOptions) -> Vec<LabError> {
+    let mut out = Vec::new();
+    let mut bad = |key: &str, problem: String| {
+        out.push(invalid(path, &format!("{prefix}{key}"), problem));
+    };
+    if raw.user.as_deref().is_some_and(|u| u.trim().is_empty()) {
+        bad(
+            "user",
+            "is empty: name a user or remove the key (default root)".into(),
+        );
     }
+    if let Some(cwd) = raw.cwd.as_deref().filter(|c| !c.starts_with('/')) {
+        bad(
+            "cwd",
+            format!(
+                "`{cwd}` is not absolute: give a path in the guest starting with `/` (`$LAB_DIR` is not expanded here)"
+            ),
+        );
+    }
+    for (key, _) in &raw.env {
+        if let Err(problem) = env_name(key) {
+            bad(&format!("env.{key}"), problem);
+        }
+    }
+    out
 }
 
 fn first(mut problems: Vec<LabError>) -> LabError {

@@ -2,7 +2,7 @@
 //! in an author's terms before [`Lab`](super::Lab) is built from it.
 
 use super::*;
-use std::collections::BTreeMap;
+use crate::exec::RawExecOptions;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -14,14 +14,9 @@ pub(super) struct RawLab {
     pub(super) files: Option<RawFiles>,
     #[serde(default)]
     pub(super) checks: Vec<RawCheck>,
-    #[serde(default)]
-    pub(super) profile: Option<Profile>,
-    #[serde(default)]
-    pub(super) leave_running: Option<bool>,
-    #[serde(default)]
-    pub(super) max_pids: Option<i64>,
-    #[serde(default)]
-    pub(super) max_memory_bytes: Option<i64>,
+    /// The lab's defaults for every check: any exec option.
+    #[serde(flatten)]
+    pub(super) options: RawExecOptions,
     #[serde(default)]
     pub(super) readiness: Option<RawReadiness>,
     #[serde(default)]
@@ -42,6 +37,8 @@ pub(super) struct RawReadiness {
     pub(super) timeout_secs: Option<i64>,
     #[serde(default)]
     pub(super) min_root_bytes: Option<i64>,
+    #[serde(default)]
+    pub(super) on_small_root: Option<OnSmallRoot>,
 }
 
 #[derive(Deserialize)]
@@ -65,28 +62,12 @@ pub(super) struct RawCheck {
     pub(super) name: String,
     pub(super) run: String,
     #[serde(default)]
-    pub(super) user: Option<String>,
-    #[serde(default)]
-    pub(super) timeout_secs: Option<i64>,
-    #[serde(default)]
     pub(super) fail_message: Option<String>,
     #[serde(default)]
     pub(super) points: Option<i64>,
-    #[serde(default)]
-    pub(super) env: BTreeMap<String, String>,
-    #[serde(default)]
-    pub(super) cwd: Option<String>,
-    #[serde(default)]
-    pub(super) stdin: Option<String>,
-    #[serde(default)]
-    pub(super) max_output_bytes: Option<i64>,
-    pub(super) profile: Option<Profile>,
-    #[serde(default)]
-    pub(super) leave_running: Option<bool>,
-    #[serde(default)]
-    pub(super) max_pids: Option<i64>,
-    #[serde(default)]
-    pub(super) max_memory_bytes: Option<i64>,
+    /// How it runs, over the lab's defaults.
+    #[serde(flatten)]
+    pub(super) options: RawExecOptions,
     #[serde(default)]
     pub(super) vm: Option<String>,
     pub(super) solve: Option<String>,

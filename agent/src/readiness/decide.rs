@@ -149,7 +149,9 @@ pub fn decide(cfg: &ReadinessConfig, obs: Observation) -> ReadyResponse {
         })
         .flatten();
     let timeline = Timeline {
-        boot_at: Some(crate::timefmt::rfc3339(
+        // To the millisecond: a backend holds its own stamps (VM created,
+        // VMI running) against it for request → ready.
+        boot_at: Some(crate::timefmt::rfc3339_millis(
             std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(obs.boot_epoch_ms),
         )),
         agent_started_secs: cfg.agent_started_ms.map(timeline::secs),
@@ -479,7 +481,7 @@ pub(super) mod tests {
         };
         let r = decide(&cfg(), obs(seen(ok.clone()), done.clone()));
         let t = r.timeline.unwrap();
-        assert_eq!(t.boot_at.as_deref(), Some("2025-12-03T10:00:00Z"));
+        assert_eq!(t.boot_at.as_deref(), Some("2025-12-03T10:00:00.000Z"));
         assert_eq!(t.agent_started_secs, Some(3.1));
         assert_eq!(t.setup.unwrap().start_secs, Some(9.8));
         assert_eq!(t.ready_secs, Some(71.5));

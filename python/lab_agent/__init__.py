@@ -22,6 +22,9 @@ process. The Python modules here only give the answers Python types.
   concurrency bound;
 - :func:`render_secret` makes a lab's Kubernetes Secret, byte-identical to
   ``labctl secret``;
+- :func:`timeline_distribution` sums up many VMs' logged ``/v1/ready``
+  answers (with the backend's own stamps beside them: request to ready)
+  per phase, the figures of ``labctl timeline --json``;
 - every error is an :class:`AgentError`; catch :class:`Unauthorized`,
   :class:`SetupFailed`, :class:`Timeout`, :class:`Unreachable`, ... as the
   Rust client's ``is_*`` predicates would branch; a guest that answers what
@@ -54,7 +57,8 @@ process. The Python modules here only give the answers Python types.
 # - ``_client``: Client and AsyncClient (one agent);
 # - ``_fleet``: wait_all and grade_all (many VMs, each on its own);
 # - ``_session``: Session (a lab of several VMs, as one);
-# - ``_render``: render_secret and Rendered.
+# - ``_render``: render_secret and Rendered;
+# - ``_timeline``: timeline_distribution (labctl timeline's figures).
 
 from __future__ import annotations
 
@@ -93,6 +97,7 @@ from ._native import (
 from ._ready import (
     CLOUD_INIT_STAGES,
     CloudInit,
+    Disk,
     Instance,
     Ready,
     RootDisk,
@@ -102,6 +107,7 @@ from ._ready import (
 )
 from ._render import Rendered, render_secret
 from ._session import Session
+from ._timeline import Distribution, PhaseStats, timeline_distribution
 
 __version__: str = _native.__version__
 
@@ -115,6 +121,8 @@ __all__ = [
     "Client",
     "CloudInit",
     "DEFAULT_REQUEST_TIMEOUT",
+    "Disk",
+    "Distribution",
     "ExecResult",
     "ExecStream",
     "Instance",
@@ -124,6 +132,7 @@ __all__ = [
     "LabError",
     "MalformedAnswer",
     "NotReady",
+    "PhaseStats",
     "ProtocolError",
     "Ready",
     "Rejected",
@@ -146,6 +155,7 @@ __all__ = [
     "grade_all",
     "grade_all_async",
     "render_secret",
+    "timeline_distribution",
     "wait_all",
     "wait_all_async",
 ]

@@ -26,6 +26,9 @@ pub fn describe(r: &ReadyResponse) -> String {
             escape(&i.boot_id)
         );
     }
+    for e in r.disk.iter().flat_map(|d| &d.evidence) {
+        let _ = writeln!(out, "booted before this VM: {}", escape(e));
+    }
     if let Some(t) = &r.timeline {
         let at = escape(t.boot_at.as_deref().unwrap_or("(unknown)"));
         let _ = writeln!(out, "booted at {at}; seconds since boot:");
@@ -48,9 +51,6 @@ pub fn describe(r: &ReadyResponse) -> String {
             let _ = write!(out, ", under the lab's {}", bytes(min));
         }
         out.push('\n');
-    }
-    for e in r.disk.iter().flat_map(|d| &d.evidence) {
-        let _ = writeln!(out, "booted before this VM: {}", escape(e));
     }
     out
 }

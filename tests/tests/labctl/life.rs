@@ -98,7 +98,22 @@ fn wait_prints_the_timeline_and_json_carries_it() {
     let out = labctl(&args);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let text = stdout(&out);
-    let rows: Vec<&str> = text.lines().collect();
+    // With cloud-init watched, this machine's own disk is judged: what
+    // shows it lived before this agent's record (its machine-id, older
+    // than this boot) follows the instance's line, one line a finding.
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("booted before this VM: "))
+        .collect();
+    let evidence = text
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("booted before this VM: "));
+    assert_eq!(
+        evidence.count(),
+        text.matches("booted before this VM: ").count(),
+        "{text}"
+    );
     let first = rows[0];
     let id = first
         .strip_prefix("instance ")

@@ -281,9 +281,9 @@ root: 10.0 GiB, 7.6 GiB free, 393.2 MiB written since boot
         .unwrap();
         assert_eq!(
             describe(&golden),
-            "root: 3.0 GiB, 1.0 GiB free, 393.2 MiB written since boot (870.1 MiB in its life), \
-             under the lab's 10.0 GiB\n\
-             booted before this VM: cloud-init ran on this disk before as `a\\x1b[2J`\n"
+            "booted before this VM: cloud-init ran on this disk before as `a\\x1b[2J`\n\
+             root: 3.0 GiB, 1.0 GiB free, 393.2 MiB written since boot (870.1 MiB in its life), \
+             under the lab's 10.0 GiB\n"
         );
         let old: ReadyResponse = serde_json::from_str(
             r#"{"state":"ready","cloud_init":{"done":true},"setup":{"state":"succeeded"}}"#,

@@ -186,6 +186,12 @@ fn run_config(config: Config) -> Result<Exit, Failure> {
             if one { "in a VM" } else { "on VMs" }
         );
     }
+    if let (None, Some(note)) = (
+        &config.vm,
+        lab_runner::inspect::root_note(&config.lab, None),
+    ) {
+        eprintln!("{note}");
+    }
     let rt = common::runtime()?;
     let tried = Tried::start(&rt, &config).map_err(|e| match e {
         StartError::Failed(e) => Failure::from(e),

@@ -58,7 +58,8 @@ fn check_label_name(s: &str) -> Result<(), String> {
     })
 }
 
-fn check_dns_label(s: &str) -> Result<(), String> {
+/// A DNS-1123 label: a namespace, a VM's name (its hostname).
+pub fn check_dns_label(s: &str) -> Result<(), String> {
     let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
     check_shape(s, MAX_LABEL, allowed, is_lower_alnum).map_err(|p| {
         format!(

@@ -48,6 +48,14 @@ pub enum RenderLabError {
     },
     #[error(transparent)]
     Render(#[from] crate::Error),
+    /// The VM asked for (`--vm`) or a parameter (`--param`).
+    #[error(transparent)]
+    Vm(#[from] lab_agent_proto::lab::VmError),
+    /// Inputs of the objects around the Secret that cannot work together.
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
+    #[error("failed to get random bytes for a token from the OS: {0}")]
+    Random(getrandom::Error),
 }
 
 impl RenderLabError {
@@ -56,7 +64,10 @@ impl RenderLabError {
         match self {
             RenderLabError::Lab(e) => e.hint(),
             RenderLabError::Render(e) => e.hint(),
-            RenderLabError::Read { .. } => None,
+            RenderLabError::Read { .. }
+            | RenderLabError::Vm(_)
+            | RenderLabError::Manifest(_)
+            | RenderLabError::Random(_) => None,
         }
     }
 }
@@ -93,18 +104,23 @@ pub fn render(
         env: lab.vm_env.clone(),
     };
     let user_data = render_user_data(&spec)?;
-    // The backend applies the Secret, not the lab folder: the deadline it
-    // waits for this VM travels with it.
-    let mut meta = opts.meta.clone();
-    meta.annotations.insert(
-        READY_TIMEOUT_ANNOTATION.to_owned(),
-        lab.readiness.timeout_secs.to_string(),
-    );
-    let manifest = render_secret(&user_data, &meta, opts.format)?;
+    let manifest = render_secret(&user_data, &secret_meta(lab, &opts.meta), opts.format)?;
     Ok(Rendered {
         user_data,
         manifest,
     })
+}
+
+/// The Secret's metadata for `lab`: `meta` and the lab's readiness
+/// deadline. The backend applies the Secret, not the lab folder: the
+/// deadline it waits for this VM travels with it.
+pub fn secret_meta(lab: &Lab, meta: &SecretMeta) -> SecretMeta {
+    let mut meta = meta.clone();
+    meta.annotations.insert(
+        READY_TIMEOUT_ANNOTATION.to_owned(),
+        lab.readiness.timeout_secs.to_string(),
+    );
+    meta
 }
 
 /// The architecture a payload is for: `arch` when given, else that of the

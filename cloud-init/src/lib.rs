@@ -24,6 +24,10 @@
 //! - [`agent_disk`]: the agents on a read-only disk KubeVirt attaches to
 //!   every VM (`labctl agent-disk`): the raw image, its containerDisk
 //!   archive, its ConfigMap.
+//! - [`manifest`]: every object of a lab's VM or session beside its
+//!   Secret: the `VirtualMachine`, the NetworkPolicy, the headless Service,
+//!   from one [`manifest::ManifestSpec`] checked whole ([`manifest::plan`]);
+//!   the golden PVC's judgement ([`manifest::golden_unusable_reason`]).
 //! - [`k8s_names`]: Kubernetes name, namespace and label syntax.
 //! - [`yaml`]: the escaping that keeps any file name or content from
 //!   breaking the YAML.
@@ -31,7 +35,8 @@
 //!
 //! The edge, behind the feature `fs` (off by default): [`lab_payload`]
 //! renders a lab folder (reads its files and setup script, then the pure
-//! functions above), [`agent_bin`] finds and checks the static agent,
+//! functions above), [`lab_manifest`] a lab's every object (a payload per
+//! VM through [`lab_payload`], then [`manifest`]), [`agent_bin`] finds and checks the static agent,
 //! [`token`] makes per-VM tokens. `labctl` and the Python package render
 //! through it; it holds no CLI and no qemu code.
 //!
@@ -55,7 +60,10 @@ pub mod error;
 pub mod installer;
 pub mod k8s_names;
 #[cfg(feature = "fs")]
+pub mod lab_manifest;
+#[cfg(feature = "fs")]
 pub mod lab_payload;
+pub mod manifest;
 pub mod mime;
 pub mod payload;
 pub mod pin;

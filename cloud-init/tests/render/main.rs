@@ -3,6 +3,7 @@
 //! kubernetes-validate lives in `tests/tests/payload/` (lab-agent-tests).
 
 mod disk;
+mod manifest;
 mod parts;
 mod secret;
 mod snapshot;

@@ -9,7 +9,7 @@
 use crate::Format;
 use crate::agent_bin::AgentBinary;
 use crate::lab_payload::{self, RenderLabError, RenderOptions};
-use crate::manifest::{self, Document, LabShape, ManifestSpec, RootChoice};
+use crate::manifest::{self, Document, LabShape, ManifestSpec, Plan, RootChoice};
 use crate::payload::UserData;
 use crate::secret::render_secret;
 use lab_agent_proto::lab::Lab;
@@ -59,39 +59,28 @@ impl RenderedManifests {
     }
 }
 
-/// Renders `lab`'s objects with `agent` (the agent the payloads embed or
-/// pin).
-pub fn render(
-    lab: &Lab,
-    agent: &AgentBinary,
-    opts: &ManifestOptions,
-) -> Result<RenderedManifests, RenderLabError> {
+/// Checks `opts` against `lab` and each other (the VM asked for, the
+/// parameters, every pair of inputs): what [`render`] does first, and what
+/// a caller may do before it finds an agent.
+pub fn plan(lab: &Lab, opts: &ManifestOptions) -> Result<Plan, RenderLabError> {
     let names = lab.vm_names();
-    // `--vm` and `--param` as `labctl secret` checks them, before anything.
-    match (&opts.vm, names.is_empty()) {
-        (Some(_), _) => {
-            lab.for_vm(opts.vm.as_deref(), &opts.params)?;
+    // `--vm` and `--param` as `labctl secret` checks them.
+    if opts.vm.is_some() || names.is_empty() {
+        lab.for_vm(opts.vm.as_deref(), &opts.params)?;
+    } else if opts.token.is_some() && names.len() > 1 {
+        return Err(manifest::ManifestError::Conflict {
+            first: "a given token".into(),
+            second: format!(
+                "lab `{}` of {} VMs ({})",
+                lab.name,
+                names.len(),
+                names.join(", ")
+            ),
+            why: "each VM of a session has its own token: render one VM with `--vm NAME` to \
+                  give its token, or let render make one per VM"
+                .into(),
         }
-        (None, true) => {
-            lab.for_vm(None, &opts.params)?;
-        }
-        (None, false) => {
-            if opts.token.is_some() && names.len() > 1 {
-                return Err(manifest::ManifestError::Conflict {
-                    first: "a given token".into(),
-                    second: format!(
-                        "lab `{}` of {} VMs ({})",
-                        lab.name,
-                        names.len(),
-                        names.join(", ")
-                    ),
-                    why: "each VM of a session has its own token: render one VM with `--vm NAME` \
-                          to give its token, or let render make one per VM"
-                        .into(),
-                }
-                .into());
-            }
-        }
+        .into());
     }
     let shape = LabShape {
         lab: &lab.name,
@@ -100,7 +89,17 @@ pub fn render(
         min_root_bytes: lab.readiness.min_root_bytes,
         params: &opts.params,
     };
-    let plan = manifest::plan(&opts.spec, &shape)?;
+    Ok(manifest::plan(&opts.spec, &shape)?)
+}
+
+/// Renders `lab`'s objects with `agent` (the agent the payloads embed or
+/// pin).
+pub fn render(
+    lab: &Lab,
+    agent: &AgentBinary,
+    opts: &ManifestOptions,
+) -> Result<RenderedManifests, RenderLabError> {
+    let plan = plan(lab, opts)?;
     let mut secrets = Vec::with_capacity(plan.vms.len());
     let mut vms = Vec::with_capacity(plan.vms.len());
     for vm in &plan.vms {

@@ -23,6 +23,7 @@ pub mod life;
 pub mod lint;
 pub mod payload;
 pub mod progress;
+pub mod render;
 pub mod report;
 pub mod secret;
 pub mod session;
@@ -85,6 +86,16 @@ pub enum Command {
     Test(r#try::test::TestArgs),
     /// Render the cloud-init user-data and the Kubernetes Secret for a lab
     Secret(secret::SecretArgs),
+    /// Render every object of a lab's VM or session: NetworkPolicy, Service, Secrets, VirtualMachines
+    ///
+    /// YAML documents separated by `---`, in the order to apply them, from
+    /// one set of flags so they cannot disagree: each Secret as `labctl
+    /// secret` renders it, each VirtualMachine taking its user-data from it
+    /// (with the agent's disk, vsock, labels, architecture, the golden PVC
+    /// or the containerDisk as root), and a policy that lets only the
+    /// backend reach the agents' port. Flags that cannot work together are
+    /// refused (exit 2), naming both.
+    Render(render::RenderArgs),
     /// Make the agent's disk, once per cluster: a raw image, its KubeVirt containerDisk and a ConfigMap
     ///
     /// Lab VMs whose Secret is rendered with `labctl secret --agent-from
@@ -130,6 +141,7 @@ pub fn run(command: &Command) -> Result<Exit, Failure> {
         Command::AgentDisk(args) => agent_disk::run(args),
         Command::Test(args) => r#try::test::run(args),
         Command::Secret(args) => secret::run(args),
+        Command::Render(args) => render::run(args),
         Command::Timeline(args) => timeline::run(args),
     }
 }

@@ -1,10 +1,12 @@
 //! A lab's payload, rendered and written by the runner
 //! ([`lab_runner::payload`]), and what `labctl` makes of its errors and of
-//! `--arch`.
+//! `--arch`, `--agent-from`, `--param` and `--label`, which `secret` and
+//! `render` share.
 
 use crate::exit::{Exit, Failure};
 use lab_agent_cloudinit::{AgentFrom, Arch};
 pub use lab_runner::payload::*;
+use std::collections::BTreeMap;
 
 /// Every way a payload fails stops its verb before a usable payload: exit 2.
 impl From<PayloadError> for Failure {
@@ -54,4 +56,35 @@ impl From<AgentFromArg> for AgentFrom {
             AgentFromArg::Disk => AgentFrom::Disk,
         }
     }
+}
+
+/// `--param KEY=VALUE`s; the lab's model checks keys and values.
+pub fn params(args: &[String]) -> Result<BTreeMap<String, String>, PayloadError> {
+    pairs("--param", "KEY=VALUE", "parameter", args)
+}
+
+/// `FLAG K=V`s into a map; each key once (`what` names a key in messages).
+pub fn pairs(
+    flag: &str,
+    form: &str,
+    what: &str,
+    args: &[String],
+) -> Result<BTreeMap<String, String>, PayloadError> {
+    let escape = lab_agent_proto::text::escape;
+    let mut pairs = BTreeMap::new();
+    for arg in args {
+        let Some((key, value)) = arg.split_once('=') else {
+            return Err(PayloadError::Usage(format!(
+                "`{flag} {}` has no `=`: write `{flag} {form}`",
+                escape(arg)
+            )));
+        };
+        if pairs.insert(key.to_owned(), value.to_owned()).is_some() {
+            return Err(PayloadError::Usage(format!(
+                "{what} `{}` is given twice: give each key once",
+                escape(key)
+            )));
+        }
+    }
+    Ok(pairs)
 }

@@ -10,13 +10,12 @@
 //! names, over 1 MiB, a file that cannot be written).
 
 use crate::exit::{Exit, Failure};
-use crate::payload::PayloadError;
 pub use crate::payload::{AgentFromArg, ArchArg};
+use crate::payload::{PayloadError, pairs, params};
 use lab_agent_cloudinit::{Arch, Format, SecretMeta};
 use lab_agent_proto::lab::Lab;
 pub use lab_runner::secret::SecretReport as Report;
 use lab_runner::secret::{SecretJob, TokenSource};
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -154,35 +153,4 @@ fn secret_meta(args: &SecretArgs) -> Result<SecretMeta, PayloadError> {
     };
     meta.validate()?;
     Ok(meta)
-}
-
-/// `--param KEY=VALUE`s; the lab's model checks keys and values.
-fn params(args: &[String]) -> Result<BTreeMap<String, String>, PayloadError> {
-    pairs("--param", "KEY=VALUE", "parameter", args)
-}
-
-/// `FLAG K=V`s into a map; each key once (`what` names a key in messages).
-fn pairs(
-    flag: &str,
-    form: &str,
-    what: &str,
-    args: &[String],
-) -> Result<BTreeMap<String, String>, PayloadError> {
-    let escape = lab_agent_proto::text::escape;
-    let mut pairs = BTreeMap::new();
-    for arg in args {
-        let Some((key, value)) = arg.split_once('=') else {
-            return Err(PayloadError::Usage(format!(
-                "`{flag} {}` has no `=`: write `{flag} {form}`",
-                escape(arg)
-            )));
-        };
-        if pairs.insert(key.to_owned(), value.to_owned()).is_some() {
-            return Err(PayloadError::Usage(format!(
-                "{what} `{}` is given twice: give each key once",
-                escape(key)
-            )));
-        }
-    }
-    Ok(pairs)
 }

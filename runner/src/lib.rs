@@ -46,6 +46,9 @@
 //!   and [`vm`].
 //! - [`secret`]: the work behind `labctl secret` ([`secret::SecretJob`]):
 //!   the token read or made, the payload rendered, the files written.
+//! - [`render`]: the work behind `labctl render` ([`render::RenderJob`]):
+//!   every object of a lab's VM or session (the generator's
+//!   `lab_manifest`), the golden PVC read, the tokens and the YAML written.
 //! - [`agent_disk`]: the work behind `labctl agent-disk`
 //!   ([`agent_disk::AgentDiskJob`]): the agents found, the disk's
 //!   artefacts written.
@@ -70,6 +73,7 @@ pub mod kept;
 pub mod local;
 pub mod payload;
 pub mod qemu;
+pub mod render;
 pub mod sandbox;
 pub mod secret;
 pub mod selftest;

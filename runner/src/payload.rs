@@ -25,6 +25,9 @@ pub enum PayloadError {
     },
     #[error(transparent)]
     Render(#[from] lab_agent_cloudinit::Error),
+    /// The objects around a Secret cannot work together (`labctl render`).
+    #[error(transparent)]
+    Manifest(#[from] lab_agent_cloudinit::manifest::ManifestError),
     #[error(transparent)]
     Token(#[from] lab_agent_proto::token_file::TokenFileError),
     #[error(transparent)]
@@ -47,6 +50,9 @@ impl From<RenderLabError> for PayloadError {
                 PayloadError::Read { what, path, source }
             }
             RenderLabError::Render(e) => PayloadError::Render(e),
+            RenderLabError::Vm(e) => PayloadError::Usage(e.to_string()),
+            RenderLabError::Manifest(e) => PayloadError::Manifest(e),
+            RenderLabError::Random(e) => PayloadError::Random(e),
         }
     }
 }

@@ -195,7 +195,7 @@ pub fn disk_volume_note(arch: Arch, pin: &AgentPin) -> String {
     )
 }
 
-fn write_out(out: &mut dyn Write, bytes: &[u8]) -> Result<(), PayloadError> {
+pub(crate) fn write_out(out: &mut dyn Write, bytes: &[u8]) -> Result<(), PayloadError> {
     out.write_all(bytes)
         .and_then(|()| out.flush())
         .map_err(|source| PayloadError::Write {

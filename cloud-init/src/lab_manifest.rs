@@ -9,7 +9,7 @@
 use crate::Format;
 use crate::agent_bin::AgentBinary;
 use crate::lab_payload::{self, RenderLabError, RenderOptions};
-use crate::manifest::{self, Document, LabShape, ManifestSpec, Plan, RootChoice};
+use crate::manifest::{self, Channel, Document, LabShape, ManifestSpec, Plan, RootChoice};
 use crate::payload::UserData;
 use crate::secret::render_secret;
 use lab_agent_proto::lab::Lab;
@@ -78,6 +78,19 @@ pub fn plan(lab: &Lab, opts: &ManifestOptions) -> Result<Plan, RenderLabError> {
             ),
             why: "each VM of a session has its own token: render one VM with `--vm NAME` to \
                   give its token, or let render make one per VM"
+                .into(),
+        }
+        .into());
+    }
+    // The seam for the payload's channel: until the payload renderer takes
+    // one (`RenderOptions::channel`), its agent listens on TCP 8899 only,
+    // which `vsock` alone would close; `both` works over TCP meanwhile.
+    if opts.spec.channel == Channel::Vsock {
+        return Err(manifest::ManifestError::Conflict {
+            first: "`--channel vsock`".into(),
+            second: "this payload renderer".into(),
+            why: "its agent listens on TCP 8899 only, which the policy would close: use \
+                  `--channel both` or `tcp`"
                 .into(),
         }
         .into());

@@ -1,6 +1,6 @@
-//! The manifests against Kubernetes' own schemas (`kubernetes-validate
-//! --strict`, cluster version 1.34), and the KubeVirt example against the
-//! Secret and NetworkPolicy it relies on.
+//! The Secret against Kubernetes' own schemas (`kubernetes-validate
+//! --strict`, cluster version 1.34), and the helpers the other manifests'
+//! tests share (`kubevirt_examples.rs`, `labctl_render.rs`).
 
 use crate::support::{TempDir, fixture_lab, labs, run, secret, spec_for, user_data, workspace};
 use lab_agent_cloudinit::Format;
@@ -59,131 +59,6 @@ fn a_secret_with_an_unknown_field_fails() {
     );
 }
 
-#[test]
-fn example_network_policy_passes_strict_validation() {
-    assert_valid(&workspace().join("examples/kubevirt/networkpolicy.yaml"));
-}
-
-/// kubernetes-validate has no KubeVirt schemas, so check what the VM must
-/// agree on with the other objects: the one-VM example and its two
-/// variants with the agent's disk.
-#[test]
-fn example_vms_match_their_secret_and_policy() {
-    for file in [
-        "virtualmachine.yaml",
-        "agent-disk/virtualmachine-containerdisk.yaml",
-        "agent-disk/virtualmachine-configmap.yaml",
-    ] {
-        vm_matches_its_secret_and_policy(&workspace().join("examples/kubevirt").join(file));
-    }
-}
-
-/// The agent's disk as the installer looks for it: the containerDisk's
-/// disk with `serial: lab-agent`, or the ConfigMap volume labelled
-/// `LAB-AGENT` (a name `labctl agent-disk` gives it).
-#[test]
-fn example_agent_disks_are_where_the_installer_looks() {
-    use lab_agent_cloudinit::agent_disk::{LABEL, SERIAL};
-    let dir = workspace().join("examples/kubevirt/agent-disk");
-    let agent_disk = |file: &str| {
-        let vm = load_yaml(&dir.join(file));
-        let spec = &vm["spec"]["template"]["spec"];
-        let disk = spec["domain"]["devices"]["disks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["name"] == "lab-agent")
-            .cloned()
-            .expect("a lab-agent disk");
-        let volume = spec["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == "lab-agent")
-            .cloned()
-            .expect("a lab-agent volume");
-        (disk, volume)
-    };
-    let (disk, volume) = agent_disk("virtualmachine-containerdisk.yaml");
-    assert_eq!(disk["serial"], SERIAL);
-    assert_eq!(disk["disk"]["bus"], "virtio");
-    assert!(volume["containerDisk"]["image"].is_string(), "{volume}");
-    let (disk, volume) = agent_disk("virtualmachine-configmap.yaml");
-    assert_eq!(volume["configMap"]["volumeLabel"], LABEL);
-    let name = volume["configMap"]["name"].as_str().unwrap();
-    assert!(name.starts_with("lab-agent-") && name.len() == "lab-agent-".len() + 12);
-    assert_eq!(disk["disk"]["bus"], "virtio");
-}
-
-fn vm_matches_its_secret_and_policy(file: &Path) {
-    let vm = load_yaml(file);
-    let policy = load_yaml(&workspace().join("examples/kubevirt/networkpolicy.yaml"));
-    assert_eq!(vm["apiVersion"], "kubevirt.io/v1");
-    assert_eq!(vm["kind"], "VirtualMachine");
-    let template = &vm["spec"]["template"];
-    let volumes = template["spec"]["volumes"].as_array().unwrap();
-    let cloud_init = volumes
-        .iter()
-        .find_map(|v| v.get("cloudInitNoCloud"))
-        .expect("a cloudInitNoCloud volume");
-    // `secretRef` is the JSON name of KubeVirt's UserDataSecretRef.
-    assert_eq!(
-        cloud_init.as_object().unwrap().keys().collect::<Vec<_>>(),
-        ["secretRef"]
-    );
-    let secret_name = cloud_init["secretRef"]["name"].as_str().unwrap();
-    lab_agent_cloudinit::SecretMeta::new(secret_name)
-        .validate()
-        .unwrap();
-    let disks = template["spec"]["domain"]["devices"]["disks"]
-        .as_array()
-        .unwrap();
-    for v in volumes {
-        assert!(
-            disks.iter().any(|d| d["name"] == v["name"]),
-            "volume {} has no disk",
-            v["name"]
-        );
-    }
-    // The labels a backend sets, on the VM and on the pod template.
-    for key in [
-        "tt-lab.example/lab-session",
-        "tt-lab.example/session-id",
-        "tt-lab.example/environment",
-    ] {
-        assert!(
-            vm["metadata"]["labels"].get(key).is_some(),
-            "VM lacks {key}"
-        );
-        assert_eq!(
-            vm["metadata"]["labels"][key], template["metadata"]["labels"][key],
-            "{key} differs between the VM and its template"
-        );
-    }
-    // The policy selects the template's pods and opens 8899 only.
-    assert_eq!(vm["metadata"]["namespace"], policy["metadata"]["namespace"]);
-    let selector = policy["spec"]["podSelector"]["matchLabels"]
-        .as_object()
-        .unwrap();
-    for (k, v) in selector {
-        assert_eq!(&template["metadata"]["labels"][k], v, "selector {k}");
-    }
-    assert_eq!(
-        policy["spec"]["policyTypes"],
-        serde_json::json!(["Ingress"])
-    );
-    let ingress = policy["spec"]["ingress"].as_array().unwrap();
-    assert_eq!(ingress.len(), 1);
-    assert_eq!(
-        ingress[0]["ports"],
-        serde_json::json!([{"protocol": "TCP", "port": 8899}])
-    );
-    assert!(
-        !ingress[0]["from"].as_array().unwrap().is_empty(),
-        "ingress must name its sources"
-    );
-}
-
 /// One YAML document as JSON, read by PyYAML (unpacked with cloud-init).
 pub(crate) fn load_yaml(path: &Path) -> Value {
     let out = run(
@@ -193,6 +68,27 @@ pub(crate) fn load_yaml(path: &Path) -> Value {
                 "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)",
             ])
             .arg(path),
+        pydeps::HINT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Every YAML document of `text` as JSON, read by PyYAML.
+pub(crate) fn load_yaml_all(text: &str) -> Vec<Value> {
+    let dir = TempDir::new("yaml");
+    let file = dir.write("all.yaml", text);
+    let out = run(
+        pydeps::cloud_init_python()
+            .args([
+                "-c",
+                "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)",
+            ])
+            .arg(&file),
         pydeps::HINT,
     );
     assert!(

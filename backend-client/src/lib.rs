@@ -52,6 +52,10 @@
 //! - [`timeline`]: where many VMs' preparation time went ([`distribution`]:
 //!   count, median, p90, max of each phase of their timelines; [`Answers`]:
 //!   the timelines in logged `/v1/ready` answers).
+//! - [`transport`]: the URL forms (`http://`, `vsock://`, `vsock+unix://`,
+//!   `kubevirt://` with the feature `kubevirt`) and the connection each
+//!   gives hyper; [`KubeApi`] (feature `kubevirt`): the API server a
+//!   `kubevirt://` client goes through.
 //! - `interim`: the connection under hyper, cut at the interim (1xx)
 //!   response past the limit.
 //! - `reuse`: what each connection carried, so a call whose kept-alive
@@ -75,6 +79,7 @@ mod reuse;
 pub mod session;
 pub mod stream;
 pub mod timeline;
+pub mod transport;
 pub mod wait;
 
 pub use activity::Activity;
@@ -85,6 +90,8 @@ pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, g
 pub use lab_agent_proto as proto;
 pub use session::{Session, SessionError};
 pub use stream::{ExecStream, SetupLog};
+#[cfg(feature = "kubevirt")]
+pub use transport::kubevirt::KubeApi;
 pub use timeline::{
     Answers, AnswersError, Distribution, Phase, PhaseStats, distribution, phases_of,
 };

@@ -219,6 +219,10 @@ pub async fn wait_all(
 
 /// Errors that mean "the agent is not answering yet": keep waiting.
 fn not_up_yet(e: &Error) -> bool {
+    // KubeVirt's refusals: some pass (the VMI is coming), some never do.
+    if matches!(e, Error::Relay { .. }) {
+        return e.relay_may_pass();
+    }
     if e.is_unreachable() {
         return true;
     }

@@ -6,11 +6,11 @@
 //! (measured with `cargo bloat`; see BENCHMARKS.md). Twelve flags do not
 //! need a framework. `labctl` uses clap.
 
+use crate::http::listen::Listen;
 use crate::serve::ServeConfig;
 use crate::setup::SetupConfig;
 use lab_agent_proto::{GUEST_LAB_DIR, guest};
 use std::ffi::OsString;
-use crate::http::listen::Listen;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -209,7 +209,8 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
         }
     }
     if c.listen.is_empty() {
-        c.listen.push(Listen::Tcp(SocketAddr::from(([0, 0, 0, 0], guest::PORT))));
+        c.listen
+            .push(Listen::Tcp(SocketAddr::from(([0, 0, 0, 0], guest::PORT))));
     }
     if c.addr_file.is_some() && !c.listen.iter().any(|l| matches!(l, Listen::Tcp(_))) {
         return Err(UsageError {
@@ -472,7 +473,10 @@ mod tests {
             ],
             "both channels, in order; the default is replaced"
         );
-        assert_eq!(serve(&["serve", "--listen", "vsock:8899"]).listen, [Listen::Vsock(8899)]);
+        assert_eq!(
+            serve(&["serve", "--listen", "vsock:8899"]).listen,
+            [Listen::Vsock(8899)]
+        );
     }
 
     #[test]
@@ -515,10 +519,7 @@ mod tests {
             (&["serv"], "unknown command `serv`"),
             (&["serve", "--bogus"], "unknown flag `--bogus`"),
             (&["serve", "--listen"], "`--listen` needs a value"),
-            (
-                &["serve", "--listen", "vsock:x"],
-                "`x` is not a vsock port",
-            ),
+            (&["serve", "--listen", "vsock:x"], "`x` is not a vsock port"),
             (
                 &["serve", "--listen", "vsock:1", "--addr-file", "/a"],
                 "`--addr-file` writes a TCP address",

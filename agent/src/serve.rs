@@ -2,13 +2,13 @@
 //! run the server until SIGTERM/SIGINT.
 
 use crate::app::App;
+use crate::http::listen::{Listen, Listeners};
 use crate::process::Jobs;
 use crate::process::cgroup::Containment;
 use crate::readiness::{Readiness, ReadinessConfig};
 use crate::setup::{self, SetupConfig};
 use crate::token::{Token, TokenError};
 use std::io;
-use crate::http::listen::{Listen, Listeners};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

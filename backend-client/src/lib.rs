@@ -90,9 +90,9 @@ pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, g
 pub use lab_agent_proto as proto;
 pub use session::{Session, SessionError};
 pub use stream::{ExecStream, SetupLog};
-#[cfg(feature = "kubevirt")]
-pub use transport::kubevirt::KubeApi;
 pub use timeline::{
     Answers, AnswersError, Distribution, Phase, PhaseStats, distribution, phases_of,
 };
+#[cfg(feature = "kubevirt")]
+pub use transport::kubevirt::KubeApi;
 pub use wait::{Progress, WaitOutcome, wait_all};

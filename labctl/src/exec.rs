@@ -114,7 +114,10 @@ impl Config {
         request
             .validate()
             .map_err(|e| Failure::usage(format!("the command cannot be sent: {e}")))?;
-        let builder = Client::builder().request_timeout(answer_timeout);
+        let builder = args
+            .agent
+            .kube
+            .on(Client::builder().request_timeout(answer_timeout))?;
         let client = common::client(builder, &args.agent.url, &args.agent.token_file)?;
         Ok(Config { client, request })
     }

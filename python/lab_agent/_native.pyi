@@ -28,7 +28,12 @@ class AgentError(Exception):
     log_tail: Optional[str]
 
 class Unauthorized(AgentError): ...
-class Unreachable(AgentError): ...
+class Unreachable(AgentError):
+    """No answer could be had from the agent. relay_status: when KubeVirt's
+    vsock relay refused the connection (``kubevirt://``), its HTTP status
+    (401, 403, 404, 400, 5xx); else None (also for a TLS failure)."""
+
+    relay_status: Optional[int]
 
 class AgentWentAway(Unreachable):
     """The agent restarted, crashed or was reset between two calls, and an
@@ -126,6 +131,9 @@ class Client:
         token_file: Optional[str] = None,
         request_timeout: Optional[float] = None,
         instance: Optional[str] = None,
+        kube_server: Optional[str] = None,
+        kube_token_file: Optional[str] = None,
+        kube_ca_file: Optional[str] = None,
     ) -> None: ...
     @property
     def url(self) -> str: ...

@@ -71,9 +71,9 @@ impl Listeners {
         let mut skipped = None;
         for &addr in addrs {
             match addr {
-                Listen::Tcp(a) => {
-                    bound.push(Listener::Tcp(TcpListener::bind(a).await.map_err(|e| (addr, e))?))
-                }
+                Listen::Tcp(a) => bound.push(Listener::Tcp(
+                    TcpListener::bind(a).await.map_err(|e| (addr, e))?,
+                )),
                 Listen::Vsock(port) => match VsockListener::bind(port) {
                     Ok(l) => {
                         if crate::http::vsock::local_cid().is_none() {
@@ -253,6 +253,9 @@ mod tests {
             Peer::Vsock { cid: 2, port: 1025 }.to_string(),
             "vsock:2:1025"
         );
-        assert_eq!(Peer::Vsock { cid: 2, port: 9 }.host().to_string(), "vsock:2");
+        assert_eq!(
+            Peer::Vsock { cid: 2, port: 9 }.host().to_string(),
+            "vsock:2"
+        );
     }
 }

@@ -117,11 +117,7 @@ impl AsyncRead for VsockStream {
             match guard.try_io(|fd| {
                 // SAFETY: reads at most `unfilled.len()` bytes into it.
                 let n = unsafe {
-                    libc::read(
-                        fd.as_raw_fd(),
-                        unfilled.as_mut_ptr().cast(),
-                        unfilled.len(),
-                    )
+                    libc::read(fd.as_raw_fd(), unfilled.as_mut_ptr().cast(), unfilled.len())
                 };
                 if n < 0 {
                     Err(io::Error::last_os_error())

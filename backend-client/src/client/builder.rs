@@ -122,30 +122,38 @@ impl ClientBuilder {
             url: url.to_owned(),
             problem: problem.to_owned(),
         };
-        let (base, origin, authority, remote) = match transport::parse(url).map_err(|p| invalid(&p))? {
-            Target::Http => {
-                let (base, authority) = http_base(url, &invalid)?;
-                (base.clone(), base, authority, None)
-            }
-            Target::Channel { channel, canonical } => {
-                if self.dialer.is_some() {
-                    return Err(invalid("a dialer opens TCP connections: give an `http://` URL with it"));
+        let (base, origin, authority, remote) =
+            match transport::parse(url).map_err(|p| invalid(&p))? {
+                Target::Http => {
+                    let (base, authority) = http_base(url, &invalid)?;
+                    (base.clone(), base, authority, None)
                 }
-                let remote = Remote {
-                    #[cfg(feature = "kubevirt")]
-                    kube: match (&channel, &self.kube) {
-                        (transport::Channel::Kubevirt(_), None) => {
-                            Some(Arc::new(crate::KubeApi::in_cluster()?))
-                        }
-                        (_, kube) => kube.clone(),
-                    },
-                    channel,
-                };
-                // The agent reads no `Host`; this one names no real host.
-                let authority = "localhost".to_owned();
-                (canonical, format!("http://{authority}"), authority, Some(Arc::new(remote)))
-            }
-        };
+                Target::Channel { channel, canonical } => {
+                    if self.dialer.is_some() {
+                        return Err(invalid(
+                            "a dialer opens TCP connections: give an `http://` URL with it",
+                        ));
+                    }
+                    let remote = Remote {
+                        #[cfg(feature = "kubevirt")]
+                        kube: match (&channel, &self.kube) {
+                            (transport::Channel::Kubevirt(_), None) => {
+                                Some(Arc::new(crate::KubeApi::in_cluster()?))
+                            }
+                            (_, kube) => kube.clone(),
+                        },
+                        channel,
+                    };
+                    // The agent reads no `Host`; this one names no real host.
+                    let authority = "localhost".to_owned();
+                    (
+                        canonical,
+                        format!("http://{authority}"),
+                        authority,
+                        Some(Arc::new(remote)),
+                    )
+                }
+            };
 
         let token = token.trim_end();
         if token.is_empty() {
@@ -210,40 +218,39 @@ pub(super) fn checked_pin(id: &str) -> Result<Arc<str>, Error> {
 
 /// An `http://` URL's base (without trailing `/`) and `Host` authority.
 fn http_base(url: &str, invalid: &dyn Fn(&str) -> Error) -> Result<(String, String), Error> {
-        let uri: hyper::Uri = url
-            .parse()
-            .map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(invalid(
-                    "the agent speaks plain HTTP (the token, not TLS, guards it): use `http://`",
-                ));
-            }
-            Some(other) => {
-                return Err(invalid(&format!(
-                    "scheme `{other}` is not one the client speaks: `http`, `vsock`, \
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(invalid(
+                "the agent speaks plain HTTP (the token, not TLS, guards it): use `http://`",
+            ));
+        }
+        Some(other) => {
+            return Err(invalid(&format!(
+                "scheme `{other}` is not one the client speaks: `http`, `vsock`, \
                      `vsock+unix` or `kubevirt`"
-                )));
-            }
-            None => {
-                return Err(invalid(
-                    "it has no scheme: write `http://HOST:PORT` (or `vsock://CID:PORT`, \
+            )));
+        }
+        None => {
+            return Err(invalid(
+                "it has no scheme: write `http://HOST:PORT` (or `vsock://CID:PORT`, \
                      `vsock+unix:///PATH?port=PORT`, `kubevirt://NAMESPACE/VMI`)",
-                ));
-            }
+            ));
         }
-        let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
-            return Err(invalid("it has no host"));
-        };
-        if uri.query().is_some() {
-            return Err(invalid("it has a query string: give only the base URL"));
-        }
-        let authority = match uri.port_u16() {
-            Some(p) => format!("{host}:{p}"),
-            None => host.to_owned(),
-        };
-        let prefix = uri.path().trim_end_matches('/').to_owned();
-        Ok((format!("http://{authority}{prefix}"), authority))
-
+    }
+    let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
+        return Err(invalid("it has no host"));
+    };
+    if uri.query().is_some() {
+        return Err(invalid("it has a query string: give only the base URL"));
+    }
+    let authority = match uri.port_u16() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    };
+    let prefix = uri.path().trim_end_matches('/').to_owned();
+    Ok((format!("http://{authority}{prefix}"), authority))
 }

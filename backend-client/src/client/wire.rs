@@ -19,10 +19,7 @@ pub(super) struct Counted {
 type Connecting = Pin<
     Box<
         dyn Future<
-                Output = Result<
-                    TokioIo<Guarded<Conn>>,
-                    Box<dyn std::error::Error + Send + Sync>,
-                >,
+                Output = Result<TokioIo<Guarded<Conn>>, Box<dyn std::error::Error + Send + Sync>>,
             > + Send,
     >,
 >;

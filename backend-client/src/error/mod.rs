@@ -355,7 +355,10 @@ impl Error {
                 ..
             } => {
                 matches!(s, 404 | 409 | 500..=599)
-                    || (*s == 400 && message.contains("Unable to connect to VirtualMachineInstance because phase is"))
+                    || (*s == 400
+                        && message.contains(
+                            "Unable to connect to VirtualMachineInstance because phase is",
+                        ))
             }
             _ => false,
         }

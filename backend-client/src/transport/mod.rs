@@ -37,8 +37,14 @@ pub const DEFAULT_VSOCK_PORT: u32 = lab_agent_proto::guest::PORT as u32;
 /// A URL that is not TCP: the channel and how to reach the agent on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Channel {
-    Vsock { cid: u32, port: u32 },
-    Hybrid { path: PathBuf, port: u32 },
+    Vsock {
+        cid: u32,
+        port: u32,
+    },
+    Hybrid {
+        path: PathBuf,
+        port: u32,
+    },
     #[cfg(feature = "kubevirt")]
     Kubevirt(kubevirt::Vmi),
 }
@@ -68,7 +74,9 @@ pub(crate) fn parse(url: &str) -> Result<Target, String> {
                 None => (addr, None),
             };
             let cid = cid.parse::<u32>().map_err(|_| {
-                format!("`{cid}` is not a vsock CID: write `vsock://CID:PORT`, e.g. `vsock://3:8899`")
+                format!(
+                    "`{cid}` is not a vsock CID: write `vsock://CID:PORT`, e.g. `vsock://3:8899`"
+                )
             })?;
             Channel::Vsock {
                 cid,
@@ -78,8 +86,9 @@ pub(crate) fn parse(url: &str) -> Result<Target, String> {
         "vsock+unix" => {
             let (path, query) = split_query(rest);
             if !path.starts_with('/') || path.len() < 2 {
-                return Err("write the socket's absolute path: `vsock+unix:///PATH?port=PORT`"
-                    .to_owned());
+                return Err(
+                    "write the socket's absolute path: `vsock+unix:///PATH?port=PORT`".to_owned(),
+                );
             }
             Channel::Hybrid {
                 path: PathBuf::from(path),
@@ -93,9 +102,11 @@ pub(crate) fn parse(url: &str) -> Result<Target, String> {
         }
         #[cfg(not(feature = "kubevirt"))]
         "kubevirt" => {
-            return Err("this build has no KubeVirt transport: build `lab-agent-client` with \
+            return Err(
+                "this build has no KubeVirt transport: build `lab-agent-client` with \
                         its `kubevirt` feature"
-                .to_owned());
+                    .to_owned(),
+            );
         }
         _ => return Ok(Target::Http),
     };
@@ -252,11 +263,20 @@ mod tests {
     fn vsock_urls() {
         assert_eq!(
             channel("vsock://3:8899"),
-            (Channel::Vsock { cid: 3, port: 8899 }, "vsock://3:8899".into())
+            (
+                Channel::Vsock { cid: 3, port: 8899 },
+                "vsock://3:8899".into()
+            )
         );
         assert_eq!(
             channel("VSOCK://42"),
-            (Channel::Vsock { cid: 42, port: 8899 }, "vsock://42:8899".into()),
+            (
+                Channel::Vsock {
+                    cid: 42,
+                    port: 8899
+                },
+                "vsock://42:8899".into()
+            ),
             "the agent's port when none is given"
         );
         assert!(problem("vsock://x:1").contains("`x` is not a vsock CID"));

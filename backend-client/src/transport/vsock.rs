@@ -114,11 +114,7 @@ impl AsyncRead for VsockStream {
             // SAFETY: reads at most `unfilled.len()` bytes into it.
             let read = guard.try_io(|fd| {
                 let n = unsafe {
-                    libc::read(
-                        fd.as_raw_fd(),
-                        unfilled.as_mut_ptr().cast(),
-                        unfilled.len(),
-                    )
+                    libc::read(fd.as_raw_fd(), unfilled.as_mut_ptr().cast(), unfilled.len())
                 };
                 if n < 0 {
                     Err(io::Error::last_os_error())

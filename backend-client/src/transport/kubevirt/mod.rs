@@ -64,13 +64,16 @@ impl Vmi {
     pub(crate) fn parse(path: &str, port: u32) -> Result<Vmi, String> {
         let path = path.strip_suffix('/').unwrap_or(path);
         let Some((namespace, name)) = path.split_once('/') else {
-            return Err("write `kubevirt://NAMESPACE/VMI`, e.g. `kubevirt://labs/vm-42`".to_owned());
+            return Err(
+                "write `kubevirt://NAMESPACE/VMI`, e.g. `kubevirt://labs/vm-42`".to_owned(),
+            );
         };
         let dns = |s: &str, max: usize, what: &str| {
             let ok = !s.is_empty()
                 && s.len() <= max
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+                && s.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
+                })
                 && s.starts_with(|c: char| c.is_ascii_alphanumeric())
                 && s.ends_with(|c: char| c.is_ascii_alphanumeric())
                 && (what == "VMI name" || !s.contains('.'));
@@ -215,10 +218,10 @@ impl KubeApi {
         #[allow(deprecated)]
         let provider = rustls::crypto::ring::default_provider();
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
         Ok(KubeApi {
             authority: format!("{host}:{port}"),
             host: host.trim_matches(['[', ']']).to_owned(),
@@ -240,7 +243,10 @@ impl KubeApi {
             .map_err(|e| {
                 io::Error::new(
                     e.kind(),
-                    format!("cannot reach the Kubernetes API server {} ({e})", self.server()),
+                    format!(
+                        "cannot reach the Kubernetes API server {} ({e})",
+                        self.server()
+                    ),
                 )
             })?;
         s.set_nodelay(true)?;

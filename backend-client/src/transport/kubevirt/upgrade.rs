@@ -98,10 +98,8 @@ impl Head {
 
     /// Whether header `name` lists `token` (case-insensitive).
     fn has(&self, name: &str, token: &str) -> bool {
-        self.get(name).is_some_and(|v| {
-            v.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case(token))
-        })
+        self.get(name)
+            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
     }
 }
 
@@ -140,7 +138,9 @@ async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> io::Result<Head> {
                 None,
                 format!(
                     "the API server answered \"{}\", not HTTP/1.1",
-                    lab_agent_proto::text::escape(&status_line.chars().take(80).collect::<String>())
+                    lab_agent_proto::text::escape(
+                        &status_line.chars().take(80).collect::<String>()
+                    )
                 ),
             ));
         }
@@ -223,8 +223,7 @@ pub(crate) fn accept_for(key: &str) -> String {
 
 /// Standard base64 with padding (a WebSocket key and its accept only).
 fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let n = chunk
@@ -271,7 +270,8 @@ mod tests {
         assert_eq!(status_message(&head, &body), "no \"vsock\" for you");
         assert_eq!(s, b"rest", "the body's length is read, no more");
 
-        let raw: &[u8] = b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n\
+        let raw: &[u8] =
+            b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n\
             5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
         let mut s = raw;
         let head = read_head(&mut s).await.unwrap();
@@ -280,7 +280,10 @@ mod tests {
 
         let mut s: &[u8] = b"HTTP/1.1 502 Bad Gateway\r\n\r\n";
         let head = read_head(&mut s).await.unwrap();
-        assert_eq!(status_message(&head, &read_body(&mut s, &head).await), "Bad Gateway");
+        assert_eq!(
+            status_message(&head, &read_body(&mut s, &head).await),
+            "Bad Gateway"
+        );
 
         let mut s: &[u8] = b"SSH-2.0-OpenSSH\r\n\r\n";
         let e = read_head(&mut s).await.unwrap_err();

@@ -401,7 +401,11 @@ mod tests {
         wire.extend(frame(true, OP_CONTINUATION, b"bc"));
         wire.extend(frame(false, OP_BINARY, &big));
         wire.extend(frame(true, OP_CONTINUATION, b""));
-        wire.extend(frame(true, OP_TEXT, b"skipped, as KubeVirt's reader skips it"));
+        wire.extend(frame(
+            true,
+            OP_TEXT,
+            b"skipped, as KubeVirt's reader skips it",
+        ));
         wire.extend(frame(true, OP_PONG, b"unasked"));
         wire.extend(frame(true, OP_BINARY, b"end"));
         server.write_all(&wire).await.unwrap();
@@ -419,9 +423,18 @@ mod tests {
     #[tokio::test]
     async fn a_close_frame_ends_the_stream_and_a_cut_frame_is_an_error() {
         let (mut r, mut server) = relay();
-        server.write_all(&frame(true, OP_BINARY, b"hi")).await.unwrap();
-        server.write_all(&frame(true, OP_CLOSE, &1000u16.to_be_bytes())).await.unwrap();
-        server.write_all(&frame(true, OP_BINARY, b"after")).await.unwrap();
+        server
+            .write_all(&frame(true, OP_BINARY, b"hi"))
+            .await
+            .unwrap();
+        server
+            .write_all(&frame(true, OP_CLOSE, &1000u16.to_be_bytes()))
+            .await
+            .unwrap();
+        server
+            .write_all(&frame(true, OP_BINARY, b"after"))
+            .await
+            .unwrap();
         let mut got = Vec::new();
         r.read_to_end(&mut got).await.unwrap();
         assert_eq!(got, b"hi");
@@ -446,7 +459,10 @@ mod tests {
     async fn what_no_websocket_server_sends_is_refused() {
         for (wire, want) in [
             (vec![FIN | OP_BINARY | 0x40, 0], "reserved bits"),
-            (vec![FIN | OP_BINARY, 0x80 | 1, 0, 0, 0, 0, b'x'], "masked frame"),
+            (
+                vec![FIN | OP_BINARY, 0x80 | 1, 0, 0, 0, 0, b'x'],
+                "masked frame",
+            ),
             (vec![OP_PING, 0], "fragmented"),
             (frame(true, 0x3, b""), "unknown opcode 3"),
         ] {
@@ -461,7 +477,9 @@ mod tests {
     #[tokio::test]
     async fn writes_are_masked_binary_frames_and_pings_get_pongs() {
         let (mut r, mut server) = relay();
-        r.write_all(b"GET /v1/ready HTTP/1.1\r\n\r\n").await.unwrap();
+        r.write_all(b"GET /v1/ready HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
         r.flush().await.unwrap();
         assert_eq!(
             client_frame(&mut server).await,
@@ -475,8 +493,14 @@ mod tests {
         let (_, _, second) = client_frame(&mut server).await;
         assert_eq!(first.len() + second.len(), body.len());
 
-        server.write_all(&frame(true, OP_PING, b"keep alive")).await.unwrap();
-        server.write_all(&frame(true, OP_BINARY, b"x")).await.unwrap();
+        server
+            .write_all(&frame(true, OP_PING, b"keep alive"))
+            .await
+            .unwrap();
+        server
+            .write_all(&frame(true, OP_BINARY, b"x"))
+            .await
+            .unwrap();
         let mut one = [0u8; 1];
         r.read_exact(&mut one).await.unwrap();
         assert_eq!(

@@ -4,4 +4,5 @@ pub mod elf;
 pub mod hostile;
 pub mod local;
 pub mod pydeps;
+pub mod relay;
 pub mod vm;

@@ -111,6 +111,12 @@ impl VmTarget {
         spec.cpus = vm.cpus;
         spec.disk_gib = vm.disk_gib;
         spec.detached = keep;
+        // A real virtio-vsock device, as KubeVirt's `autoattachVSOCK`
+        // gives: the payload's agent listens there too.
+        spec.vsock = qemu::vsock::find_backend()?;
+        if spec.vsock.is_none() {
+            eprintln!("{}{}", target.prefix(), qemu::vsock::missing_note());
+        }
         let hostname = seed::hostname(member.as_ref().map_or(&lab.name, |m| &m.name));
         if let Some(m) = member {
             spec.lan = Some(m.lan);
@@ -140,9 +146,12 @@ impl VmTarget {
             (AccelMode::Auto, _) => started.why,
         };
         let prefix = target.prefix();
+        let vsock = machine
+            .vsock_url()
+            .map_or(String::new(), |url| format!(" and {url}"));
         eprintln!(
             "{prefix}accelerator: {} ({why})\n{prefix}booting `{}` (qemu {}): qemu pid {}, agent \
-             at {} (token in `{}`), console `{}`",
+             at {}{vsock} (token in `{}`), console `{}`",
             accel.as_str().to_uppercase(),
             vm.guest.base().display(),
             version_number(&version),

@@ -10,7 +10,8 @@
 #   cloud-init unpacked for its schema checker and loader (the package is not
 #   installed, no service enabled), and the PyPI validators kubernetes-validate
 #   and schemathesis, with maturin and pytest for the Python package, in a
-#   virtualenv;
+#   virtualenv; and Debian's skopeo, umoci and xorriso, unpacked
+#   (tests/image-tools.sh);
 # - system-wide, as Debian packages that start and enable no service:
 #   python3-venv (to make that virtualenv), and the VM tools with the cached
 #   guest images (tests/vm/build-image.sh: qemu from bookworm-backports,
@@ -40,6 +41,9 @@ done
 
 # cloud-init and the PyPI validators, in the cache.
 "$root/tests/pydeps.sh"
+# skopeo, umoci, xorrisofs: the agent's disk read back as an operator
+# reads it, and a ConfigMap's disk made as KubeVirt makes it (in the cache).
+"$root/tests/image-tools.sh" >/dev/null
 
 # The guest images for the VM tests (cached; ~2 min each cold: Debian 12 and
 # Debian 13) and the static agent they boot with.

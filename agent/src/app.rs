@@ -12,9 +12,14 @@ use tokio::sync::{Semaphore, watch};
 pub struct App {
     pub token: Token,
     pub readiness: Readiness,
-    /// `--max-execs` permits; exhausted means 429, never a queue, so a
-    /// runaway backend sees back-pressure instead of piling up shells.
+    /// `--max-execs` permits: never more shells than that. Past them an
+    /// exec waits briefly in a bounded queue ([`App::exec_queue`]), then
+    /// 429, so a runaway backend sees back-pressure instead of piling up
+    /// shells, and a burst just past the limit costs a short wait.
     pub exec_slots: Arc<Semaphore>,
+    /// Places for execs waiting for a slot (`crate::api::exec::QUEUED_PER_SLOT`
+    /// per slot); none free means 429 at once.
+    pub exec_queue: Arc<Semaphore>,
     pub max_execs: usize,
     /// Output held by running commands and unsent answers.
     pub output: crate::http::budget::Budget,

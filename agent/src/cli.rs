@@ -71,7 +71,7 @@ Flags:
                          KEY=VALUE [default: /etc/lab-agent/env, if any]
   --min-root-bytes N     With --run-setup: fail the setup before the script
                          when the root filesystem is smaller than N bytes
-  --max-execs N          Concurrent exec limit; more get 429 [default: 8]
+  --max-execs N          Concurrent exec limit; more wait briefly, then 429 [default: 8]
   --output-budget MIB    Output held at once for running commands and
                          answers not yet sent (each exec reserves twice its
                          max_output_bytes); past it execs get 429

@@ -156,6 +156,9 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             root: "/".into(),
         }),
         exec_slots: Arc::new(Semaphore::new(cfg.max_execs)),
+        exec_queue: Arc::new(Semaphore::new(
+            cfg.max_execs * crate::api::exec::QUEUED_PER_SLOT,
+        )),
         max_execs: cfg.max_execs,
         output: crate::http::budget::Budget::new(cfg.output_budget),
         jobs: jobs.clone(),

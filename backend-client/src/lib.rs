@@ -84,7 +84,7 @@ pub mod wait;
 
 pub use activity::Activity;
 pub use client::{Client, ClientBuilder, Dialer, Dialing, RawResponse};
-pub use error::Error;
+pub use error::{Error, PinnedBy};
 pub use follow::Follow;
 pub use grade::{CheckResult, CheckStatus, Gradable, GradeOutcome, GradeReport, grade_all};
 pub use lab_agent_proto as proto;
@@ -95,4 +95,4 @@ pub use timeline::{
 };
 #[cfg(feature = "kubevirt")]
 pub use transport::kubevirt::KubeApi;
-pub use wait::{Progress, WaitOutcome, wait_all};
+pub use wait::{Progress, WaitEach, WaitOutcome, wait_all, wait_each};

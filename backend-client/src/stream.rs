@@ -9,8 +9,8 @@
 
 use crate::Client;
 use crate::client::{
-    Limits, busy_resume, check_exec_result, collect, deadline_after, exec_response_limit,
-    exec_stream_limit, status_error, transport,
+    Limits, busy_resume, check_exec_result, collect, deadline_after, exec_body,
+    exec_response_limit, exec_stream_limit, status_error, transport,
 };
 use crate::error::{Error, Request};
 use http_body_util::BodyExt;
@@ -45,6 +45,8 @@ pub struct ExecStream {
     stderr: u64,
     ended: bool,
     got_result: bool,
+    /// The client that sent it: its pin holds the result's instance.
+    client: Client,
 }
 
 impl std::fmt::Debug for ExecStream {
@@ -61,11 +63,12 @@ impl Client {
     /// events come as the command writes, the result last (then `None`).
     /// Errors before the command starts (400, busy past the retries) come
     /// from this call, as from [`Client::exec`]; a 429 is retried the same
-    /// way. The request is never sent twice once it may have started.
+    /// way. The request is never sent twice once it may have started. A
+    /// pinned client's is pinned as [`Client::exec`]'s.
     pub async fn exec_stream(&self, req: &ExecRequest) -> Result<ExecStream, Error> {
-        let mut req = req.clone();
+        let (mut req, mut pinned) = self.pin_request(req);
         req.stream = true;
-        let body = Bytes::from(serde_json::to_vec(&req).expect("an ExecRequest always serializes"));
+        let mut body = exec_body(&req);
         let budget =
             Duration::from_secs(req.options.timeout_secs).saturating_add(self.request_timeout());
         let start = Instant::now();
@@ -103,6 +106,7 @@ impl Client {
                         source,
                     })?;
                     let r = check_exec_result(request.clone(), &req, r)?;
+                    self.check_instance(r.instance_id.as_deref(), None)?;
                     (None, Some(StreamEvent::Result(r)))
                 };
                 return Ok(ExecStream {
@@ -119,14 +123,22 @@ impl Client {
                     stderr: 0,
                     ended: false,
                     got_result: false,
+                    client: self.clone(),
                 });
             }
             let limit = crate::client::ERROR_RESPONSE_LIMIT;
             let resp = tokio::time::timeout_at(deadline, collect(resp, &request, limit))
                 .await
                 .map_err(|_| timeout())??;
-            if resp.status != StatusCode::TOO_MANY_REQUESTS {
-                return Err(status_error(request, &resp));
+            match resp.status {
+                StatusCode::TOO_MANY_REQUESTS => {}
+                StatusCode::BAD_REQUEST if pinned && self.refuses_pin(&resp) => {
+                    (req, pinned) = self.pin_request(&req);
+                    body = exec_body(&req);
+                    continue;
+                }
+                StatusCode::CONFLICT => return Err(self.pin_refusal(request, &req, &resp)),
+                _ => return Err(status_error(request, &resp)),
             }
             let resume = busy_resume(request.clone(), &resp, attempts, start, deadline)?;
             tokio::time::sleep_until(resume).await;
@@ -316,6 +328,7 @@ impl ExecStream {
             StreamEvent::Result(r) => {
                 self.got_result = true;
                 let r = check_exec_result(self.request.clone(), &self.req, r)?;
+                self.client.check_instance(r.instance_id.as_deref(), None)?;
                 Ok(StreamEvent::Result(r))
             }
             ev => Ok(ev),

@@ -1,5 +1,6 @@
 //! Waiting for readiness: one agent ([`Client::wait_ready`]) or many at
-//! once ([`wait_all`]), with progress reports for a live display.
+//! once, all together ([`wait_all`], with progress reports for a live
+//! display) or each as it ends ([`wait_each`], a [`Stream`]).
 //!
 //! A VM's port is closed for its first seconds, and under qemu's user
 //! networking a connection may be accepted and then closed before the guest
@@ -12,10 +13,14 @@
 
 use crate::client::Client;
 use crate::error::{Error, LastSeen};
+use futures_core::Stream;
 use hyper::StatusCode;
 use lab_agent_proto::{ReadyResponse, ReadyState};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
 
 /// First pause after a failed attempt; doubles up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -215,6 +220,85 @@ pub async fn wait_all(
             result: r.expect("every wait task reports its result"),
         })
         .collect()
+}
+
+/// Waits for several agents at once (a platform's fleet, each VM handed to
+/// its student on its own) and yields each one's outcome as soon as it is
+/// known — ready, failed, unreachable to the end — with its index in
+/// `clients`: a VM that is ready is never held back by a slower or dead
+/// one, as [`wait_all`]'s answer is. Every wait starts now and ends by
+/// `deadline`; the stream ends after the last. Dropping it ends the waits
+/// still running. Must be called within a tokio runtime (the waits are
+/// spawned on it).
+///
+/// ```no_run
+/// # async fn f(clients: Vec<lab_agent_client::Client>) {
+/// let deadline = std::time::Instant::now() + std::time::Duration::from_secs(150);
+/// let mut each = lab_agent_client::wait_each(&clients, deadline);
+/// while let Some((i, outcome)) = each.next().await {
+///     match outcome.result {
+///         Ok(ready) => { /* hand VM `i` to its student */ }
+///         Err(e) => { /* VM `i` failed: e.is_setup_failed(), e.is_timeout(), … */ }
+///     }
+/// }
+/// # }
+/// ```
+pub fn wait_each(clients: &[Client], deadline: Instant) -> WaitEach {
+    let mut tasks = JoinSet::new();
+    for (i, client) in clients.iter().enumerate() {
+        let client = client.clone();
+        tasks.spawn(async move {
+            let result = client.wait_ready(deadline).await;
+            let url = client.url().to_owned();
+            (i, WaitOutcome { url, result })
+        });
+    }
+    WaitEach { tasks }
+}
+
+/// The outcomes of [`wait_each`] as they come: a [`Stream`] of
+/// `(index, outcome)`, also readable without a stream library through
+/// [`WaitEach::next`].
+#[derive(Debug)]
+pub struct WaitEach {
+    tasks: JoinSet<(usize, WaitOutcome)>,
+}
+
+impl WaitEach {
+    /// The next outcome to come, or `None` when every wait has ended.
+    pub async fn next(&mut self) -> Option<(usize, WaitOutcome)> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
+
+    /// How many waits have not ended yet.
+    pub fn remaining(&self) -> usize {
+        self.tasks.len()
+    }
+}
+
+impl Stream for WaitEach {
+    type Item = (usize, WaitOutcome);
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let tasks = &mut self.get_mut().tasks;
+        loop {
+            return match tasks.poll_join_next(cx) {
+                Poll::Ready(Some(Ok(outcome))) => Poll::Ready(Some(outcome)),
+                // A wait never panics; if one did, so does its reader.
+                Poll::Ready(Some(Err(e))) if e.is_panic() => {
+                    std::panic::resume_unwind(e.into_panic())
+                }
+                // Cancelled: only by a runtime shutting down.
+                Poll::Ready(Some(Err(_))) => continue,
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.tasks.len(), Some(self.tasks.len()))
+    }
 }
 
 /// Errors that mean "the agent is not answering yet": keep waiting.

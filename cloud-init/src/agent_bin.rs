@@ -14,6 +14,10 @@
 //! 4. `target/TARGET/agent/lab-agent` in the source tree `labctl` was built
 //!    from (`packaging/build-agent.sh --arch ARCH` puts it there).
 //!
+//! A caller that is not `labctl` (the Python package, whose executable is
+//! the interpreter) looks as a `labctl` found on `PATH` would
+//! ([`load_as_labctl`]).
+//!
 //! A candidate that exists but is unusable (a dynamic `target/debug/lab-agent`
 //! when a static one is needed) is skipped, and the error lists every place
 //! and why it did not do.
@@ -68,15 +72,20 @@ pub enum AgentBinError {
 impl AgentBinError {
     /// What to do about it.
     pub fn hint(&self) -> Option<String> {
+        self.hint_giving("`--agent PATH`")
+    }
+
+    /// [`AgentBinError::hint`] for a caller whose way to name the agent is
+    /// `explicit` (Python's `agent_path=`).
+    pub fn hint_giving(&self, explicit: &str) -> Option<String> {
         let build = |linkage: &Linkage| match linkage {
-            Linkage::Static(Arch::Amd64) => {
-                "run `packaging/build-agent.sh` to build the static agent, or pass `--agent PATH`"
-                    .into()
-            }
-            Linkage::Static(arch) => format!(
-                "run `packaging/build-agent.sh --arch {arch}` to build the static agent, or pass `--agent PATH`"
+            Linkage::Static(Arch::Amd64) => format!(
+                "run `packaging/build-agent.sh` to build the static agent, or pass {explicit}"
             ),
-            Linkage::Any => "run `cargo build -p lab-agent`, or pass `--agent PATH`".into(),
+            Linkage::Static(arch) => format!(
+                "run `packaging/build-agent.sh --arch {arch}` to build the static agent, or pass {explicit}"
+            ),
+            Linkage::Any => format!("run `cargo build -p lab-agent`, or pass {explicit}"),
         };
         match self {
             AgentBinError::Read { .. } => None,
@@ -97,6 +106,39 @@ fn list(tried: &[(PathBuf, String)]) -> String {
 
 /// Finds the agent (see the module docs for the order) and reads it.
 pub fn load(explicit: Option<&Path>, linkage: Linkage) -> Result<AgentBinary, AgentBinError> {
+    let exe = std::env::current_exe().ok();
+    load_as(exe.as_deref(), explicit, linkage)
+}
+
+/// [`load`] as the program `labctl` (a `labctl` on `PATH`) would, for a
+/// caller that is not `labctl` (the Python package, whose executable is
+/// the interpreter): the same places, the first two beside `labctl`. No
+/// `labctl` (`None`): those two are listed as not looked at.
+pub fn load_as_labctl(
+    labctl: Option<&Path>,
+    linkage: Linkage,
+) -> Result<AgentBinary, AgentBinError> {
+    let found = load_as(labctl, None, linkage);
+    match (labctl, found) {
+        (None, Err(AgentBinError::NotFound { mut tried, linkage })) => {
+            tried.insert(
+                0,
+                (
+                    PathBuf::from("labctl"),
+                    "not on `PATH`, so nothing beside it was looked at".into(),
+                ),
+            );
+            Err(AgentBinError::NotFound { tried, linkage })
+        }
+        (_, found) => found,
+    }
+}
+
+fn load_as(
+    program: Option<&Path>,
+    explicit: Option<&Path>,
+    linkage: Linkage,
+) -> Result<AgentBinary, AgentBinError> {
     if let Some(path) = explicit {
         let bytes = read(path)?;
         check(&bytes, linkage).map_err(|problem| AgentBinError::Unusable {
@@ -110,7 +152,7 @@ pub fn load(explicit: Option<&Path>, linkage: Linkage) -> Result<AgentBinary, Ag
         });
     }
     let mut tried = Vec::new();
-    for path in candidates(linkage) {
+    for path in candidates(program, linkage) {
         if tried.iter().any(|(p, _)| *p == path) {
             continue;
         }
@@ -179,17 +221,14 @@ fn newer_source(path: &Path, tree: &Path) -> Option<PathBuf> {
 }
 
 /// The implicit places, in order.
-fn candidates(linkage: Linkage) -> Vec<PathBuf> {
+fn candidates(program: Option<&Path>, linkage: Linkage) -> Vec<PathBuf> {
     // `try`'s local mode takes any build, the amd64 one as before.
     let in_target_dir = static_agent_in_target_dir(match linkage {
         Linkage::Static(arch) => arch,
         Linkage::Any => Arch::Amd64,
     });
     let mut out = Vec::new();
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_owned))
-    {
+    if let Some(dir) = program.and_then(|exe| exe.parent().map(Path::to_owned)) {
         out.push(dir.join("lab-agent"));
         if let Some(target) = dir.parent() {
             out.push(target.join(&in_target_dir));

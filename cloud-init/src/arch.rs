@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 /// A lab VM's architecture, named as Kubernetes (`kubernetes.io/arch`) and
 /// Debian name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum Arch {
     /// x86_64: KubeVirt's `q35` machine.
     #[default]

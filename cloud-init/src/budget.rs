@@ -39,8 +39,12 @@ pub struct Budget {
     pub rest: usize,
     /// The `#cloud-config` part: what cloud-init YAML-parses on every boot.
     pub cloud_config: usize,
-    /// The whole user-data: what Kubernetes counts against [`SECRET_LIMIT`].
+    /// The whole user-data as a MIME message.
     pub total: usize,
+    /// The message gzip'd, when that is what the Secret holds
+    /// (`--agent-from disk`): then this, not `total`, is what Kubernetes
+    /// counts against [`SECRET_LIMIT`].
+    pub gzipped: Option<usize>,
     /// Every entry, largest first, for "what is large" in errors.
     pub parts: Vec<Part>,
 }
@@ -68,18 +72,24 @@ impl Budget {
             rest,
             cloud_config,
             total,
+            gzipped: None,
             parts,
         }
     }
 
-    /// `total` as a percentage of [`SECRET_LIMIT`].
+    /// What the Secret holds: [`Budget::gzipped`], else [`Budget::total`].
+    pub fn secret_bytes(&self) -> usize {
+        self.gzipped.unwrap_or(self.total)
+    }
+
+    /// [`Budget::secret_bytes`] as a percentage of [`SECRET_LIMIT`].
     pub fn percent_of_limit(&self) -> f64 {
-        self.total as f64 * 100.0 / SECRET_LIMIT as f64
+        self.secret_bytes() as f64 * 100.0 / SECRET_LIMIT as f64
     }
 
     /// Bytes over the limit, if any.
     pub fn excess(&self) -> Option<usize> {
-        self.total
+        self.secret_bytes()
             .checked_sub(SECRET_LIMIT)
             .filter(|&over| over > 0)
     }
@@ -89,10 +99,14 @@ impl Budget {
 /// `budget (amd64): agent 301.2 KiB + lab files 1.1 KiB + rest 2.0 KiB = 304.3 KiB (29.7% of the 1 MiB Secret limit); cloud-init parses 1.8 KiB of it as YAML`.
 impl fmt::Display for Budget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (agent, gzipped) = match self.gzipped {
+            None => ("agent", String::new()),
+            Some(gz) => ("agent from its disk", format!(", {gz} bytes gzip'd")),
+        };
         write!(
             f,
-            "budget ({}): agent {} + lab files {} + rest {} = {} ({:.1}% of the 1 MiB Secret limit); \
-             cloud-init parses {} of it as YAML",
+            "budget ({}): {agent} {} + lab files {} + rest {} = {}{gzipped} ({:.1}% of the 1 MiB \
+             Secret limit); cloud-init parses {} of it as YAML",
             self.arch,
             Kib(self.agent),
             Kib(self.lab_files),

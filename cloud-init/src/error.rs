@@ -44,6 +44,10 @@ pub enum Error {
         problem: String,
     },
 
+    /// The agent's disk cannot be made as asked.
+    #[error("{0}")]
+    AgentDisk(String),
+
     /// The user-data does not fit in a Secret.
     #[error("{0}")]
     TooLarge(Box<TooLarge>),
@@ -89,7 +93,7 @@ pub struct TooLarge {
 impl TooLarge {
     /// Bytes over [`SECRET_LIMIT`].
     pub fn excess(&self) -> usize {
-        self.budget.total.saturating_sub(SECRET_LIMIT)
+        self.budget.secret_bytes().saturating_sub(SECRET_LIMIT)
     }
 }
 
@@ -100,8 +104,8 @@ impl fmt::Display for TooLarge {
             f,
             "the user-data is {} bytes ({}), {} bytes ({}) over the 1 MiB Secret limit \
              ({SECRET_LIMIT} bytes of decoded data); largest parts:",
-            b.total,
-            Kib(b.total),
+            b.secret_bytes(),
+            Kib(b.secret_bytes()),
             self.excess(),
             Kib(self.excess()),
         )?;

@@ -18,10 +18,13 @@
 //! `STATE_DIR/install-error`, which `lab-agent setup` turns into a failed
 //! setup with that reason, so the backend hears of it through `/v1/ready`.
 
+use crate::agent_disk;
+use crate::arch::Arch;
 use crate::budget::Part;
 use crate::mime::BOUNDARY;
+use crate::pin::AgentPin;
 use crate::shell;
-use crate::spec::PayloadSpec;
+use crate::spec::{AgentSource, PayloadSpec};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use flate2::Compression;
@@ -58,14 +61,17 @@ pub struct Installer {
 
 pub fn render(spec: &PayloadSpec) -> Installer {
     let mut s = Installer {
-        text: prologue(&spec.lab_name),
+        text: prologue(&spec.lab_name, matches!(spec.agent, AgentSource::Disk(_))),
         agent_bytes: 0,
         lab_bytes: 0,
         parts: Vec::new(),
     };
     // The agent first: without it nothing in the VM can report what else
     // went wrong.
-    s.agent_bytes = s.put(AGENT_PATH, 0o755, &spec.agent, Check::Runs);
+    s.agent_bytes = match &spec.agent {
+        AgentSource::Embedded(agent) => s.put(AGENT_PATH, 0o755, agent, Check::Runs),
+        AgentSource::Disk(pin) => s.put_from_disk(spec.arch, pin),
+    };
     // Before `runcmd` starts the agent and the setup, which read it. Only
     // when there is something in it: a lab of one VM without parameters
     // renders as it always did.
@@ -81,7 +87,12 @@ pub fn render(spec: &PayloadSpec) -> Installer {
         s.lab_bytes += s.put(&path, file.mode, &file.contents, Check::Size);
     }
     s.text.push_str(&format!(
-        "printf 'lab-agent payload: installed the agent, {} lab file(s) and {}\\n'\n",
+        "printf 'lab-agent payload: installed the agent{}, {} lab file(s) and {}\\n'\n",
+        if let AgentSource::Disk(_) = spec.agent {
+            " from its disk"
+        } else {
+            ""
+        },
         spec.files.len(),
         if spec.setup.is_some() {
             "the setup script"
@@ -104,6 +115,34 @@ enum Check {
 }
 
 impl Installer {
+    /// Appends the block that takes the agent from the agent disk: this
+    /// machine must be the payload's architecture; the disk's agent for it
+    /// is copied out, then `put` checks it against `pin` (SHA-256 first,
+    /// so another build is said as such) and that it runs. Returns its size.
+    fn put_from_disk(&mut self, arch: Arch, pin: &AgentPin) -> usize {
+        let start = self.text.len();
+        let machine = arch.uname();
+        self.text.push_str(&format!(
+            "[ \"$(uname -m)\" = {machine} ] ||\n\
+             \tfail \"this VM's payload is for $(name {machine}), and this machine is $(name \"$(uname -m)\"): \
+             render this VM's payload for its architecture\"\n\
+             disk {file}\n\
+             put {path} 0755 {size} z run {sha} <\"$z\"\n\
+             rm -f \"$z\"\n\
+             z=\n",
+            file = agent_disk::file_name(arch),
+            path = shell::word(AGENT_PATH),
+            size = pin.size,
+            sha = pin.sha256,
+        ));
+        let size = self.text.len() - start;
+        self.parts.push(Part {
+            name: format!("{AGENT_PATH} (from the agent disk, SHA-256 pinned)"),
+            bytes: size,
+        });
+        size
+    }
+
     /// Appends one `put` block; returns its size.
     fn put(&mut self, path: &str, mode: u32, bytes: &[u8], check: Check) -> usize {
         let start = self.text.len();
@@ -127,18 +166,21 @@ impl Installer {
     }
 }
 
-/// The script's fixed head: what it is, `fail`, and `put`.
-fn prologue(lab_name: &str) -> String {
+/// The script's fixed head: what it is, `fail`, `name`, `put`, and with
+/// `disk` (`--agent-from disk`) the function that finds the agent disk.
+fn prologue(lab_name: &str, disk: bool) -> String {
     // The lab name is checked to be `[A-Za-z0-9._-]`, so it is safe in a
     // comment. Tabs indent, as in the rest of the project's shell.
-    format!(
+    let mut out = format!(
         r#"#!/bin/sh
 # lab-agent payload for lab {lab_name}, part 2: agent, lab files, setup script.
 # Run once by cloud-init before runcmd; a failure's reason goes to $e.
 set -u
-tmp= e={INSTALL_ERROR_PATH}
+tmp= mnt= z= e={INSTALL_ERROR_PATH}
 fail() {{
 	[ -z "$tmp" ] || rm -f -- "$tmp"
+	[ -z "$z" ] || rm -f -- "$z"
+	[ -z "$mnt" ] || {{ umount "$mnt"; rmdir "$mnt"; }}
 	printf 'lab-agent payload: %s\n' "$1" >&2
 	mkdir -p "${{e%/*}}" && printf '%s\n' "$1" >"$e.tmp" && mv -f "$e.tmp" "$e"
 	exit 1
@@ -151,7 +193,7 @@ name() {{
 	*) echo "$1" ;;
 	esac
 }}
-# put PATH MODE BYTES text|b64|gz [run]: content on stdin; temp file, checks, rename
+# put PATH MODE BYTES text|b64|gz|z [run [SHA256]]: content on stdin; temp file, checks, rename
 put() {{
 	umask 022
 	mkdir -p -- "${{1%/*}}" || fail "cannot create the folder of $1"
@@ -159,17 +201,33 @@ put() {{
 	umask 077
 	case $4 in
 	gz) base64 -d | gzip -dc >"$tmp" ;;
+	z) gzip -dc >"$tmp" ;;
 	b64) base64 -d >"$tmp" ;;
 	*) cat >"$tmp" ;;
 	esac || fail "cannot write $1: the content does not decode, or the disk is full"
-	n=$(($(wc -c <"$tmp"))) && [ "$n" -eq "$3" ] ||
+"#
+    );
+    if disk {
+        // Before the size: another build of the agent has another size, and
+        // "n of m bytes written" would blame the disk space.
+        out.push_str(
+            r#"	if [ -n "${6:-}" ]; then
+		h=$(sha256sum <"$tmp") && h=${h%% *}
+		[ "$h" = "$6" ] ||
+			fail "$src holds another lab-agent (sha256 $h) than this VM's payload pins (sha256 $6): attach the agent disk made from the agent the payload was rendered with (labctl agent-disk), or render the payload for the disk's agent"
+	fi
+"#,
+        );
+    }
+    out.push_str(
+        r#"	n=$(($(wc -c <"$tmp"))) && [ "$n" -eq "$3" ] ||
 		fail "cannot write $1: $n of $3 bytes written (is the disk full?)"
 	chmod "$2" "$tmp" || fail "cannot set the mode of $1"
-	if [ "${{5:-}}" = run ]; then
+	if [ "${5:-}" = run ]; then
 		# The ELF header's e_machine (byte 18, little-endian) first: a
 		# payload for the wrong architecture is said as such.
-		n=$(od -An -tu1 -j18 -N2 "$tmp" | {{ read -r lo hi && echo $((lo + 256 * hi)); }})
-		case $n in 62) m=x86_64 ;; 183) m=aarch64 ;; *) m="ELF machine ${{n:-?}}" ;; esac
+		n=$(od -An -tu1 -j18 -N2 "$tmp" | { read -r lo hi && echo $((lo + 256 * hi)); })
+		case $n in 62) m=x86_64 ;; 183) m=aarch64 ;; *) m="ELF machine ${n:-?}" ;; esac
 		[ "$m" = "$(uname -m)" ] ||
 			fail "$1 is built for $(name "$m"), and this machine is $(name "$(uname -m)"): render this VM's payload for its architecture"
 		"$tmp" version >/dev/null ||
@@ -177,10 +235,42 @@ put() {{
 	fi
 	mv -f -- "$tmp" "$1" || fail "cannot rename $tmp to $1"
 	tmp=
+}
+"#,
+    );
+    if disk {
+        out.push_str(&format!(
+            r#"# disk FILE: the agent disk's FILE (this machine's agent, gzip'd) copied to $z;
+# $src names the disk. A virtio disk with serial {serial} (a KubeVirt
+# containerDisk), else a file system labelled {label} (a ConfigMap volume).
+disk() {{
+	src= i=0
+	while [ -z "$src" ]; do
+		for s in /sys/block/*/serial; do
+			[ "$(cat "$s" 2>/dev/null)" = {serial} ] && s=${{s%/serial}} && src=/dev/${{s##*/}}
+		done
+		[ -n "$src" ] || [ ! -b /dev/disk/by-label/{label} ] || src=/dev/disk/by-label/{label}
+		[ -n "$src" ] || [ $i -ge 5 ] || {{ i=$((i + 1)) && sleep 1 && continue; }}
+		[ -n "$src" ] ||
+			fail "no agent disk: this VM's payload takes the agent from a disk with serial {serial} or a volume labelled {label} (labctl agent-disk), and the VM has neither"
+	done
+	mnt=$(mktemp -d) && mount -r -t iso9660 "$src" "$mnt" ||
+		fail "cannot mount the agent disk $src: is it made by labctl agent-disk?"
+	src="the agent disk $src"
+	z={agent_dir}/.lab-agent-disk.$$
+	cp "$mnt/$1" "$z" 2>/dev/null
+	i=$? s=$(ls "$mnt" | tr '\n' ' ')
+	umount "$mnt" && rmdir "$mnt" && mnt=
+	[ $i -eq 0 ] || fail "$src has no $1 (it holds: $s): make it with labctl agent-disk for this VM's architecture"
 }}
-rm -f "$e"
-"#
-    )
+"#,
+            serial = agent_disk::SERIAL,
+            label = agent_disk::LABEL,
+            agent_dir = AGENT_PATH.rsplit_once('/').map_or("/", |(d, _)| d),
+        ));
+    }
+    out.push_str("rm -f \"$e\"\n");
+    out
 }
 
 /// The here-document body for `bytes` and its `put` encoding: readable text

@@ -9,7 +9,7 @@ use crate::arch::Arch;
 use crate::budget::{Budget, SECRET_LIMIT};
 use crate::payload::{UserData, render_user_data};
 use crate::secret::{Format, SecretMeta, render_secret};
-use crate::spec::{PayloadSpec, SetupScript};
+use crate::spec::{AgentFrom, PayloadSpec, SetupScript};
 use lab_agent_proto::lab::{Lab, LabError, READY_TIMEOUT_ANNOTATION};
 use std::path::{Path, PathBuf};
 
@@ -23,6 +23,8 @@ pub struct RenderOptions {
     pub format: Format,
     /// Log root in on the serial console.
     pub serial_autologin: bool,
+    /// The agent in the payload, or only its pin (`--agent-from disk`).
+    pub agent_from: AgentFrom,
 }
 
 /// A lab's payload: the user-data and the Secret that carries it.
@@ -82,7 +84,7 @@ pub fn render(
     let spec = PayloadSpec {
         lab_name: lab.name.clone(),
         arch: opts.arch,
-        agent: agent.bytes.clone(),
+        agent: opts.agent_from.source(&agent.bytes),
         token: token.to_owned(),
         files,
         setup,
@@ -123,10 +125,16 @@ pub fn payload_arch(arch: Option<Arch>, agent: Option<&Path>) -> Result<Arch, Ag
 pub struct BudgetReport {
     /// The payload's architecture, `amd64` or `arm64`.
     pub arch: &'static str,
+    /// `embedded` or `disk`: the agent in the payload, or only its pin.
+    pub agent_from: &'static str,
     pub agent_bytes: usize,
     pub lab_files_bytes: usize,
     pub rest_bytes: usize,
+    /// The user-data as a MIME message: agent + lab files + rest.
     pub total_bytes: usize,
+    /// What the Secret holds: `total_bytes`, or the message gzip'd
+    /// (`agent_from` = `disk`). Counted against `limit_bytes`.
+    pub secret_bytes: usize,
     /// Of the total, the `#cloud-config` part: all cloud-init YAML-parses
     /// on every boot (the rest is an installer script it runs once).
     pub cloud_config_bytes: usize,
@@ -138,10 +146,16 @@ impl From<&Budget> for BudgetReport {
     fn from(b: &Budget) -> Self {
         BudgetReport {
             arch: b.arch.name(),
+            agent_from: if b.gzipped.is_some() {
+                AgentFrom::Disk.name()
+            } else {
+                AgentFrom::Embedded.name()
+            },
             agent_bytes: b.agent,
             lab_files_bytes: b.lab_files,
             rest_bytes: b.rest,
             total_bytes: b.total,
+            secret_bytes: b.secret_bytes(),
             cloud_config_bytes: b.cloud_config,
             limit_bytes: SECRET_LIMIT,
             percent_of_limit: (b.percent_of_limit() * 10.0).round() / 10.0,
@@ -169,6 +183,7 @@ mod tests {
             meta: SecretMeta::new("fixture"),
             format: Format::Json,
             serial_autologin: true,
+            agent_from: AgentFrom::Embedded,
         };
         let token = "test-token-0123456789abcdefghijklmnopqrstuv";
         let rendered = render(&lab, &agent, token, &opts).unwrap();

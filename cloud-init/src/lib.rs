@@ -20,6 +20,10 @@
 //! - [`secret`]: user-data → Secret manifest, YAML or JSON ([`render_secret`]);
 //!   enforces the 1 MiB limit.
 //! - [`budget`]: where the bytes go (agent / lab files / rest / total).
+//! - [`pin`]: [`AgentPin`], the SHA-256 a payload without the agent pins.
+//! - [`agent_disk`]: the agents on a read-only disk KubeVirt attaches to
+//!   every VM (`labctl agent-disk`): the raw image, its containerDisk
+//!   archive, its ConfigMap.
 //! - [`k8s_names`]: Kubernetes name, namespace and label syntax.
 //! - [`yaml`]: the escaping that keeps any file name or content from
 //!   breaking the YAML.
@@ -43,6 +47,7 @@
 
 #[cfg(feature = "fs")]
 pub mod agent_bin;
+pub mod agent_disk;
 pub mod arch;
 pub mod budget;
 pub mod cloud_config;
@@ -53,6 +58,7 @@ pub mod k8s_names;
 pub mod lab_payload;
 pub mod mime;
 pub mod payload;
+pub mod pin;
 pub mod secret;
 pub mod shell;
 pub mod spec;
@@ -65,5 +71,6 @@ pub use arch::{Arch, UnknownArch};
 pub use budget::{Budget, Part, SECRET_LIMIT};
 pub use error::{Error, TooLarge};
 pub use payload::{UserData, render_user_data};
+pub use pin::AgentPin;
 pub use secret::{Format, SecretMeta, render_secret};
-pub use spec::{PayloadSpec, SetupScript};
+pub use spec::{AgentFrom, AgentSource, PayloadSpec, SetupScript};

@@ -4,6 +4,7 @@
 
 use crate::arch::Arch;
 use crate::error::Error;
+use crate::pin::AgentPin;
 use lab_agent_proto::lab::{LabFile, MAX_SETUP_TIMEOUT_SECS, Readiness};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -17,8 +18,9 @@ pub struct PayloadSpec {
     /// The machine the VM runs on: picks the serial console, and the agent
     /// must be built for it.
     pub arch: Arch,
-    /// The static `lab-agent` binary, for [`PayloadSpec::arch`].
-    pub agent: Vec<u8>,
+    /// The static `lab-agent` for [`PayloadSpec::arch`]: its bytes, or the
+    /// pin of the one the agent disk must hold.
+    pub agent: AgentSource,
     /// The per-VM token, at least
     /// [`MIN_TOKEN_LEN`](lab_agent_proto::guest::MIN_TOKEN_LEN) visible ASCII characters.
     pub token: String,
@@ -39,6 +41,77 @@ pub struct PayloadSpec {
     pub env: BTreeMap<String, String>,
 }
 
+/// Where a payload takes its agent from, as `--agent-from` says it; the
+/// renderer turns the agent binary into the matching [`AgentSource`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AgentFrom {
+    #[default]
+    Embedded,
+    Disk,
+}
+
+impl AgentFrom {
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentFrom::Embedded => "embedded",
+            AgentFrom::Disk => "disk",
+        }
+    }
+
+    /// The agent's place in a payload of this kind.
+    pub fn source(self, agent: &[u8]) -> AgentSource {
+        match self {
+            AgentFrom::Embedded => AgentSource::Embedded(agent.to_vec()),
+            AgentFrom::Disk => AgentSource::Disk(AgentPin::of(agent)),
+        }
+    }
+}
+
+impl std::str::FromStr for AgentFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AgentFrom, String> {
+        match s {
+            "embedded" => Ok(AgentFrom::Embedded),
+            "disk" => Ok(AgentFrom::Disk),
+            other => Err(format!(
+                "agent_from must be \"embedded\" or \"disk\", not {other:?}"
+            )),
+        }
+    }
+}
+
+/// Where a VM's agent comes from (`labctl secret --agent-from`).
+#[derive(Clone, PartialEq, Eq)]
+pub enum AgentSource {
+    /// The agent's bytes ride in the installer (`embedded`, the default):
+    /// the VM needs nothing else, and its Secret holds ~600 KiB.
+    Embedded(Vec<u8>),
+    /// Only the agent's SHA-256 and size ride in the payload (`disk`): the
+    /// installer takes the agent from the agent disk
+    /// ([`crate::agent_disk`]), checks it against the pin, and installs
+    /// nothing else.
+    Disk(AgentPin),
+}
+
+impl AgentSource {
+    /// `embedded` or `disk`, as the flag says it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AgentSource::Embedded(_) => "embedded",
+            AgentSource::Disk(_) => "disk",
+        }
+    }
+}
+
+impl fmt::Debug for AgentSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AgentSource::Embedded(bytes) => write!(f, "Embedded({} bytes)", bytes.len()),
+            AgentSource::Disk(pin) => write!(f, "Disk({pin:?})"),
+        }
+    }
+}
+
 /// The setup script and how long `lab-agent setup` lets it run.
 #[derive(Clone)]
 pub struct SetupScript {
@@ -53,7 +126,7 @@ impl PayloadSpec {
         PayloadSpec {
             lab_name: lab_name.into(),
             arch: Arch::Amd64,
-            agent,
+            agent: AgentSource::Embedded(agent),
             token: token.into(),
             files: Vec::new(),
             setup: None,
@@ -70,7 +143,7 @@ impl fmt::Debug for PayloadSpec {
         f.debug_struct("PayloadSpec")
             .field("lab_name", &self.lab_name)
             .field("arch", &self.arch)
-            .field("agent_len", &self.agent.len())
+            .field("agent", &self.agent)
             .field("token", &"<redacted>")
             .field("files", &self.files)
             .field("setup", &self.setup)
@@ -96,7 +169,9 @@ impl PayloadSpec {
     /// file's path and mode, and the setup timeout.
     pub fn check(&self) -> Result<(), Error> {
         check_token(&self.token)?;
-        check_agent_arch(&self.agent, self.arch)?;
+        if let AgentSource::Embedded(agent) = &self.agent {
+            check_agent_arch(agent, self.arch)?;
+        }
         check_lab_name(&self.lab_name)?;
         check_lab_files(&self.files)?;
         check_env(&self.env)?;
@@ -121,7 +196,7 @@ fn check_token(token: &str) -> Result<(), Error> {
 /// installer would refuse it, and that VM would never be ready. (Bytes that
 /// are no little-endian ELF header are the caller's business: tests render
 /// fakes.)
-fn check_agent_arch(agent: &[u8], arch: Arch) -> Result<(), Error> {
+pub(crate) fn check_agent_arch(agent: &[u8], arch: Arch) -> Result<(), Error> {
     let elf = agent.len() >= 20
         && agent.starts_with(b"\x7fELF")
         && matches!(agent[4], 1 | 2) // ELFCLASS32, ELFCLASS64
@@ -311,6 +386,6 @@ mod tests {
         let spec = PayloadSpec::new("l", vec![1, 2, 3], "secret-token-value-that-is-long-enough");
         let dbg = format!("{spec:?}");
         assert!(!dbg.contains("secret-token"), "{dbg}");
-        assert!(dbg.contains("agent_len: 3"), "{dbg}");
+        assert!(dbg.contains("Embedded(3 bytes)"), "{dbg}");
     }
 }

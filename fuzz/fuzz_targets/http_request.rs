@@ -56,6 +56,8 @@ fn world() -> &'static World {
                 root: "/".into(),
             }),
             exec_slots: Arc::new(Semaphore::new(0)),
+            // No queue either: an exec is refused at once, never waits.
+            exec_queue: Arc::new(Semaphore::new(0)),
             max_execs: 0,
             output: lab_agent::Budget::new(16 * 1024 * 1024),
             jobs: Jobs::default(),

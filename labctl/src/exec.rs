@@ -49,6 +49,12 @@ pub struct ExecArgs {
     /// memory controller
     #[arg(long, value_name = "MIB")]
     pub max_memory: Option<u64>,
+    /// Run only on this life of the VM: the `instance.id` recorded when it
+    /// was handed to the student (`labctl wait --json` prints it). The agent
+    /// refuses another instance (the VM was reset) before running anything:
+    /// exit 6, said on stderr (an older agent: after, on its answer)
+    #[arg(long, value_name = "ID")]
+    pub instance: Option<String>,
     /// Print the result as one JSON object once the command has ended
     /// (instead of its output as it comes)
     #[arg(long)]
@@ -114,10 +120,13 @@ impl Config {
         request
             .validate()
             .map_err(|e| Failure::usage(format!("the command cannot be sent: {e}")))?;
-        let builder = args
+        let mut builder = args
             .agent
             .kube
             .on(Client::builder().request_timeout(answer_timeout))?;
+        if let Some(id) = &args.instance {
+            builder = builder.instance(id);
+        }
         let client = common::client(builder, &args.agent.url, &args.agent.token_file)?;
         Ok(Config { client, request })
     }

@@ -11,6 +11,7 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+pub mod agent_disk;
 pub mod color;
 pub mod common;
 pub mod exec;
@@ -84,6 +85,14 @@ pub enum Command {
     Test(r#try::test::TestArgs),
     /// Render the cloud-init user-data and the Kubernetes Secret for a lab
     Secret(secret::SecretArgs),
+    /// Make the agent's disk, once per cluster: a raw image, its KubeVirt containerDisk and a ConfigMap
+    ///
+    /// Lab VMs whose Secret is rendered with `labctl secret --agent-from
+    /// disk` take their agent from this disk (a containerDisk volume whose
+    /// disk has `serial: lab-agent`, or a ConfigMap volume with
+    /// `volumeLabel: LAB-AGENT`): their payload pins the agent's SHA-256,
+    /// and a VM with another agent on its disk never starts it.
+    AgentDisk(agent_disk::AgentDiskArgs),
     /// Where many VMs' preparation time went: count, median, p90 and max per phase
     ///
     /// Reads `/v1/ready` answers as a backend logs them (or `labctl wait
@@ -118,6 +127,7 @@ pub fn run(command: &Command) -> Result<Exit, Failure> {
         Command::Grade(args) => grade::run(args),
         Command::Lint(args) => lint::run(args),
         Command::Try(args) => r#try::run(args),
+        Command::AgentDisk(args) => agent_disk::run(args),
         Command::Test(args) => r#try::test::run(args),
         Command::Secret(args) => secret::run(args),
         Command::Timeline(args) => timeline::run(args),

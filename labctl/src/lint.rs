@@ -1,12 +1,7 @@
 //! `labctl lint LAB_DIR`: everything about a lab that can be known without
-//! running it, every problem in one run. `labctl try` runs the same lint
-//! first, so a lab that `labctl secret` would reject never passes `try`.
-//!
-//! What is checked: the `lab.toml` model (every key, every check), that the
-//! files and the setup script it names exist and can be shipped, the shell
-//! syntax of the setup script and of each check's `run` (`bash -n`), and
-//! the payload's size against the Secret limit, with the agent it would
-//! ship.
+//! running it, every problem in one run (what is checked:
+//! [`lab_runner::inspect`]). `labctl try` and `labctl test` run the same
+//! lint first, so a lab that `labctl secret` would reject never passes them.
 
 use super::exit::{Exit, Failure};
 use super::findings::{lint, report};
@@ -24,7 +19,7 @@ pub struct LintArgs {
 }
 
 pub fn run(args: &LintArgs) -> Result<Exit, Failure> {
-    let findings = lint(&args.lab, args.agent.as_deref());
+    let findings = lint(&args.lab, args.agent.as_deref(), &Default::default());
     let lab = report(&args.lab, &findings)?;
     eprintln!(
         "lint: `{}` has no problems ({} check{})",

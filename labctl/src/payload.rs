@@ -3,7 +3,7 @@
 //! `--arch`.
 
 use crate::exit::{Exit, Failure};
-use lab_agent_cloudinit::Arch;
+use lab_agent_cloudinit::{AgentFrom, Arch};
 pub use lab_runner::payload::*;
 
 /// Every way a payload fails stops its verb before a usable payload: exit 2.
@@ -33,6 +33,25 @@ impl From<ArchArg> for Arch {
         match a {
             ArchArg::Amd64 => Arch::Amd64,
             ArchArg::Arm64 => Arch::Arm64,
+        }
+    }
+}
+
+/// `--agent-from`: where a lab VM takes its agent from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentFromArg {
+    /// In the payload: the Secret holds the agent (~600 KiB)
+    Embedded,
+    /// From the agent's disk (`labctl agent-disk`), attached to the VM:
+    /// the payload holds only its SHA-256
+    Disk,
+}
+
+impl From<AgentFromArg> for AgentFrom {
+    fn from(a: AgentFromArg) -> AgentFrom {
+        match a {
+            AgentFromArg::Embedded => AgentFrom::Embedded,
+            AgentFromArg::Disk => AgentFrom::Disk,
         }
     }
 }

@@ -10,8 +10,8 @@
 //! names, over 1 MiB, a file that cannot be written).
 
 use crate::exit::{Exit, Failure};
-pub use crate::payload::ArchArg;
 use crate::payload::PayloadError;
+pub use crate::payload::{AgentFromArg, ArchArg};
 use lab_agent_cloudinit::{Arch, Format, SecretMeta};
 use lab_agent_proto::lab::Lab;
 pub use lab_runner::secret::SecretReport as Report;
@@ -42,9 +42,15 @@ pub struct SecretArgs {
     #[arg(long, value_enum, value_name = "ARCH")]
     pub arch: Option<ArchArg>,
     /// The static lab-agent binary (default: next to labctl, then the build
-    /// tree's for `--arch`)
+    /// tree's for `--arch`); with `--agent-from disk`, the one the agent's
+    /// disk holds, whose SHA-256 the payload pins
     #[arg(long, value_name = "PATH")]
     pub agent: Option<PathBuf>,
+    /// Where the VM takes its agent from: `embedded` in the payload, or
+    /// `disk`, the agent's disk (`labctl agent-disk`) attached to the VM,
+    /// the payload holding only the agent's SHA-256 (a few KiB per VM)
+    #[arg(long, value_enum, value_name = "FROM", default_value_t = AgentFromArg::Embedded)]
+    pub agent_from: AgentFromArg,
     /// Syntax of the Secret manifest
     #[arg(long, value_enum, default_value_t = ManifestFormat::Yaml)]
     pub format: ManifestFormat,
@@ -87,6 +93,11 @@ pub struct Config(SecretJob);
 impl Config {
     pub fn from_args(args: &SecretArgs) -> Result<Config, PayloadError> {
         let meta = secret_meta(args)?;
+        let params = params(&args.params)?;
+        // The lab (and `--vm`) before the token flags: one round of fixes.
+        let lab = Lab::load(&args.lab_dir)?
+            .for_vm(args.vm.as_deref(), &params)
+            .map_err(|e| PayloadError::Usage(e.to_string()))?;
         if args.token_file.is_none() && args.token_out.is_none() && !args.json {
             return Err(PayloadError::Usage(
                 "a generated token would only be inside the Secret: pass `--token-out FILE` or \
@@ -94,10 +105,6 @@ impl Config {
                     .into(),
             ));
         }
-        let params = params(&args.params)?;
-        let lab = Lab::load(&args.lab_dir)?
-            .for_vm(args.vm.as_deref(), &params)
-            .map_err(|e| PayloadError::Usage(e.to_string()))?;
         Ok(Config(SecretJob {
             lab,
             meta,
@@ -115,6 +122,7 @@ impl Config {
             user_data_out: args.user_data_out.clone(),
             token_out: args.token_out.clone(),
             serial_autologin: !args.no_autologin,
+            agent_from: args.agent_from.into(),
             json: args.json,
         }))
     }

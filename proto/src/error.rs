@@ -13,6 +13,9 @@ pub enum ErrorCode {
     MethodNotAllowed,
     PayloadTooLarge,
     Busy,
+    /// An exec meant for another instance of the VM (its `instance_id`):
+    /// nothing was run.
+    InstanceChanged,
     Internal,
 }
 
@@ -26,6 +29,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::Busy => 429,
+            ErrorCode::InstanceChanged => 409,
             ErrorCode::Internal => 500,
         }
     }
@@ -38,6 +42,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::Busy => "busy",
+            ErrorCode::InstanceChanged => "instance_changed",
             ErrorCode::Internal => "internal",
         }
     }
@@ -53,6 +58,10 @@ impl fmt::Display for ErrorCode {
 pub struct ErrorDetail {
     pub code: ErrorCode,
     pub message: String,
+    /// With `instance_changed`: the instance that answered (none when the
+    /// agent knows no instance id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
 }
 
 /// The body of every non-2xx response.
@@ -67,6 +76,7 @@ impl ErrorBody {
             error: ErrorDetail {
                 code,
                 message: message.into(),
+                instance_id: None,
             },
         }
     }
@@ -85,6 +95,7 @@ mod tests {
             (ErrorCode::MethodNotAllowed, "method_not_allowed", 405),
             (ErrorCode::PayloadTooLarge, "payload_too_large", 413),
             (ErrorCode::Busy, "busy", 429),
+            (ErrorCode::InstanceChanged, "instance_changed", 409),
             (ErrorCode::Internal, "internal", 500),
         ];
         for (code, name, status) in all {

@@ -31,7 +31,7 @@ import lab_agent
 from lab_agent import _native
 
 
-def start_agent(binary: str, d: Path) -> tuple:
+def start_agent(binary: str, d: Path, extra: tuple = ()) -> tuple:
     token = secrets.token_urlsafe(32)
     fd = os.open(d / "token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, token.encode())
@@ -39,7 +39,7 @@ def start_agent(binary: str, d: Path) -> tuple:
     proc = subprocess.Popen(
         [binary, "serve", "--listen", "127.0.0.1:0", "--addr-file", str(d / "addr"),
          "--token-file", str(d / "token"), "--state-dir", str(d / "state"),
-         "--no-cloud-init"],
+         "--no-cloud-init", *extra],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 20

@@ -17,11 +17,16 @@ process. The Python modules here only give the answers Python types.
   dropping (or closing) the stream ends the request, and the agent kills
   the command. ``setup_log(offset, wait)`` reads the setup log as it grows
   (:class:`SetupLog`);
-- :func:`wait_all` / :func:`wait_all_async` wait for a session's VMs;
+- :func:`wait_each` / :func:`wait_each_async` hand out each VM the moment
+  its wait ends (``(key, Ready | AgentError)`` as they come);
+  :func:`wait_all` / :func:`wait_all_async` wait for every VM, then answer;
+- ``info()`` tells what the agent says of itself (:class:`Info`: its
+  version, ``lab_dir``, the VM's ``instance``);
 - :func:`grade_all` / :func:`grade_all_async` grade many VMs with a
   concurrency bound;
 - :func:`render_secret` makes a lab's Kubernetes Secret, byte-identical to
-  ``labctl secret``;
+  ``labctl secret`` (:func:`render_secret_async` off the event loop);
+- every bad argument is a ``ValueError``, raised before anything is sent;
 - every error is an :class:`AgentError`; catch :class:`Unauthorized`,
   :class:`SetupFailed`, :class:`Timeout`, :class:`Unreachable`, ... as the
   Rust client's ``is_*`` predicates would branch; a guest that answers what
@@ -34,10 +39,12 @@ process. The Python modules here only give the answers Python types.
   sent again behind your back. Messages show the guest's text escaped; the
   attributes (``agent_message``, ``ready``, ``log_tail``) hold it as sent;
 - a client may be pinned to one life of the VM (``instance=ID``, the
-  ``Ready.instance.id`` recorded when the VM was handed out): an answer of
-  another instance raises :class:`InstanceChanged` (the VM was reset, the
-  student's work inside it is gone), one naming none (an older agent)
-  :class:`InstanceUnknown`;
+  ``Ready.instance.id`` recorded when the VM was handed out): the agent of
+  another instance runs none of its commands, and the call raises
+  :class:`InstanceChanged` (the VM was reset, the student's work inside it
+  is gone; ``pinned_by`` says whose pin it was), one naming none (an older
+  agent) :class:`InstanceUnknown`; an error's ``ready`` is a :class:`Ready`
+  and an :class:`ExecResult` says which ``instance_id``/``boot_id`` ran it;
 - ``grade`` and :func:`grade_all` keep the grading rule themselves: a VM
   that is not ready raises :class:`NotReady` (:class:`SetupFailed` when its
   setup failed) with nothing run;
@@ -52,7 +59,7 @@ process. The Python modules here only give the answers Python types.
 # - ``_exec``: an exec's request, result and stream, and the setup log;
 # - ``_grade``: a grade's Report and CheckResult;
 # - ``_client``: Client and AsyncClient (one agent);
-# - ``_fleet``: wait_all and grade_all (many VMs, each on its own);
+# - ``_fleet``: wait_each, wait_all and grade_all (many VMs, each on its own);
 # - ``_session``: Session (a lab of several VMs, as one);
 # - ``_render``: render_secret and Rendered.
 
@@ -68,7 +75,15 @@ from ._exec import (
     StreamChunk,
     _exec_request,  # noqa: F401  (its signature is tested against Client.exec's)
 )
-from ._fleet import grade_all, grade_all_async, wait_all, wait_all_async
+from ._fleet import (
+    WaitEach,
+    grade_all,
+    grade_all_async,
+    wait_all,
+    wait_all_async,
+    wait_each,
+    wait_each_async,
+)
 from ._grade import CheckResult, Report
 from ._native import (
     AgentError,
@@ -93,6 +108,7 @@ from ._native import (
 from ._ready import (
     CLOUD_INIT_STAGES,
     CloudInit,
+    Info,
     Instance,
     Ready,
     RootDisk,
@@ -100,7 +116,7 @@ from ._ready import (
     Span,
     Timeline,
 )
-from ._render import Rendered, render_secret
+from ._render import Rendered, render_secret, render_secret_async
 from ._session import Session
 
 __version__: str = _native.__version__
@@ -117,6 +133,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "ExecResult",
     "ExecStream",
+    "Info",
     "Instance",
     "InstanceChanged",
     "InstanceUnknown",
@@ -142,10 +159,14 @@ __all__ = [
     "TooLarge",
     "Unauthorized",
     "Unreachable",
+    "WaitEach",
     "WaitTimeout",
     "grade_all",
     "grade_all_async",
     "render_secret",
+    "render_secret_async",
     "wait_all",
     "wait_all_async",
+    "wait_each",
+    "wait_each_async",
 ]

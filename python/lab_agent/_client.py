@@ -19,12 +19,30 @@ from ._exec import (
 )
 from ._grade import Report
 from ._native import Lab
-from ._ready import Ready, _ready
+from ._ready import Info, Ready, _info, _ready
 
 #: Seconds a client awaits an answer beyond what the request asks the
 #: agent to spend (the Rust client's ``DEFAULT_REQUEST_TIMEOUT``); the
 #: default of ``request_timeout``.
 DEFAULT_REQUEST_TIMEOUT: float = _native.DEFAULT_REQUEST_TIMEOUT
+
+
+def _log_args(offset: int, wait: int) -> None:
+    """``setup_log``'s arguments, refused before anything is sent."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError("offset must be a byte offset >= 0, not %r" % (offset,))
+    if isinstance(wait, bool) or not isinstance(wait, int) or not 0 <= wait <= 60:
+        raise ValueError("wait must be whole seconds from 0 to 60 (the agent's most), not %r" % (wait,))
+
+
+def _lab_dir(lab_dir: Optional[str]) -> Optional[str]:
+    """``grade``'s ``lab_dir``: the guest's absolute ``LAB_DIR``, or None."""
+    if lab_dir is not None and not (isinstance(lab_dir, str) and lab_dir.startswith("/")):
+        raise ValueError(
+            "lab_dir must be the guest's absolute LAB_DIR (e.g. \"/opt/lab\"), or None for "
+            "what the agent reports, not %r" % (lab_dir,)
+        )
+    return lab_dir
 
 
 class _Base:
@@ -61,14 +79,18 @@ class _Base:
         what the request asks the agent to spend (an exec's
         ``timeout_secs``, a readiness long-poll): an agent that never
         answers costs a call that much, then :class:`Timeout`. Above 0, at
-        most a day; a bad value is a ``ValueError``.
+        most a day; a bad value is a ``ValueError``, and so is a ``url``
+        without its scheme (``10.0.0.5:8899``).
 
         ``instance`` pins the client to one life of the VM: the
         ``Ready.instance.id`` recorded when the VM was handed to the
-        student. Any answer (ready, exec, grade) of another instance then
-        raises :class:`InstanceChanged` (the VM was reset; ``grade`` runs
-        nothing), one naming no instance :class:`InstanceUnknown`. Not 32
-        lowercase hex digits: ``ValueError``."""
+        student. Every exec (and each check of a grade) carries it: the
+        agent of another instance runs nothing and the call raises
+        :class:`InstanceChanged` (the VM was reset), as does any answer of
+        another instance (ready, info); one naming no instance raises
+        :class:`InstanceUnknown`. (An agent older than pinned execs is held
+        to it on its answer, after the command ran.) Not 32 lowercase hex
+        digits: ``ValueError``."""
         self._native = _native.Client(
             url,
             token=token,
@@ -103,6 +125,12 @@ class Client(_Base):
     def ready(self) -> Ready:
         """The agent's readiness now (one request, no waiting)."""
         return _ready(self._native.ready())
+
+    def info(self) -> Info:
+        """What the agent says of itself and its VM (``/v1/info``): its
+        version, the OS, ``lab_dir`` (the guest's ``LAB_DIR``), which life
+        of the VM (``instance``), the root disk."""
+        return _info(self._native.info())
 
     def wait_ready(self, timeout: float) -> Ready:
         """Waits up to ``timeout`` seconds until the VM is ready.
@@ -185,7 +213,9 @@ class Client(_Base):
         """The setup log's bytes from ``offset``; with ``wait`` (seconds,
         at most 60) it waits while the setup runs and nothing new was
         written. Follow a setup by calling again from ``next_offset`` until
-        ``running`` is false and ``data`` is empty."""
+        ``running`` is false and ``data`` is empty. A negative ``offset``
+        or a ``wait`` past 60: ``ValueError``."""
+        _log_args(offset, wait)
         return _setup_log(self._native.setup_log(offset, wait))
 
     def grade(
@@ -201,9 +231,11 @@ class Client(_Base):
         a reset mid-grade, raises :class:`InstanceChanged`);
         ``checks`` picks checks by name (unknown: :class:`LabError`);
         ``lab_dir`` is the guest's ``LAB_DIR`` (default: what the agent
-        reports, else ``/opt/lab``)."""
+        reports, else ``/opt/lab``; not absolute: ``ValueError``)."""
         return Report.from_json(
-            self._native.grade(lab, checks=None if checks is None else list(checks), lab_dir=lab_dir)
+            self._native.grade(
+                lab, checks=None if checks is None else list(checks), lab_dir=_lab_dir(lab_dir)
+            )
         )
 
 
@@ -213,6 +245,10 @@ class AsyncClient(_Base):
 
     async def ready(self) -> Ready:
         return _ready(await self._native.ready_async())
+
+    async def info(self) -> Info:
+        """See :meth:`Client.info`."""
+        return _info(await self._native.info_async())
 
     async def wait_ready(self, timeout: float) -> Ready:
         """See :meth:`Client.wait_ready`."""
@@ -265,6 +301,7 @@ class AsyncClient(_Base):
 
     async def setup_log(self, offset: int = 0, wait: int = 0) -> SetupLog:
         """See :meth:`Client.setup_log`."""
+        _log_args(offset, wait)
         return _setup_log(await self._native.setup_log_async(offset, wait))
 
     async def grade(
@@ -275,6 +312,6 @@ class AsyncClient(_Base):
     ) -> Report:
         """See :meth:`Client.grade`."""
         text = await self._native.grade_async(
-            lab, checks=None if checks is None else list(checks), lab_dir=lab_dir
+            lab, checks=None if checks is None else list(checks), lab_dir=_lab_dir(lab_dir)
         )
         return Report.from_json(text)

@@ -34,6 +34,10 @@ class ExecResult:
     #: The values of the limits it hit, where the agent sent them.
     max_pids: Optional[int] = None
     max_memory_bytes: Optional[int] = None
+    #: Which life of the VM ran it (``Ready.instance.id``) and in which
+    #: boot (``Instance.boot_id``); None from agents that predate them.
+    instance_id: Optional[str] = None
+    boot_id: Optional[str] = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ExecResult":

@@ -4,6 +4,8 @@
 from os import PathLike
 from typing import Any, Awaitable, Dict, List, Optional, Tuple, Union
 
+from ._ready import Ready
+
 __version__: str
 EXEC_HAS_PROFILE: bool
 DEFAULT_REQUEST_TIMEOUT: float
@@ -22,8 +24,8 @@ class AgentError(Exception):
     # AgentWentAway: whether the command may have started (the request
     # was written whole before the connection died); None for the others.
     may_have_started: Optional[bool]
-    # The agent's readiness answer (JSON text), as sent.
-    ready: Optional[str]
+    # The agent's readiness answer (SetupFailed, NotReady, WaitTimeout).
+    ready: Optional[Ready]
     exit_code: Optional[int]
     log_tail: Optional[str]
 
@@ -57,6 +59,9 @@ class InstanceChanged(AgentError):
     expected: str
     found: str
     first_boot_at: Optional[str]
+    # "caller" (the client's instance=) or "grade" (the instance a grade
+    # began on).
+    pinned_by: str
 
 class InstanceUnknown(AgentError):
     expected: str
@@ -102,6 +107,9 @@ class Lab:
 class Rendered:
     text: str
     user_data: str
+    user_data_bytes: bytes
+    agent_from: str
+    agent_sha256: str
     token: str
     token_generated: bool
     agent_path: str
@@ -141,6 +149,8 @@ class Client:
     def instance(self) -> Optional[str]: ...
     def ready(self) -> str: ...
     def ready_async(self) -> Awaitable[str]: ...
+    def info(self) -> str: ...
+    def info_async(self) -> Awaitable[str]: ...
     def wait_ready(self, timeout: float) -> str: ...
     def wait_ready_async(self, timeout: float) -> Awaitable[str]: ...
     def exec(self, request: str) -> str: ...
@@ -161,6 +171,18 @@ class Client:
         self, lab: Lab, checks: Optional[List[str]] = None, lab_dir: Optional[str] = None
     ) -> Awaitable[str]: ...
 
+class WaitEach:
+    """Every client's wait, started when made (python/src/each.rs); each
+    read takes the next one to end. Dropping it ends the waits still
+    running."""
+
+    def __init__(self, clients: List[Client], timeout: float) -> None: ...
+    # (index in clients, readiness JSON or the exception), or None at the end.
+    def next(self) -> Optional[Tuple[int, Union[str, AgentError]]]: ...
+    def next_async(self) -> Awaitable[Optional[Tuple[int, Union[str, AgentError]]]]: ...
+    @property
+    def remaining(self) -> int: ...
+
 def wait_all(clients: List[Client], timeout: float) -> List[Union[str, AgentError]]: ...
 def wait_all_async(
     clients: List[Client], timeout: float
@@ -180,6 +202,7 @@ def render_secret(
     arch: Optional[str] = None,
     vm: Optional[str] = None,
     params: Optional[Dict[str, str]] = None,
+    agent_from: str = "embedded",
 ) -> Rendered: ...
 def session_wait_ready(
     names: List[str], clients: List[Client], timeout: float

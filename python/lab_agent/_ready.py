@@ -170,5 +170,42 @@ class Ready:
         )
 
 
+@dataclass(frozen=True)
+class Info:
+    """The agent's ``/v1/info`` answer: what runs there and where the
+    lab's files are (``lab_dir``: the ``LAB_DIR`` checks get; None from an
+    older agent), which life of the VM answered, its root disk."""
+
+    version: str
+    agent_uptime_secs: float
+    os: Optional[str] = None
+    kernel: Optional[str] = None
+    hostname: Optional[str] = None
+    uptime_secs: Optional[float] = None
+    boot_id: Optional[str] = None
+    lab_dir: Optional[str] = None
+    instance: Optional[Instance] = None
+    root: Optional[RootDisk] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Info":
+        return cls(
+            version=d["version"],
+            agent_uptime_secs=d["agent_uptime_secs"],
+            os=d.get("os"),
+            kernel=d.get("kernel"),
+            hostname=d.get("hostname"),
+            uptime_secs=d.get("uptime_secs"),
+            boot_id=d.get("boot_id"),
+            lab_dir=d.get("lab_dir"),
+            instance=_maybe(Instance, d.get("instance")),
+            root=_maybe(RootDisk, d.get("root")),
+        )
+
+
 def _ready(text: str) -> Ready:
     return Ready.from_dict(json.loads(text))
+
+
+def _info(text: str) -> Info:
+    return Info.from_dict(json.loads(text))

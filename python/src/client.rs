@@ -48,7 +48,7 @@ fn parse_exec(py: Python<'_>, request: &str) -> PyResult<ExecRequest> {
 #[pyclass(frozen, module = "lab_agent")]
 #[derive(Debug)]
 pub struct Client {
-    inner: lab_agent_client::Client,
+    pub(crate) inner: lab_agent_client::Client,
 }
 
 /// Runs `fut` to completion on the shared runtime with the GIL released,
@@ -77,7 +77,7 @@ fn value_error(py: Python<'_>, message: String) -> PyErr {
 }
 
 /// A timeout in seconds as a deadline from now.
-fn deadline(py: Python<'_>, timeout: f64) -> PyResult<Instant> {
+pub(crate) fn deadline(py: Python<'_>, timeout: f64) -> PyResult<Instant> {
     let d = Duration::try_from_secs_f64(timeout).map_err(|_| {
         value_error(
             py,
@@ -217,7 +217,18 @@ impl Client {
         builder
             .build(url, &token)
             .map(|inner| Client { inner })
-            .map_err(|e| client_error(py, e))
+            .map_err(|e| match e {
+                // A bad argument, as every other one.
+                Error::InvalidUrl { .. } => plain(
+                    py,
+                    PyValueError::new_err(e.to_string()),
+                    Some(
+                        "give the agent's base URL with its scheme, e.g. `http://10.0.0.5:8899`"
+                            .into(),
+                    ),
+                ),
+                e => client_error(py, e),
+            })
     }
 
     #[getter]
@@ -244,6 +255,20 @@ impl Client {
         awaitable(py, async move {
             deliver_json(c.ready().await.map(|r| json(&r)))
         })
+    }
+
+    /// The agent's `/v1/info` answer (JSON): version, OS, uptime, boot id,
+    /// `lab_dir`, instance, root disk.
+    fn info(&self, py: Python<'_>) -> PyResult<String> {
+        block(py, self.inner.info()).map(|r| json(&r))
+    }
+
+    fn info_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.inner.clone();
+        awaitable(
+            py,
+            async move { deliver_json(c.info().await.map(|r| json(&r))) },
+        )
     }
 
     fn wait_ready(&self, py: Python<'_>, timeout: f64) -> PyResult<String> {
@@ -355,20 +380,24 @@ fn setup_log_tuple(py: Python<'_>, log: lab_agent_client::SetupLog) -> PyResult<
     Ok(t.into_pyobject(py)?.into_any().unbind())
 }
 
-/// Each outcome as Python sees it: the readiness JSON, or the exception
-/// (not raised) that `wait_ready` would have raised.
+/// One wait's outcome as Python sees it: the readiness JSON, or the
+/// exception (not raised) that `wait_ready` would have raised.
+pub(crate) fn outcome(
+    py: Python<'_>,
+    result: Result<lab_agent_proto::ReadyResponse, Error>,
+) -> Py<PyAny> {
+    match result {
+        Ok(r) => json(&r)
+            .into_pyobject(py)
+            .expect("a str converts")
+            .into_any()
+            .unbind(),
+        Err(e) => client_error(py, e).into_value(py).into_any(),
+    }
+}
+
 fn outcomes(py: Python<'_>, results: Vec<lab_agent_client::WaitOutcome>) -> Vec<Py<PyAny>> {
-    results
-        .into_iter()
-        .map(|o| match o.result {
-            Ok(r) => json(&r)
-                .into_pyobject(py)
-                .expect("a str converts")
-                .into_any()
-                .unbind(),
-            Err(e) => client_error(py, e).into_value(py).into_any(),
-        })
-        .collect()
+    results.into_iter().map(|o| outcome(py, o.result)).collect()
 }
 
 fn rust_clients(clients: &[PyRef<'_, Client>]) -> Vec<lab_agent_client::Client> {

@@ -5,8 +5,10 @@
 //! None), `hint`, `agent_message` (the agent's error message as sent, or
 //! None), `may_have_started` (for `AgentWentAway`: whether the command
 //! may have run; else None) and, when the agent reported one, `ready` (its
-//! readiness answer as JSON text). Messages show the guest's text escaped
-//! (`lab_agent_proto::text`); the attributes hold it raw.
+//! readiness answer as a `lab_agent.Ready`). Messages show the guest's text
+//! escaped (`lab_agent_proto::text`); the attributes hold it raw. Hints
+//! name what a Python caller changes (`request_timeout=`, `wait_ready`),
+//! not `labctl`'s flags ([`python_hint`]).
 
 use lab_agent_client::Error;
 use pyo3::create_exception;
@@ -69,8 +71,10 @@ create_exception!(
     InstanceChanged,
     AgentError,
     "The client is pinned to an instance and another one answered: the VM was reset \
-     (expected, found, first_boot_at); the student's work inside it is gone. Nothing \
-     was graded (an exec's answer is checked after the command ran)."
+     (expected, found, first_boot_at); the student's work inside it is gone. pinned_by \
+     says whose pin it was: \"caller\" (the client's instance=) or \"grade\" (a grade \
+     holds its checks to the instance it began on). Nothing was graded or run (an \
+     agent older than pinned execs: the exec's answer is checked after it ran)."
 );
 create_exception!(
     lab_agent,
@@ -213,6 +217,7 @@ fn client_error_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
             expected,
             found,
             first_boot_at,
+            pinned_by,
             ..
         } => with_attrs(
             py,
@@ -227,6 +232,10 @@ fn client_error_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
                     found.as_str().into_pyobject(py).map(|o| o.into_any()),
                 ),
                 ("first_boot_at", first_boot_at.as_deref().into_pyobject(py)),
+                (
+                    "pinned_by",
+                    pinned_by.as_str().into_pyobject(py).map(|o| o.into_any()),
+                ),
             ],
         ),
         Error::InstanceUnknown { expected, .. } => with_attrs(
@@ -259,14 +268,9 @@ fn client_error_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
         ("agent_message", agent_message.into_pyobject(py)),
         ("status", e.status().map(|s| s.as_u16()).into_pyobject(py)),
         ("code", e.error_code().map(|c| c.as_str()).into_pyobject(py)),
-        ("hint", e.hint().into_pyobject(py)),
+        ("hint", python_hint(&e).into_pyobject(py)),
         ("may_have_started", e.may_have_started().into_pyobject(py)),
-        (
-            "ready",
-            ready
-                .map(|r| serde_json::to_string(r).expect("a ReadyResponse serializes"))
-                .into_pyobject(py),
-        ),
+        ("ready", Ok(ready_object(py, ready))),
         (
             "exit_code",
             setup.and_then(|s| s.exit_code).into_pyobject(py),
@@ -277,6 +281,58 @@ fn client_error_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
         ),
     ];
     with_attrs(py, err, attrs)
+}
+
+/// A readiness answer as Python's `Ready` (`lab_agent._ready`), None
+/// without one; its JSON text only when that module cannot be imported
+/// (the native module loaded without its package).
+fn ready_object<'py>(
+    py: Python<'py>,
+    ready: Option<&lab_agent_proto::ReadyResponse>,
+) -> Bound<'py, PyAny> {
+    let Some(r) = ready else {
+        return py.None().into_bound(py);
+    };
+    let text = serde_json::to_string(r).expect("a ReadyResponse serializes");
+    py.import("lab_agent._ready")
+        .and_then(|m| m.getattr("_ready")?.call1((text.as_str(),)))
+        .unwrap_or_else(|_| pyo3::types::PyString::new(py, &text).into_any())
+}
+
+/// [`Error::hint`] in a Python caller's terms where the Rust one names a
+/// `labctl` flag or a builder method.
+pub fn python_hint(e: &Error) -> Option<String> {
+    use std::io::ErrorKind;
+    let hint = match e {
+        Error::InvalidInstanceId { .. } => {
+            "give the id recorded from the VM's first ready \
+             answer (`Ready.instance.id`, from `wait_ready`, `wait_all` or `wait_each`)"
+        }
+        Error::Connect { source, .. } if source.kind() == ErrorKind::ConnectionRefused => {
+            "nothing listens there yet: is `lab-agent` running on that address and port? A \
+             VM's agent starts some seconds into boot; `wait_ready(timeout)` (or `wait_each`) \
+             retries until it answers"
+        }
+        Error::Timeout { .. } => {
+            "the agent or the VM is overloaded or paused: allow more \
+             time for the answer (`request_timeout=` when making the client)"
+        }
+        Error::Status { status, .. } if status.as_u16() == 401 => {
+            "the token does not match \
+             the agent's: use the token the VM's payload was made with (`render_secret(...).token`)"
+        }
+        Error::InstanceUnknown { .. } => {
+            "update the VM's lab-agent to one that reports its \
+             `instance` (and check its state dir is writable), or make the client without \
+             `instance=`"
+        }
+        Error::NotReady { ready, .. } if ready.state != lab_agent_proto::ReadyState::Failed => {
+            "grade once it is ready: wait for it first (`wait_ready(timeout)`, or `wait_each` \
+             for many VMs)"
+        }
+        _ => return e.hint(),
+    };
+    Some(hint.to_owned())
 }
 
 /// `err` with attributes set on its value; an attribute that cannot be

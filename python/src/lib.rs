@@ -11,6 +11,7 @@
 //! # Layout
 //! - `client.rs` — `Client`, blocking methods (GIL released while waiting)
 //!   and `a*` methods returning asyncio awaitables; `wait_all`.
+//! - `each.rs` — `WaitEach`, a fleet's waits read VM by VM as each ends.
 //! - `error.rs` — the exception hierarchy and the one mapping from
 //!   `lab_agent_client::Error` to it.
 //! - `lab.rs` — `Lab.load`.
@@ -24,6 +25,7 @@
 use pyo3::prelude::*;
 
 mod client;
+mod each;
 mod error;
 mod lab;
 mod render;
@@ -48,6 +50,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lab::Lab>()?;
     m.add_class::<stream::ExecStream>()?;
     m.add_class::<render::Rendered>()?;
+    m.add_class::<each::WaitEach>()?;
     m.add_function(wrap_pyfunction!(client::wait_all, m)?)?;
     m.add_function(wrap_pyfunction!(client::wait_all_async, m)?)?;
     m.add_function(wrap_pyfunction!(client::grade_all, m)?)?;

@@ -7,9 +7,10 @@ use crate::error::{RenderError, plain};
 use crate::lab::Lab;
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::lab_payload::{self, BudgetReport, RenderOptions};
-use lab_agent_cloudinit::{Arch, Format, SecretMeta};
+use lab_agent_cloudinit::{AgentFrom, Arch, Format, SecretMeta};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -20,8 +21,15 @@ use std::path::PathBuf;
 pub struct Rendered {
     /// The Secret manifest (YAML or JSON).
     text: String,
-    /// The raw cloud-init user-data the Secret carries.
+    /// The cloud-init user-data as text: the MIME message cloud-init splits.
     user_data: String,
+    /// Exactly what the Secret's `userdata` holds: `user_data`'s bytes, or
+    /// them gzip'd with `agent_from="disk"`.
+    user_data_bytes: Py<PyBytes>,
+    /// `"embedded"` or `"disk"`.
+    agent_from: &'static str,
+    /// The SHA-256 of the agent (what a `"disk"` payload pins).
+    agent_sha256: String,
     /// The token the agent will require (generated unless one was given).
     token: String,
     /// Whether `token` was generated here.
@@ -40,8 +48,21 @@ fn render_error(py: Python<'_>, message: String, hint: Option<String>) -> PyErr 
     plain(py, RenderError::new_err(message), hint)
 }
 
+/// The `labctl` that `PATH` names (symlinks resolved, as `labctl` sees
+/// itself), if any.
+fn labctl_on_path() -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("labctl"))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .and_then(|p| std::fs::canonicalize(p).ok())
+}
+
 #[pyfunction]
-#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml", arch=None, vm=None, params=None))]
+#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml", arch=None, vm=None, params=None, agent_from="embedded"))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
 pub fn render_secret(
     py: Python<'_>,
@@ -55,7 +76,11 @@ pub fn render_secret(
     arch: Option<&str>,
     vm: Option<&str>,
     params: Option<BTreeMap<String, String>>,
+    agent_from: &str,
 ) -> PyResult<Rendered> {
+    let agent_from = agent_from
+        .parse::<AgentFrom>()
+        .map_err(|e| plain(py, PyValueError::new_err(e), None))?;
     // As `labctl secret --vm --param`: the VM's setup and variables; the
     // model says what is wrong with either.
     let for_vm = lab
@@ -83,10 +108,16 @@ pub fn render_secret(
         .map(|name| name.parse::<Arch>())
         .transpose()
         .map_err(|e| plain(py, PyValueError::new_err(e.to_string()), None))?;
+    let hint = |e: &agent_bin::AgentBinError| e.hint_giving("`agent_path=PATH`");
     let arch = lab_payload::payload_arch(arch, agent_path.as_deref())
         .map_err(|e| render_error(py, e.to_string(), e.hint()))?;
-    let agent = agent_bin::load(agent_path.as_deref(), Linkage::Static(arch))
-        .map_err(|e| render_error(py, e.to_string(), e.hint()))?;
+    // Without `agent_path`: where `labctl secret` (the `labctl` on PATH)
+    // finds it, not beside this interpreter.
+    let agent = match &agent_path {
+        Some(path) => agent_bin::load(Some(path), Linkage::Static(arch)),
+        None => agent_bin::load_as_labctl(labctl_on_path().as_deref(), Linkage::Static(arch)),
+    }
+    .map_err(|e| render_error(py, e.to_string(), hint(&e)))?;
     let (token, token_generated) = match token {
         Some(t) => (t, false),
         None => (
@@ -105,6 +136,7 @@ pub fn render_secret(
         meta,
         format,
         serial_autologin: true,
+        agent_from,
     };
     let lab = &for_vm;
     let rendered = py
@@ -114,7 +146,10 @@ pub fn render_secret(
     Ok(Rendered {
         text: rendered.manifest,
         budget_json: serde_json::to_string(&budget).expect("a budget serializes"),
+        user_data_bytes: PyBytes::new(py, rendered.user_data.as_bytes()).unbind(),
         user_data: rendered.user_data.into_string(),
+        agent_from: agent_from.name(),
+        agent_sha256: lab_agent_cloudinit::AgentPin::of(&agent.bytes).sha256,
         token,
         token_generated,
         agent_path: agent.path,

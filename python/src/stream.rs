@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 enum Slot {
     /// Not sent yet: `AsyncClient.exec_stream` sends it with the first
     /// `__anext__` (a plain method cannot await).
-    Unsent(lab_agent_client::Client, ExecRequest),
+    Unsent(lab_agent_client::Client, Box<ExecRequest>),
     Open(Box<lab_agent_client::ExecStream>),
     /// Taken by the read running now.
     Reading,
@@ -58,7 +58,7 @@ impl ExecStream {
 
     pub fn unsent(client: lab_agent_client::Client, req: ExecRequest) -> ExecStream {
         ExecStream {
-            slot: Arc::new(Mutex::new(Slot::Unsent(client, req))),
+            slot: Arc::new(Mutex::new(Slot::Unsent(client, Box::new(req)))),
         }
     }
 

@@ -1,4 +1,4 @@
-"""grade: hello-lab against a real agent, compared with `labctl grade --json`."""
+"""grade: a lab against a real agent, compared with `labctl grade --json`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,46 @@ from pathlib import Path
 import pytest
 
 import lab_agent
-from conftest import LABCTL_BIN, REPO, Agents, is_root
+from conftest import LABCTL_BIN, Agents, is_root
 
-HELLO = REPO / "examples/hello-lab"
+# hello-lab's shape (a lab-wide `profile`, a setup, staged files, a check as
+# another user, points, a fail_message, one step left to the student), but a
+# setup that writes only into its $LAB_DIR: a test runs it on this machine,
+# as root, and must leave the machine as it found it. hello-lab itself (a
+# `student` user, a banner in /etc/profile.d) runs where it cannot change
+# the machine: `labctl test` in the sandbox (.ci/run) and the VM tests.
+LIKE_HELLO = """\
+name = "like-hello"
+profile = "system"
+[setup]
+script = "setup.sh"
+[files]
+source = "files"
+[[checks]]
+name = "the greeting is in place"
+run = 'cmp -s "$LAB_DIR/welcome.txt" "$LAB_DIR/home/welcome.txt"'
+[[checks]]
+name = "another user reads it"
+run = 'test "$(id -un)" != root && cat "$LAB_DIR/home/welcome.txt"'
+user = "nobody"
+[[checks]]
+name = "output as the guest wrote it"
+run = 'printf "caf\\303\\251 \\033[31mred\\n"; echo "to stderr" >&2'
+[[checks]]
+name = "hello.sh runs"
+run = 'test "$("$LAB_DIR/home/hello.sh")" = "Hello"'
+points = 2
+fail_message = "`hello.sh` does not run yet: make it executable with `chmod +x`."
+"""
+
+LIKE_HELLO_SETUP = """\
+#!/bin/bash
+set -euo pipefail
+mkdir -p "$LAB_DIR/home"
+install -m 0644 "$LAB_DIR/welcome.txt" "$LAB_DIR/home/welcome.txt"
+# Not executable: making it so is the student's step.
+install -m 0644 "$LAB_DIR/hello.sh" "$LAB_DIR/home/hello.sh"
+"""
 
 
 def without_durations(report: dict) -> dict:
@@ -23,14 +60,26 @@ def without_durations(report: dict) -> dict:
     return out
 
 
-@pytest.mark.skipif(not is_root(), reason="hello-lab's setup creates a user: needs root")
-def test_grade_hello_lab_like_labctl(agents: Agents) -> None:
+def like_hello(agents: Agents) -> Path:
+    """The lab's folder, in the test's temp dir."""
+    lab = agents.root / "like-hello"
+    (lab / "files").mkdir(parents=True)
+    (lab / "lab.toml").write_text(LIKE_HELLO)
+    (lab / "setup.sh").write_text(LIKE_HELLO_SETUP)
+    (lab / "files/welcome.txt").write_text("Welcome to the lab.\n")
+    (lab / "files/hello.sh").write_text("#!/bin/sh\necho Hello\n")
+    return lab
+
+
+@pytest.mark.skipif(not is_root(), reason="a check runs as `nobody`: the agent needs root")
+def test_grade_a_lab_like_labctl(agents: Agents) -> None:
+    labdir = like_hello(agents)
     staged = agents.root / "lab"
-    shutil.copytree(HELLO / "files", staged)
+    shutil.copytree(labdir / "files", staged)
     staged.chmod(0o755)
-    agent = agents.start(setup=(HELLO / "setup.sh").read_text(), lab_dir=staged)
-    lab = lab_agent.Lab.load(HELLO)
-    assert lab.name == "hello-lab" and len(lab.check_names) == 4 and lab.max_score == 5
+    agent = agents.start(setup=LIKE_HELLO_SETUP, lab_dir=staged)
+    lab = lab_agent.Lab.load(labdir)
+    assert lab.name == "like-hello" and len(lab.check_names) == 4 and lab.max_score == 5
     c = lab_agent.Client(agent.url, token=agent.token)
     c.wait_ready(60)
 
@@ -43,9 +92,12 @@ def test_grade_hello_lab_like_labctl(agents: Agents) -> None:
     assert not report.all_passed and not report.has_errors
     failed = report.checks[3]
     assert failed.points == 2 and failed.fail_message and "chmod +x" in failed.fail_message
+    # Guest text as it came (labctl escapes it only when printing for a person).
+    assert report.checks[2].stdout == "caf\u00e9 \x1b[31mred\n"
+    assert report.checks[2].stderr == "to stderr\n"
 
     out = subprocess.run(
-        [LABCTL_BIN, "grade", str(HELLO), "--url", agent.url, "--token-file",
+        [LABCTL_BIN, "grade", str(labdir), "--url", agent.url, "--token-file",
          str(agent.token_file), "--lab-dir", str(staged), "--json"],
         capture_output=True, text=True, check=False,
     )

@@ -114,7 +114,7 @@ def test_grade_and_grade_all_run_nothing_on_a_vm_setting_up(agents: Agents) -> N
     assert c.ready().state == "setting_up"
     with pytest.raises(lab_agent.NotReady, match="its state is `setting_up`") as e:
         c.grade(lab)
-    assert e.value.ready is not None and '"setting_up"' in e.value.ready
+    assert isinstance(e.value.ready, lab_agent.Ready) and e.value.ready.state == "setting_up"
     with pytest.raises(lab_agent.NotReady):
         asyncio.run(ac.grade(lab))
     (out,) = lab_agent.grade_all([c], lab)

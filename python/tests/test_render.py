@@ -96,3 +96,36 @@ def test_render_secret_for_arm64(tmp_path: Path) -> None:
         lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, arch="x86")
     amd = lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, token=token)
     assert amd.arch == "amd64" and "serial-getty@ttyS0.service" in amd.user_data
+
+
+def test_render_secret_from_disk_is_labctl_and_pins_the_agent(tmp_path: Path) -> None:
+    import gzip
+    import hashlib
+
+    token = new_token()
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    lab = lab_agent.Lab.load(HELLO)
+    r = lab_agent.render_secret(
+        lab, "hello-lab-vm1", agent_path=STATIC_AGENT, token=token, agent_from="disk"
+    )
+    out = subprocess.run(
+        [LABCTL_BIN, "secret", str(HELLO), "--name", "hello-lab-vm1", "--token-file",
+         str(token_file), "--agent", STATIC_AGENT, "--agent-from", "disk"],
+        capture_output=True, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert r.text.encode() == out.stdout
+    sha = hashlib.sha256(Path(STATIC_AGENT).read_bytes()).hexdigest()
+    assert r.agent_from == "disk" and r.agent_sha256 == sha
+    # The Secret carries the message gzip'd; the text is the message.
+    assert gzip.decompress(r.user_data_bytes).decode() == r.user_data
+    assert f" z run {sha} " in r.user_data and token in r.user_data
+    assert r.budget["agent_from"] == "disk"
+    assert r.budget["secret_bytes"] == len(r.user_data_bytes) <= 7000
+    with pytest.raises(ValueError, match="agent_from"):
+        lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, agent_from="registry")
+    embedded = lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, token=token)
+    assert embedded.user_data_bytes == embedded.user_data.encode()
+    assert embedded.agent_from == "embedded" and embedded.agent_sha256 == sha

@@ -1,4 +1,5 @@
-//! What a lab changed on the sandbox's copy of the machine, read from the
+//! What a lab changed on the sandbox's copy of the machine (or of a guest
+//! image's root file system), read from the
 //! overlays' upper dirs (through `/proc/KEEPER/root`: the upper dirs are on
 //! a tmpfs mounted only in the keeper's namespace). Every write outside the
 //! private tmpfs trees lands there: a new file is in the upper dir alone, a
@@ -86,25 +87,31 @@ impl Changes {
 /// The changes in the sandbox of keeper `keeper`, whose try dir is `dir`.
 pub(crate) fn collect(keeper: u32, dir: &Path) -> io::Result<Changes> {
     let layers = fs::read_to_string(dir.join(LAYERS_FILE))?;
-    let top = PathBuf::from(format!("/proc/{keeper}/root"))
-        .join(dir.strip_prefix("/").unwrap_or(dir))
-        .join(MOUNT_DIR);
+    let keeper_root = PathBuf::from(format!("/proc/{keeper}/root"));
+    let in_keeper = |p: &Path| keeper_root.join(p.strip_prefix("/").unwrap_or(p));
+    let top = in_keeper(dir).join(MOUNT_DIR);
     let mut raw = Raw::default();
+    let mut lower_root = PathBuf::from("/");
     for line in layers.lines() {
-        let Some((n, mountpoint)) = line.split_once('\t') else {
+        let mut fields = line.split('\t');
+        let (Some(n), Some(mountpoint)) = (fields.next(), fields.next()) else {
             continue;
         };
-        walk(
-            &top.join(format!("upper{n}")),
-            Path::new(mountpoint),
-            dir,
-            &mut raw,
-        )?;
+        // The lower dir when it is not the machine's own (a guest image's
+        // root, mounted in the keeper's namespace only).
+        let lower = fields
+            .next()
+            .map_or_else(|| PathBuf::from(mountpoint), |l| in_keeper(Path::new(l)));
+        let upper = top.join(format!("upper{n}"));
+        walk(&upper, &lower, Path::new(mountpoint), dir, &mut raw)?;
+        if n == "0" {
+            lower_root = lower;
+        }
     }
     let upper_root = top.join("upper0");
     let mut c = Changes {
-        users_added: added_names(&upper_root, "etc/passwd"),
-        groups_added: added_names(&upper_root, "etc/group"),
+        users_added: added_names(&upper_root, &lower_root, "etc/passwd"),
+        groups_added: added_names(&upper_root, &lower_root, "etc/group"),
         services_enabled: enabled_units(&raw.added),
         ..Changes::default()
     };
@@ -128,9 +135,10 @@ struct Raw {
     removed: BTreeSet<PathBuf>,
 }
 
-/// Compares `upper` (a dir of an upper layer) with `host`, the same dir on
-/// the machine; skips the try dir.
-fn walk(upper: &Path, host: &Path, try_dir: &Path, raw: &mut Raw) -> io::Result<()> {
+/// Compares `upper` (a dir of an upper layer) with `lower`, the same dir
+/// in the layer below (the machine's, or an image's), which the sandbox
+/// sees at `host`; skips the try dir.
+fn walk(upper: &Path, lower: &Path, host: &Path, try_dir: &Path, raw: &mut Raw) -> io::Result<()> {
     let mut entries: Vec<_> = fs::read_dir(upper)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
@@ -139,8 +147,9 @@ fn walk(upper: &Path, host: &Path, try_dir: &Path, raw: &mut Raw) -> io::Result<
         if path.starts_with(try_dir) {
             continue;
         }
+        let below = lower.join(entry.file_name());
         let meta = fs::symlink_metadata(&up)?;
-        let lower = fs::symlink_metadata(&path).ok();
+        let lower = fs::symlink_metadata(&below).ok();
         if meta.file_type().is_char_device() && meta.rdev() == 0 {
             raw.removed.insert(path);
         } else if meta.is_dir() {
@@ -149,7 +158,7 @@ fn walk(upper: &Path, host: &Path, try_dir: &Path, raw: &mut Raw) -> io::Result<
                     if !same_attrs(&meta, &l) {
                         raw.changed.insert(path.clone());
                     }
-                    walk(&up, &path, try_dir, raw)?;
+                    walk(&up, &below, &path, try_dir, raw)?;
                 }
                 Some(_) => {
                     raw.changed.insert(path.clone());
@@ -166,7 +175,7 @@ fn walk(upper: &Path, host: &Path, try_dir: &Path, raw: &mut Raw) -> io::Result<
                     raw.added.insert(path);
                 }
                 // A copy-up alone (opened for writing, touched) is no change.
-                Some(l) if same_file(&up, &meta, &path, &l) => {}
+                Some(l) if same_file(&up, &meta, &below, &l) => {}
                 Some(_) => {
                     raw.changed.insert(path);
                 }
@@ -247,8 +256,9 @@ fn same_contents(a: &Path, b: &Path) -> io::Result<bool> {
 }
 
 /// The names in the sandbox's `/etc/passwd` (or `group`) that the
-/// machine's lacks; none when the lab left the file alone.
-fn added_names(upper_root: &Path, file: &str) -> Vec<String> {
+/// lower layer's (`lower_root`: the machine's, or an image's) lacks; none
+/// when the lab left the file alone.
+fn added_names(upper_root: &Path, lower_root: &Path, file: &str) -> Vec<String> {
     let Ok(inside) = fs::read_to_string(upper_root.join(file)) else {
         return Vec::new();
     };
@@ -259,7 +269,7 @@ fn added_names(upper_root: &Path, file: &str) -> Vec<String> {
             .map(|n| lab_agent_proto::text::escape(n).into_owned())
             .collect()
     };
-    let host = names(&fs::read_to_string(Path::new("/").join(file)).unwrap_or_default());
+    let host = names(&fs::read_to_string(lower_root.join(file)).unwrap_or_default());
     names(&inside).difference(&host).cloned().collect()
 }
 

@@ -1,20 +1,23 @@
 //! Everything about a lab that can be known without running it, every
 //! problem in one run: what `labctl lint` prints, and what `labctl try`
-//! checks before it runs a lab, so a lab that `labctl secret` would reject
-//! never passes `try`.
+//! and `labctl test` check before they run a lab, so a lab that `labctl
+//! secret` would reject never passes them.
 //!
 //! What is checked: the `lab.toml` model (every key, every check), that the
 //! files and the setup script it names exist and can be shipped, the shell
 //! syntax of the setup and solve scripts and of each check's `run` and
-//! `solve` (`bash -n`), that the solve script is not among the files
-//! shipped to students, and the payload's size against the Secret limit,
-//! with the agent it would ship.
+//! `solve` (`bash -n`), Windows line endings in any of them (and in the
+//! scripts among the lab's files), that the solve script is not among the
+//! files shipped to students, and each VM's payload (its own setup, the
+//! files, its parameters) against the Secret limit, with the agent it
+//! would ship, as `labctl secret --vm` renders it.
 
 use crate::payload::{self, PayloadError, RenderOptions};
+use crate::trial::Params;
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::{Format, SecretMeta};
 use lab_agent_proto::lab::{Lab, Scripts, scripts_of_toml};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// What linting a lab found.
@@ -29,8 +32,9 @@ pub struct Findings {
 }
 
 /// Lints the lab in `dir`; `agent` is the static agent to count in the
-/// payload (default: found as `labctl secret` finds it).
-pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
+/// payload (default: found as `labctl secret` finds it), `params` what each
+/// VM's payload is rendered with (`try`'s and `test`'s `--param`).
+pub fn lint(dir: &Path, agent: Option<&Path>, params: &Params) -> Findings {
     let mut found = Findings::default();
     let lab = match Lab::load_all(dir) {
         Ok(lab) => lab,
@@ -61,7 +65,7 @@ pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
         }
     }
     match lab.collect_files() {
-        Ok(_) => budget(&lab, agent, &mut found),
+        Ok(_) => budget(&lab, agent, params, &mut found),
         Err(e) => found.problems.push(e.to_string()),
     }
     found.lab = Some(lab);
@@ -73,15 +77,39 @@ pub fn lint(dir: &Path, agent: Option<&Path>) -> Findings {
 /// solve script, each check's `run` and `solve`): a typo in a check would
 /// otherwise read as every student failing it.
 fn syntax(scripts: &Scripts, found: &mut Findings) {
-    let files = scripts
-        .files
-        .iter()
-        .map(|(what, p)| (vec![p.as_os_str()], what));
-    let commands = scripts
-        .commands
-        .iter()
-        .map(|(what, text)| (vec!["-c".as_ref(), text.as_ref()], what));
-    for (args, what) in files.chain(commands) {
+    // A Windows line ending is part of each command to bash: `bash -n`
+    // says "unexpected end of file" or nothing, and the script fails with
+    // "cannot execute: required file not found". Named instead.
+    let files = scripts.files.iter().filter_map(|(what, p)| {
+        if has_crlf(&std::fs::read(p).unwrap_or_default()) {
+            found.problems.push(crlf_problem(what, p));
+            return None;
+        }
+        Some((vec![p.as_os_str()], what))
+    });
+    let files: Vec<_> = files.collect();
+    let commands = scripts.commands.iter().filter_map(|(what, text)| {
+        if text.contains('\r') {
+            found.problems.push(format!(
+                "{what} has a carriage return (`\\r`, a Windows line ending): bash reads it as \
+                 part of the command\nhint: save lab.toml with Unix line endings (LF)"
+            ));
+            return None;
+        }
+        Some((vec!["-c".as_ref(), text.as_ref()], what))
+    });
+    let commands: Vec<_> = commands.collect();
+    // The scripts among the lab's files (`#!`): the setup or a student
+    // runs them.
+    if let Some(source) = &scripts.files_source {
+        for (shown, path) in scripts_under(source, Path::new("")) {
+            if has_crlf(&std::fs::read(&path).unwrap_or_default()) {
+                let what = format!("the lab's file `{}`", shown.display());
+                found.problems.push(crlf_problem(&what, &path));
+            }
+        }
+    }
+    for (args, what) in files.into_iter().chain(commands) {
         match bash_n(&args) {
             Ok(None) => {}
             Ok(Some(err)) => found
@@ -109,6 +137,49 @@ fn bash_n(args: &[&std::ffi::OsStr]) -> Result<Option<String>, String> {
     ))
 }
 
+/// The files under `dir` that start with `#!` (each with its path under
+/// the lab's files folder), in name order; links and the unreadable are
+/// `Lab::collect_files`'s to report.
+fn scripts_under(dir: &Path, shown: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    let mut out = Vec::new();
+    for e in entries {
+        let (path, shown) = (e.path(), shown.join(e.file_name()));
+        match e.file_type() {
+            Ok(t) if t.is_dir() => out.extend(scripts_under(&path, &shown)),
+            Ok(t) if t.is_file() => {
+                let mut head = [0u8; 2];
+                let read = std::fs::File::open(&path)
+                    .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
+                if read.is_ok() && head == *b"#!" {
+                    out.push((shown, path));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn has_crlf(bytes: &[u8]) -> bool {
+    bytes.windows(2).any(|w| w == b"\r\n")
+}
+
+/// A script with Windows line endings, and the command that fixes it.
+fn crlf_problem(what: &str, path: &Path) -> String {
+    format!(
+        "{what} has Windows line endings (CRLF): bash reads each `\\r` as part of a command \
+         (\"$'\\r': command not found\", or \"cannot execute: required file not found\" for its \
+         `#!` line)\nhint: convert it to Unix line endings: `sed -i 's/\\r$//' {}` (or `dos2unix`)",
+        path.display()
+    )
+}
+
 fn indent(text: &str) -> String {
     text.lines()
         .map(|l| format!("  │ {l}"))
@@ -116,9 +187,11 @@ fn indent(text: &str) -> String {
         .join("\n")
 }
 
-/// The payload's size with the agent it would ship, as `labctl secret`
-/// renders it (with a fresh token: the same length as the real one).
-fn budget(lab: &Lab, agent: Option<&Path>, found: &mut Findings) {
+/// Each VM's payload size with the agent it would ship, as `labctl secret`
+/// (`--vm NAME` in a lab with `[[vms]]`) renders it: the VM's own setup,
+/// the files and its parameters, with a fresh token (the same length as
+/// the real one). A budget line per VM, named in a session.
+fn budget(lab: &Lab, agent: Option<&Path>, params: &Params, found: &mut Findings) {
     // amd64 unless the agent given is another's: the amd64 agent is the
     // larger one (BENCHMARKS.md), so a lab within budget there fits both.
     let arch = lab_agent_cloudinit::lab_payload::payload_arch(None, agent).unwrap_or_default();
@@ -149,19 +222,35 @@ fn budget(lab: &Lab, agent: Option<&Path>, found: &mut Findings) {
         },
         format: Format::Yaml,
         serial_autologin: true,
+        // The larger payload: a lab that fits with the agent fits without.
+        agent_from: Default::default(),
     };
-    match payload::render(lab, &agent, &token, &opts) {
-        Ok(rendered) => found.notes.push(format!(
-            "payload with `{}`: {}",
-            agent.path.display(),
-            rendered.user_data.budget()
-        )),
-        Err(PayloadError::Render(lab_agent_cloudinit::Error::TooLarge(t))) => {
-            found.notes.push(t.budget.to_string());
-            let e = PayloadError::Render(lab_agent_cloudinit::Error::TooLarge(t));
-            let hint = e.hint().map_or(String::new(), |h| format!("\nhint: {h}"));
-            found.problems.push(format!("{e}{hint}"));
+    let vms: Vec<Option<&str>> = match lab.vms.is_empty() {
+        true => vec![None],
+        false => lab.vm_names().into_iter().map(Some).collect(),
+    };
+    for vm in vms {
+        let on = vm.map_or(String::new(), |vm| format!("VM `{vm}`: "));
+        let own = match lab.for_vm(vm, &params.for_vm(vm)) {
+            Ok(own) => own,
+            Err(e) => {
+                found.problems.push(format!("{on}{e}"));
+                continue;
+            }
+        };
+        match payload::render(&own, &agent, &token, &opts) {
+            Ok(rendered) => found.notes.push(format!(
+                "{on}payload with `{}`: {}",
+                agent.path.display(),
+                rendered.user_data.budget()
+            )),
+            Err(PayloadError::Render(lab_agent_cloudinit::Error::TooLarge(t))) => {
+                found.notes.push(format!("{on}{}", t.budget));
+                let e = PayloadError::Render(lab_agent_cloudinit::Error::TooLarge(t));
+                let hint = e.hint().map_or(String::new(), |h| format!("\nhint: {h}"));
+                found.problems.push(format!("{on}{e}{hint}"));
+            }
+            Err(e) => found.problems.push(format!("{on}{e}")),
         }
-        Err(e) => found.problems.push(e.to_string()),
     }
 }

@@ -1,9 +1,11 @@
 //! A sandbox kept with `labctl try --keep` ([`crate::LocalAgent::keep_sandbox`]):
-//! how to get back in (`--enter DIR`, or `nsenter` into [`init_pid`]) and
-//! how to end it (`--stop DIR`).
+//! how to get back in (`--enter DIR`, or `nsenter` into [`init_pid`]), how
+//! to grade it again (`--grade DIR`: [`agent`]) and how to end it
+//! (`--stop DIR`).
 
 use crate::Error;
-use crate::sandbox::{INIT_PID_FILE, KEEPER_PID_FILE, KEEPER_VERB};
+use crate::sandbox::{INIT_PID_FILE, KEEPER_PID_FILE, KEEPER_VERB, NetnsDialer};
+use lab_agent_client::{Client, ClientBuilder};
 use nix::sched::{CloneFlags, setns};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitStatus, waitpid};
@@ -12,6 +14,7 @@ use std::ffi::{CString, OsString};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// How long `--stop` waits for the sandbox after SIGTERM before SIGKILL.
@@ -54,21 +57,66 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(true)
 }
 
+/// The agent of a kept sandbox, to grade it again: a client that reaches
+/// it inside the sandbox's network namespace, the lab it was started
+/// with, and its `LAB_DIR`.
+#[derive(Debug)]
+pub struct KeptAgent {
+    pub client: Client,
+    /// The lab's folder on this machine (its checks as they are now).
+    pub lab: PathBuf,
+    /// The staged `$LAB_DIR` the setup saw.
+    pub lab_dir: String,
+}
+
+/// `labctl try --grade DIR`: the kept sandbox's agent.
+pub fn agent(dir: &Path) -> Result<KeptAgent, Error> {
+    let dir = &absolute(dir)?;
+    let keeper = running(dir)?;
+    let file = |name: &str| dir.join(name);
+    let addr = lab_agent_proto::addr_file::read(&file("addr")).ok_or_else(|| {
+        Error::usage(format!(
+            "the kept sandbox `{}` has no agent address (`addr`)",
+            dir.display()
+        ))
+    })?;
+    let token = lab_agent_proto::token_file::read_token_file(&file("token"))
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let lab = fs::read_to_string(file("source")).map_err(|e| {
+        Error::usage(format!("failed to read `{}`", file("source").display()))
+            .with_source(e)
+            .hint("a sandbox kept by an older `labctl`: give the lab's folder, `labctl try LAB_DIR --grade DIR`")
+    })?;
+    let dialer = NetnsDialer::new(keeper.as_raw() as u32).map_err(|e| {
+        Error::usage("failed to open the sandbox's network namespace").with_source(e)
+    })?;
+    let client = ClientBuilder::default()
+        .dialer(std::sync::Arc::new(dialer))
+        .build(&format!("http://{addr}"), &token)
+        .map_err(|e| Error::usage("failed to make a client for the kept agent").with_source(e))?;
+    Ok(KeptAgent {
+        client,
+        lab: PathBuf::from(lab),
+        lab_dir: file("lab").to_string_lossy().into_owned(),
+    })
+}
+
+/// The live keeper of `dir`, else an error saying what to do.
+fn running(dir: &Path) -> Result<Pid, Error> {
+    live_keeper(dir)?.ok_or_else(|| {
+        Error::usage(format!("the sandbox of `{}` is not running", dir.display())).hint(format!(
+            "remove what is left with `labctl try --stop {}`",
+            dir.display()
+        ))
+    })
+}
+
 /// `labctl try --enter DIR [-- COMMAND…]`: joins the sandbox's namespaces
 /// (as `nsenter` does), then forks, so the command is in its PID namespace
 /// too; returns its exit status (128 + N when signal N killed it).
 pub fn enter(dir: &Path, command: &[OsString]) -> Result<u8, Error> {
     let dir = &absolute(dir)?;
-    if live_keeper(dir)?.is_none() {
-        return Err(
-            Error::usage(format!("the sandbox of `{}` is not running", dir.display())).hint(
-                format!(
-                    "remove what is left with `labctl try --stop {}`",
-                    dir.display()
-                ),
-            ),
-        );
-    }
+    running(dir)?;
     let init = init_pid(dir)
         .ok_or_else(|| Error::usage(format!("`{}` has no `{INIT_PID_FILE}`", dir.display())))?;
     let mut joined = Vec::new();

@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //! - [`sandbox`]: the throwaway copy of this machine a local try runs in
-//!   (namespaces, overlays; the keeper process and its init), and its
+//!   (namespaces, overlays; the keeper process and its init), or of a
+//!   guest image's root file system ([`sandbox::Image`]), and its
 //!   `NetnsDialer`, the way into its network. A binary that
 //!   starts a sandbox runs [`sandbox::keeper_main`] for
 //!   [`sandbox::KEEPER_VERB`] (`/proc/self/exe` is the keeper).
@@ -22,8 +23,10 @@
 //!   there and stopped ([`trial::Tried`]: a local agent or a VM, or for a
 //!   session a sandbox or a qemu guest per VM), each VM's
 //!   [`trial::Target`] the front end's flow waits on and grades, and
-//!   Ctrl-C/SIGTERM watched throughout ([`trial::interruptible`]).
-//! - [`kept`]: a sandbox kept after its run (`--keep`): enter it, stop it.
+//!   Ctrl-C/SIGTERM watched throughout ([`trial::interruptible`]); each
+//!   VM's `--param`s ([`trial::Params`]).
+//! - [`kept`]: a sandbox kept after its run (`--keep`): enter it, grade
+//!   it again, stop it.
 //! - [`changes`]: what a lab changed in the sandbox, from the overlays'
 //!   upper dirs.
 //! - [`systemd`]: a lab that needs systemd or the network, which the
@@ -43,6 +46,9 @@
 //!   and [`vm`].
 //! - [`secret`]: the work behind `labctl secret` ([`secret::SecretJob`]):
 //!   the token read or made, the payload rendered, the files written.
+//! - [`agent_disk`]: the work behind `labctl agent-disk`
+//!   ([`agent_disk::AgentDiskJob`]): the agents found, the disk's
+//!   artefacts written.
 //! - [`selftest`]: `labctl test`'s phases on a ready agent (grade, solve,
 //!   grade, grade in reverse), the rules each check must keep, and its
 //!   report.
@@ -56,6 +62,7 @@
 //!   process that started it unless the caller keeps it (`--keep`).
 //! - Messages go to stderr; stdout is the front end's.
 
+pub mod agent_disk;
 pub mod changes;
 mod error;
 pub mod inspect;

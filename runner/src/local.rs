@@ -12,6 +12,8 @@
 //!   setup/<script>        a copy of the lab's setup script, 0755 (a lab without
 //!                         one: `lab-agent setup` records "succeeded" first)
 //!   lab/                  the staged `[files].source`: setup's and checks' $LAB_DIR
+//!   env                   LAB_VM, LAB_VMS, LAB_PARAM_*, when the lab has any
+//!   source                the lab's folder (`labctl try --grade DIR` reads it)
 //!   sandbox/ lab-agent    the sandbox's mount points; sandbox.pid, init.pid,
 //!   sandbox.pid …         layers, kept: see `sandbox/mod.rs`
 //! ```
@@ -64,10 +66,16 @@ pub(crate) struct SessionVm {
 
 impl LocalAgent {
     /// Stages `lab`, writes a token and starts `agent` (any build) in a
-    /// sandbox of this machine, or on the machine itself when `in_sandbox` is
-    /// false; returns once the agent listens (its setup runs on).
-    pub async fn start(lab: &Lab, agent: &Path, in_sandbox: bool) -> Result<LocalAgent, Error> {
-        let mut started = LocalAgent::launch(lab, agent, in_sandbox, None)?;
+    /// sandbox of this machine (of `image`'s root file system, when given),
+    /// or on the machine itself when `in_sandbox` is false; returns once the
+    /// agent listens (its setup runs on).
+    pub async fn start(
+        lab: &Lab,
+        agent: &Path,
+        in_sandbox: bool,
+        image: Option<&sandbox::Image>,
+    ) -> Result<LocalAgent, Error> {
+        let mut started = LocalAgent::launch(lab, agent, in_sandbox, image, None)?;
         started.listening().await?;
         Ok(started)
     }
@@ -79,6 +87,7 @@ impl LocalAgent {
         lab: &Lab,
         agent: &Path,
         in_sandbox: bool,
+        image: Option<&sandbox::Image>,
         vm: Option<&SessionVm>,
     ) -> Result<LocalAgent, Error> {
         let dir = TempDir::new()?;
@@ -96,6 +105,11 @@ impl LocalAgent {
             .and_then(|mut f| f.write_all(token.as_bytes()))
             .map_err(|e| io("write", &token_path, e))?;
 
+        // For `labctl try --grade DIR`: the lab whose checks to run.
+        let source = dir.path.join("source");
+        let lab_dir = std::path::absolute(&lab.dir).unwrap_or_else(|_| lab.dir.clone());
+        fs::write(&source, lab_dir.as_os_str().as_encoded_bytes())
+            .map_err(|e| io("write", &source, e))?;
         let state = dir.path.join("state");
         fs::create_dir(&state).map_err(|e| io("create", &state, e))?;
         let staged = dir.path.join("lab");
@@ -149,7 +163,7 @@ impl LocalAgent {
         }
         args.extend(["--lab-dir".into(), staged.into()]);
         let mut options = sandbox::VmOptions::default();
-        if let Some(vm) = vm {
+        if !lab.vm_env.is_empty() {
             // What the payload's `/etc/lab-agent/env` is in a VM: its
             // `LAB_VM`, `LAB_VMS` and parameters, for the setup and every
             // command.
@@ -163,6 +177,8 @@ impl LocalAgent {
                 .and_then(|mut f| f.write_all(&lab_agent_proto::guest::render_env_file(vars)))
                 .map_err(|e| io("write", &env_path, e))?;
             args.extend(["--env-file".into(), env_path.into()]);
+        }
+        if let Some(vm) = vm {
             let hosts = dir.path.join(sandbox::HOSTS_FILE);
             fs::write(&hosts, &vm.hosts).map_err(|e| io("write", &hosts, e))?;
             set_mode(&hosts, 0o644)?;
@@ -178,7 +194,7 @@ impl LocalAgent {
             fs::create_dir(&mounts).map_err(|e| io("create", &mounts, e))?;
             let agent_file = dir.path.join(sandbox::AGENT_FILE);
             fs::write(&agent_file, "").map_err(|e| io("create", &agent_file, e))?;
-            sandbox::keeper_command(&dir.path, agent, args, &options)
+            sandbox::keeper_command(&dir.path, agent, args, &options, image)
         } else {
             let mut cmd = tokio::process::Command::new(agent);
             cmd.args(args);

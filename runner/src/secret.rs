@@ -13,7 +13,7 @@ use crate::payload::{
     BudgetReport, PayloadError, RenderOptions, Rendered, render_logged, write_private,
 };
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
-use lab_agent_cloudinit::{Arch, Format, SecretMeta, lab_payload};
+use lab_agent_cloudinit::{AgentFrom, AgentPin, Arch, Format, SecretMeta, agent_disk, lab_payload};
 use lab_agent_proto::lab::{LAB_VM_ENV, Lab};
 use std::io::Write;
 use std::path::PathBuf;
@@ -45,6 +45,9 @@ pub struct SecretJob {
     pub user_data_out: Option<PathBuf>,
     pub token_out: Option<PathBuf>,
     pub serial_autologin: bool,
+    /// The agent in the payload, or only its pin (the VM then needs the
+    /// agent's disk, which `log` is told how to attach).
+    pub agent_from: AgentFrom,
     /// Write the [`SecretReport`] to `out` as JSON (the Secret in it
     /// unless `output` is given).
     pub json: bool,
@@ -66,6 +69,10 @@ pub struct SecretReport {
     /// `amd64` or `arm64`.
     pub arch: &'static str,
     pub agent: PathBuf,
+    /// `embedded` or `disk`.
+    pub agent_from: &'static str,
+    /// The SHA-256 of the agent (pinned in the payload with `disk`).
+    pub agent_sha256: String,
     pub format: &'static str,
     pub secret_file: Option<PathBuf>,
     pub user_data_file: Option<PathBuf>,
@@ -102,11 +109,16 @@ impl SecretJob {
             meta: self.meta.clone(),
             format: self.format,
             serial_autologin: self.serial_autologin,
+            agent_from: self.agent_from,
         };
         let Rendered {
             user_data,
             manifest,
         } = render_logged(&self.lab, &agent, &token, &opts, log)?;
+        let pin = AgentPin::of(&agent.bytes);
+        if self.agent_from == AgentFrom::Disk {
+            let _ = write!(log, "{}", disk_volume_note(arch, &pin));
+        }
 
         // The token first: if a later write fails, the caller still has it.
         if let Some(path) = &self.token_out {
@@ -141,6 +153,8 @@ impl SecretJob {
             token_generated,
             arch: arch.name(),
             agent: agent.path,
+            agent_from: self.agent_from.name(),
+            agent_sha256: pin.sha256,
             format: match self.format {
                 Format::Yaml => "yaml",
                 Format::Json => "json",
@@ -161,6 +175,24 @@ impl SecretJob {
         }
         Ok(report)
     }
+}
+
+/// What a VM whose payload pins its agent needs, for the person rendering
+/// it: the disk and the volume, in the VM's own YAML.
+pub fn disk_volume_note(arch: Arch, pin: &AgentPin) -> String {
+    format!(
+        "the VM needs the agent's disk with the {arch} agent of sha256 {sha} (made by `labctl \
+         agent-disk`); in its `spec.template.spec`:\n\
+         \x20 domain: {{devices: {{disks: [{{name: lab-agent, serial: {serial}, disk: {{bus: virtio}}}}]}}}}\n\
+         \x20 volumes: [{{name: lab-agent, containerDisk: {{image: REGISTRY/lab-agent:TAG}}}}]\n\
+         \x20   or: [{{name: lab-agent, configMap: {{name: lab-agent-…, volumeLabel: {label}}}}}] \
+         (and `disks: [{{name: lab-agent, disk: {{bus: virtio}}}}]`)\n\
+         without it, or with another agent on it, the VM never starts its agent: the reason is \
+         on its serial console (`virtctl console VM`)\n",
+        sha = pin.sha256,
+        serial = agent_disk::SERIAL,
+        label = agent_disk::LABEL,
+    )
 }
 
 fn write_out(out: &mut dyn Write, bytes: &[u8]) -> Result<(), PayloadError> {

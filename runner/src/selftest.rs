@@ -20,7 +20,6 @@ use lab_agent_proto::exec::DEFAULT_USER;
 use lab_agent_proto::lab::{Check, Initially, LAB_DIR_ENV, Lab};
 use lab_agent_proto::text::escape;
 use serde::Serialize;
-use std::fmt::Write as _;
 use std::time::Instant;
 
 /// How much of a failed solve's output is shown (its end).
@@ -196,104 +195,6 @@ impl SelfTest {
         } else {
             Verdict::Holds
         }
-    }
-
-    /// The table (a row per check: after setup, after solve, reversed,
-    /// verdict), a sentence per problem, the timings and a summary line.
-    pub fn render(&self) -> String {
-        let cell = |r: Option<&CheckResult>| match r.map(|r| r.status) {
-            Some(CheckStatus::Passed) => "pass",
-            Some(CheckStatus::Failed) => "fail",
-            Some(CheckStatus::Error) => "error",
-            None => "-",
-        };
-        let names: Vec<String> = self
-            .checks
-            .iter()
-            .map(|c| {
-                let star = if c.initially == "pass" { " *" } else { "" };
-                format!("{}{star}", escape(&c.name))
-            })
-            .collect();
-        let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
-        let width = width.max("check".len());
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "{:width$}  after setup  after solve  reversed  verdict",
-            "check"
-        );
-        for (c, name) in self.checks.iter().zip(&names) {
-            let _ = writeln!(
-                out,
-                "{name:width$}  {:11}  {:11}  {:8}  {}",
-                cell(Some(&c.after_setup)),
-                cell(c.after_solve.as_ref()),
-                cell(c.reversed.as_ref()),
-                if c.problems.is_empty() {
-                    "ok"
-                } else {
-                    "BROKEN"
-                }
-            );
-        }
-        if self.checks.iter().any(|c| c.initially == "pass") {
-            out.push_str("* initially = \"pass\": must pass after setup too\n");
-        }
-        let mut problems = String::new();
-        for c in &self.checks {
-            for p in &c.problems {
-                let _ = writeln!(problems, "check `{}` {}.", escape(&c.name), p.sentence());
-            }
-        }
-        if !problems.is_empty() {
-            out.push('\n');
-            out.push_str(&problems);
-        }
-        if let Some(f) = &self.solve_failed {
-            let _ = writeln!(out, "\n{} {}: nothing was graded after it", f.what, f.how());
-            if !f.log_tail.is_empty() {
-                out.push_str("its output (end):\n");
-                for line in f.log_tail.lines() {
-                    let _ = writeln!(out, "  │ {}", escape(line));
-                }
-            }
-        }
-        let t = &self.timings;
-        let secs = |ms: u64| format!("{}.{} s", ms / 1000, ms % 1000 / 100);
-        let _ = writeln!(
-            out,
-            "\ntimings: setup {}, grade {}, solve {}, grade {}, reversed {}",
-            secs(t.setup_ms),
-            secs(t.after_setup_ms),
-            secs(t.solve_ms),
-            secs(t.after_solve_ms),
-            secs(t.reversed_ms)
-        );
-        let broken = self
-            .checks
-            .iter()
-            .filter(|c| !c.problems.is_empty())
-            .count();
-        let n = self.checks.len();
-        let _ = match self.verdict() {
-            Verdict::Holds => writeln!(
-                out,
-                "{}: all {n} check{} fail before the solve (or hold, as they say) and pass \
-                 after it, in either order",
-                self.lab,
-                if n == 1 { "" } else { "s" }
-            ),
-            Verdict::SolveFailed => writeln!(out, "{}: the solve failed", self.lab),
-            _ => writeln!(
-                out,
-                "{}: {broken} of {n} check{} break{} an expectation",
-                self.lab,
-                if n == 1 { "" } else { "s" },
-                if broken == 1 { "s" } else { "" }
-            ),
-        };
-        out
     }
 
     /// `--json`: one object; guest text only as JSON escapes.
@@ -657,5 +558,6 @@ fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
+mod render;
 #[cfg(test)]
 mod tests;

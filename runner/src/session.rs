@@ -24,10 +24,11 @@
 use crate::Error;
 use crate::changes::Changes;
 use crate::local::{LocalAgent, SessionVm};
+use crate::sandbox::Image;
 use crate::switch::{self, Switch};
+use crate::trial::Params;
 use lab_agent_client::{Client, Session};
 use lab_agent_proto::lab::Lab;
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
@@ -42,9 +43,15 @@ pub struct LocalSession {
 
 impl LocalSession {
     /// Starts every VM of `lab` (a lab with `[[vms]]`) in a sandbox of its
-    /// own with `agent`; returns once every agent listens (the setups run
+    /// own with `agent` (of `image`'s root file system, when given), each
+    /// with its `params`; returns once every agent listens (the setups run
     /// on, all at once).
-    pub async fn start(lab: &Lab, agent: &Path) -> Result<LocalSession, Error> {
+    pub async fn start(
+        lab: &Lab,
+        agent: &Path,
+        params: &Params,
+        image: Option<&Image>,
+    ) -> Result<LocalSession, Error> {
         if lab.vms.is_empty() {
             return Err(Error::usage(format!(
                 "lab `{}` has no [[vms]]: it is one VM, started on its own",
@@ -59,13 +66,13 @@ impl LocalSession {
         let mut vms = Vec::with_capacity(lab.vms.len());
         for (i, vm) in lab.vms.iter().enumerate() {
             let own = lab
-                .for_vm(Some(&vm.name), &BTreeMap::new())
+                .for_vm(Some(&vm.name), &params.for_vm(Some(&vm.name)))
                 .map_err(|e| Error::usage(e.to_string()))?;
             let spec = SessionVm {
                 name: vm.name.clone(),
                 hosts: hosts.clone(),
             };
-            let started = LocalAgent::launch(&own, agent, true, Some(&spec))?;
+            let started = LocalAgent::launch(&own, agent, true, image, Some(&spec))?;
             let keeper = started.keeper().expect("a session's VM is sandboxed");
             let plugged = fs::File::open(format!("/proc/{keeper}/ns/net"))
                 .and_then(|netns| switch.plug(i, &netns, switch::vm_addr(i)));

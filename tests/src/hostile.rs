@@ -69,7 +69,18 @@ pub enum Behaviour {
     Hangup,
     /// Ready, `lab_dir` `/opt/lab`, every exec exits 0 with no output.
     Honest,
+    /// An agent older than `instance_id` in exec requests: ready as
+    /// instance [`OLDER_READY_INSTANCE`]; an exec that carries the field
+    /// is a 400 (serde's unknown field, as the agent words it), any other
+    /// answers as instance [`OLDER_EXEC_INSTANCE`] (a reset the client
+    /// must catch on the answer).
+    OlderAgent,
 }
+
+/// The instance [`Behaviour::OlderAgent`]'s ready answers name.
+pub const OLDER_READY_INSTANCE: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+/// The instance its exec answers name.
+pub const OLDER_EXEC_INSTANCE: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
 impl Behaviour {
     /// The name the `hostile-agent` binary takes (`busy:SECS` sets the
@@ -100,6 +111,7 @@ impl Behaviour {
             "relative-lab-dir" => Behaviour::RelativeLabDir,
             "hangup" => Behaviour::Hangup,
             "honest" => Behaviour::Honest,
+            "older-agent" => Behaviour::OlderAgent,
             _ => return None,
         })
     }
@@ -182,7 +194,7 @@ fn serve(
         out.write_all(bytes).is_ok()
     };
     loop {
-        let Some((method, path)) = read_request(&mut reader) else {
+        let Some((method, path, body)) = read_request(&mut reader) else {
             return;
         };
         requests.fetch_add(1, Ordering::Relaxed);
@@ -287,6 +299,35 @@ fn serve(
                 false
             }
             (Behaviour::RelativeLabDir, _, "/v1/info") => write(&ok(&info_body("opt/lab"))),
+            (Behaviour::OlderAgent, _, "/v1/exec") => {
+                let sent: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                if sent.get("instance_id").is_some() {
+                    write(&response(
+                        "400 Bad Request",
+                        &[],
+                        &error_body(
+                            "bad_request",
+                            "invalid exec request: unknown field `instance_id`, expected one of `command`, `timeout_secs` at line 1 column 60",
+                        ),
+                    ))
+                } else {
+                    let mut answer: serde_json::Value =
+                        serde_json::from_str(&exec_body(Some(0), None, "", "")).unwrap();
+                    answer["instance_id"] = OLDER_EXEC_INSTANCE.into();
+                    write(&ok(&answer.to_string()))
+                }
+            }
+            (Behaviour::OlderAgent, _, "/v1/ready") => {
+                let body = serde_json::json!({
+                    "state": "ready",
+                    "cloud_init": {"done": true, "errors": []},
+                    "setup": {"state": "succeeded", "exit_code": 0, "duration_ms": 5, "log_tail": ""},
+                    "instance": {"id": OLDER_READY_INSTANCE, "boots": 1,
+                        "boot_id": "00000000-0000-0000-0000-000000000000",
+                        "first_boot_at": "2026-01-01T00:00:00Z"},
+                });
+                write(&ok(&body.to_string()))
+            }
             (_, _, "/v1/ready") => {
                 let body = serde_json::json!({
                     "state": "ready",
@@ -309,8 +350,8 @@ fn serve(
     }
 }
 
-/// Reads one request: its method and path, and skips its body.
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<(String, String)> {
+/// Reads one request: its method, path and body.
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<(String, String, Vec<u8>)> {
     let mut line = String::new();
     if r.read_line(&mut line).ok()? == 0 {
         return None;
@@ -341,8 +382,9 @@ fn read_request(r: &mut BufReader<TcpStream>) -> Option<(String, String)> {
     if length > 2 << 20 {
         return None;
     }
-    std::io::copy(&mut r.by_ref().take(length), &mut std::io::sink()).ok()?;
-    Some((method, path))
+    let mut body = Vec::new();
+    r.by_ref().take(length).read_to_end(&mut body).ok()?;
+    Some((method, path, body))
 }
 
 fn response(status: &str, headers: &[(&str, &str)], body: &str) -> Vec<u8> {

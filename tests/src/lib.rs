@@ -2,6 +2,7 @@
 
 pub mod elf;
 pub mod hostile;
+pub mod image_tools;
 pub mod local;
 pub mod pydeps;
 pub mod relay;

@@ -9,6 +9,7 @@
 //! which cargo sets for the tests it runs) so a test never runs a stale one.
 
 use lab_agent_proto::addr_file;
+use lab_runner::qemu::Arch;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -24,6 +25,34 @@ pub fn agent_bin() -> PathBuf {
 /// The `labctl` binary to test.
 pub fn labctl_bin() -> PathBuf {
     bin("LABCTL_BIN", "labctl")
+}
+
+/// The static agent for `arch`, brought up to date once per process
+/// (`packaging/build-agent.sh --arch ARCH` is a no-op when it is fresh).
+pub fn static_agent_for(arch: Arch) -> &'static Path {
+    static AMD64: OnceLock<PathBuf> = OnceLock::new();
+    static ARM64: OnceLock<PathBuf> = OnceLock::new();
+    let cell = match arch {
+        Arch::Amd64 => &AMD64,
+        Arch::Arm64 => &ARM64,
+    };
+    cell.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/build-agent.sh"))
+            .args(["--arch", arch.name()])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run packaging/build-agent.sh");
+        assert!(
+            out.status.success(),
+            "packaging/build-agent.sh --arch {arch} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let path = PathBuf::from(path.lines().last().unwrap_or_default());
+        assert!(path.is_file(), "build-agent.sh printed no agent path");
+        path
+    })
 }
 
 /// The hostile fake agent (`src/bin/hostile-agent.rs`), for tests in

@@ -185,12 +185,15 @@ fn no_source_file_is_over_800_lines() {
 }
 
 /// `labctl` is the command line: arguments, output and exit codes, within
-/// 3,000 lines (`labctl/src`, all of it). Running a lab is the runner's,
+/// 3,500 lines (`labctl/src`, all of it). Running a lab is the runner's,
 /// talking to agents the client's: what grows past the budget belongs
-/// there, or says the budget should be argued anew.
+/// there, or says the budget should be argued anew. (It was 3,000 for ten
+/// verbs, each thin; `agent-disk` and `render` came with a cluster's view
+/// of a lab — disks, channels, manifests — whose flags are arguments, not
+/// logic: ~50 lines a verb, ~10 a flag with its help.)
 #[test]
-fn labctl_is_the_cli_within_3000_lines() {
-    const BUDGET: usize = 3000;
+fn labctl_is_the_cli_within_3500_lines() {
+    const BUDGET: usize = 3500;
     let mut stack = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../labctl/src")];
     let mut lines = 0;
     while let Some(dir) = stack.pop() {

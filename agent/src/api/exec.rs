@@ -12,10 +12,19 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::CONTENT_LENGTH;
 use lab_agent_proto::{ExecRequest, MAX_BODY_BYTES};
 use std::time::Duration;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// How long a client may take to send a request body once its headers are in.
 /// Together with hyper's header timeout this bounds a trickling client.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Execs that may wait for a slot, per slot of `--max-execs`: a burst of
+/// up to five times the limit is served in turn instead of refused.
+pub const QUEUED_PER_SLOT: usize = 4;
+/// How long a queued exec waits for a slot before its 429 (its message
+/// says 5 s). A slot held longer is a long command: the client's
+/// `Retry-After` pause costs nothing next to it.
+pub const QUEUE_WAIT: Duration = Duration::from_secs(5);
 
 /// What the request log line says about an exec.
 #[derive(Debug, Default)]
@@ -42,13 +51,7 @@ pub async fn handle(
     // The slot comes before the body is read: a client that opens many
     // requests and trickles (or holds) their bodies pins at most
     // `--max-execs` bodies, each also counted in the output budget.
-    let slot = app
-        .exec_slots
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::Busy {
-            running: app.max_execs,
-        })?;
+    let slot = take_slot(app).await?;
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -73,6 +76,15 @@ pub async fn handle(
             .sum(),
         ..ExecLog::default()
     });
+    if let Some(meant) = &request.instance_id {
+        let found = ids(app).0;
+        if found.as_ref() != Some(meant) {
+            return Err(ApiError::InstanceChanged {
+                meant: meant.clone(),
+                found,
+            });
+        }
+    }
     let identity = Identity::cached(&request.options.user)?;
     if request.stream {
         return crate::api::exec_stream::handle(app, request, &identity, slot);
@@ -105,6 +117,31 @@ pub async fn handle(
     // Given back once the answer is sent, or dropped with its connection.
     resp.body_mut().hold(output);
     Ok(resp)
+}
+
+/// A slot to run in: a free one, or one that comes free within
+/// [`QUEUE_WAIT`] while this exec holds a place in the queue (first come,
+/// first served: tokio's semaphore hands permits out in order). No place,
+/// no slot in time: 429; a slot that came after shutdown began: 429.
+async fn take_slot(app: &App) -> Result<OwnedSemaphorePermit, ApiError> {
+    let busy = |waited| ApiError::Busy {
+        running: app.max_execs,
+        waited,
+    };
+    if let Ok(slot) = app.exec_slots.clone().try_acquire_owned() {
+        return Ok(slot);
+    }
+    let Ok(_place) = app.exec_queue.clone().try_acquire_owned() else {
+        return Err(busy(false));
+    };
+    let slot = tokio::time::timeout(QUEUE_WAIT, app.exec_slots.clone().acquire_owned())
+        .await
+        .map_err(|_| busy(true))?
+        .map_err(|_| busy(true))?;
+    if app.is_shutting_down() {
+        return Err(ApiError::ShuttingDown);
+    }
+    Ok(slot)
 }
 
 /// Reads the whole body, refusing more than `limit` bytes (by the declared

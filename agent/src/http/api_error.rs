@@ -24,8 +24,23 @@ pub enum ApiError {
     },
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
-    #[error("{running} commands are already running (the agent's --max-execs); retry in a moment")]
-    Busy { running: usize },
+    /// Every slot taken and no place in the queue, or no slot came free
+    /// while it `waited` in it.
+    #[error(
+        "{running} commands are already running (the agent's --max-execs) and {}; retry in a moment",
+        if *waited { "none ended within 5 s" } else { "as many more as it queues wait for them" }
+    )]
+    Busy { running: usize, waited: bool },
+    /// An exec meant for instance `meant` reached another life of the VM
+    /// (or an agent that knows none): nothing was run.
+    #[error(
+        "this VM is instance {}, not {meant}, which the request is meant for: the VM was reset; nothing was run",
+        found.as_deref().unwrap_or("(none: its state dir keeps no id)")
+    )]
+    InstanceChanged {
+        meant: String,
+        found: Option<String>,
+    },
     #[error(
         "the output the agent holds for running commands and unsent answers would pass its budget of {} MiB (`--output-budget`); retry in a moment, or ask for a smaller max_output_bytes",
         limit / (1024 * 1024)
@@ -76,6 +91,7 @@ impl ApiError {
             ApiError::Busy { .. } | ApiError::OutputBudget { .. } | ApiError::ShuttingDown => {
                 ErrorCode::Busy
             }
+            ApiError::InstanceChanged { .. } => ErrorCode::InstanceChanged,
             ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -84,7 +100,10 @@ impl ApiError {
         let code = self.code();
         let status =
             StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = ErrorBody::new(code, self.to_string());
+        let mut body = ErrorBody::new(code, self.to_string());
+        if let ApiError::InstanceChanged { found, .. } = &self {
+            body.error.instance_id = found.clone();
+        }
         let mut resp = json_response(status, &body);
         let headers = resp.headers_mut();
         match &self {
@@ -107,6 +126,7 @@ impl ApiError {
                 );
             }
             ApiError::BadRequest(_)
+            | ApiError::InstanceChanged { .. }
             | ApiError::NotFound(_)
             | ApiError::PayloadTooLarge { .. }
             | ApiError::Internal(_) => {}

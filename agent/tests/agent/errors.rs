@@ -120,28 +120,91 @@ fn bodies_over_one_mib_are_413() {
     assert!(msg.contains("in one argument"), "{msg}");
 }
 
+/// Past `--max-execs` an exec waits its turn in the agent (a short burst
+/// costs a short wait, not a client's `Retry-After` second) and is served
+/// as soon as a slot comes free.
 #[test]
-fn beyond_max_execs_is_429_with_retry_after() {
+fn past_max_execs_an_exec_waits_its_turn() {
+    let agent = Agent::builder("errors-queue")
+        .no_cloud_init()
+        .args(["--max-execs", "1"])
+        .start();
+    let addr = agent.addr;
+    let marker = agent.dir.join("started");
+    let first = std::thread::spawn({
+        let marker = marker.clone();
+        move || {
+            exec_at(
+                addr,
+                &json!({"command": format!("touch {}; sleep 1", marker.display())}),
+            )
+        }
+    });
+    eventually(10, "the first exec to start", || {
+        marker.exists().then_some(())
+    });
+    let second = agent.run(json!({"command": "echo second"}));
+    assert_eq!(second["stdout"], "second\n");
+    assert_eq!(first.join().unwrap().status, 200);
+    assert!(!agent.log().contains("status=429"), "{}", agent.log());
+}
+
+/// The queue is bounded in places (4 per slot: past them 429 at once) and
+/// in time (a queued exec whose slot does not come free within 5 s: 429),
+/// each 429 with `Retry-After` and a message saying which; nothing queued
+/// ran.
+#[test]
+fn past_the_queue_or_its_wait_is_429_with_retry_after() {
     let agent = Agent::builder("errors-429")
         .no_cloud_init()
         .args(["--max-execs", "1"])
         .start();
     let addr = agent.addr;
     let marker = agent.dir.join("started");
+    let ran = agent.dir.join("ran");
     let slow = std::thread::spawn({
         let marker = marker.clone();
         move || {
-            let body = json!({"command": format!("touch {}; sleep 2", marker.display())});
-            exec_at(addr, &body)
+            exec_at(
+                addr,
+                &json!({"command": format!("touch {}; sleep 8", marker.display())}),
+            )
         }
     });
     eventually(10, "the first exec to start", || {
         marker.exists().then_some(())
     });
+    let queued: Vec<_> = (0..4)
+        .map(|_| {
+            let ran = ran.clone();
+            std::thread::spawn(move || {
+                exec_at(
+                    addr,
+                    &json!({"command": format!("touch {}", ran.display())}),
+                )
+            })
+        })
+        .collect();
+    // Once the four hold the queue's places (the agent has read their
+    // requests: the handler takes its place in the same poll), a fifth is
+    // refused at once.
+    eventually(10, "the four to be queued", || {
+        heads_read(addr.port(), 5).then_some(())
+    });
     let r = agent.exec(json!({"command": "true"}));
     let msg = r.error(429, "busy");
-    assert!(msg.contains("--max-execs"), "{msg}");
+    assert!(
+        msg.contains("--max-execs) and as many more as it queues wait"),
+        "{msg}"
+    );
     assert_eq!(r.header("retry-after"), Some("1"));
+    for q in queued {
+        let r = q.join().unwrap();
+        let msg = r.error(429, "busy");
+        assert!(msg.contains("none ended within 5 s"), "{msg}");
+        assert_eq!(r.header("retry-after"), Some("1"));
+    }
+    assert!(!ran.exists(), "a refused exec ran");
     assert_eq!(slow.join().unwrap().status, 200);
     // The slot is free again.
     assert_eq!(agent.run(json!({"command": "true"}))["exit_code"], 0);

@@ -175,29 +175,6 @@ fn when_every_connection_is_busy_a_newcomer_gets_429_at_once() {
     assert!(timed_info(&agent) < SERVED_WITHIN);
 }
 
-/// Whether the agent has read everything sent on at least `n` established
-/// connections to `port`, and on all of them: the receive queue of the
-/// agent's side of each is empty (`/proc/net/tcp`). A head the agent has
-/// read is parsed and its request marked busy in the same poll of the
-/// connection's task, so this is the moment the probe may come.
-fn heads_read(port: u16, n: usize) -> bool {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let local = format!(":{port:04X}");
-    let mut read = 0;
-    for line in table.lines().skip(1) {
-        // sl local_address rem_address st tx_queue:rx_queue …
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() > 4 && f[1].ends_with(&local) && f[3] == "01" {
-            let rx = f[4].split(':').nth(1).unwrap_or("?");
-            if u64::from_str_radix(rx, 16) != Ok(0) {
-                return false;
-            }
-            read += 1;
-        }
-    }
-    read >= n
-}
-
 /// Thousands of connects, most dropped at once, some left silent, some
 /// sending garbage, from several threads; meanwhile real requests keep being
 /// answered quickly and the agent's fds stay within the cap.

@@ -68,6 +68,56 @@ fn one_instance_per_disk_counted_per_boot() {
     assert_eq!(reset["boots"], 1);
 }
 
+/// An exec meant for one life of the VM (`instance_id`) runs on that life
+/// only: on another (the disk was reset) the agent answers 409
+/// `instance_changed` naming the instance it is, and runs nothing, streamed
+/// or not; a malformed id is a 400.
+#[test]
+fn an_exec_pinned_to_another_instance_runs_nothing() {
+    let agent = Agent::local("instance-pin");
+    let first = instance_of(&agent);
+    let marker = agent.dir.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let r = agent.run(json!({"command": "echo here", "instance_id": first["id"]}));
+    assert_eq!(r["stdout"], "here\n");
+    assert_eq!(r["instance_id"], first["id"]);
+
+    std::fs::remove_file(agent.state_dir().join("instance.json")).unwrap();
+    let agent = agent.kill_and_restart();
+    let reset = instance_of(&agent);
+    assert_ne!(reset["id"], first["id"]);
+    for stream in [false, true] {
+        let r = agent.exec(json!({"command": touch, "instance_id": first["id"], "stream": stream}));
+        let msg = r.error(409, "instance_changed");
+        assert!(
+            msg.contains(&format!(
+                "this VM is instance {}",
+                reset["id"].as_str().unwrap()
+            )) && msg.contains(first["id"].as_str().unwrap())
+                && msg.contains("nothing was run"),
+            "{msg}"
+        );
+        assert_eq!(
+            r.json()["error"]["instance_id"],
+            reset["id"],
+            "{}",
+            r.text()
+        );
+    }
+    assert!(!marker.exists(), "the command ran on the reset VM");
+    let msg = agent
+        .exec(json!({"command": touch, "instance_id": "not-an-id"}))
+        .error(400, "bad_request");
+    assert!(
+        msg.contains("`not-an-id` is not 32 lowercase hex digits"),
+        "{msg}"
+    );
+    assert!(!marker.exists());
+    let r = agent.run(json!({"command": touch, "instance_id": reset["id"]}));
+    assert_eq!(r["exit_code"], 0);
+    assert!(marker.exists());
+}
+
 /// A record that cannot be trusted is never followed or written through;
 /// the disk gets a new identity (what a lost record means), and the agent
 /// says so in its log.

@@ -7,33 +7,54 @@
 
 use crate::support::*;
 use serde_json::json;
-use std::process::Command;
 
-/// A user made for one test, with a home in a temp dir; removed on drop.
+/// A user made for one test, known to its agent alone: the machine's
+/// `/etc/passwd` and `/etc/group` with the user (and a group of its own)
+/// added, in the test's temp dir, which [`TestUser::agent`] binds over the
+/// real ones in the agent's mount namespace. Nothing of the machine's
+/// accounts is written, even when the test fails or is killed.
 struct TestUser {
     name: String,
     home: TempDir,
+    etc: TempDir,
 }
 
 impl TestUser {
     fn new(tag: &str) -> TestUser {
-        require_root("creating a user");
+        require_root("binding a user's accounts into the agent's mount namespace");
         let name = format!("lat{}{tag}", std::process::id() % 100_000);
         let home = TempDir::new(&format!("home-{tag}"));
-        let ok = Command::new("useradd")
-            .args(["--no-create-home", "--shell", "/bin/bash", "--home-dir"])
-            .arg(home.path())
-            .arg(&name)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "useradd {name} failed");
-        TestUser { name, home }
+        let etc = TempDir::new(&format!("etc-{tag}"));
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+        let group = std::fs::read_to_string("/etc/group").unwrap();
+        // An id neither file uses (as uid or gid), for both.
+        let used = |text: &str, field: usize| -> Vec<u32> {
+            text.lines()
+                .filter_map(|l| l.split(':').nth(field)?.parse().ok())
+                .collect()
+        };
+        let taken: Vec<u32> = [used(&passwd, 2), used(&passwd, 3), used(&group, 2)].concat();
+        let id = (60_000..65_000).find(|i| !taken.contains(i)).unwrap();
+        let home_dir = home.path().display();
+        write_file(
+            &etc.join("passwd"),
+            &format!("{passwd}{name}:x:{id}:{id}::{home_dir}:/bin/bash\n"),
+            0o644,
+        );
+        write_file(
+            &etc.join("group"),
+            &format!("{group}{name}:x:{id}:\n"),
+            0o644,
+        );
+        TestUser { name, home, etc }
     }
-}
 
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        let _ = Command::new("userdel").arg(&self.name).status();
+    /// A local agent that knows this user.
+    fn agent(&self, tag: &str) -> Agent {
+        Agent::builder(tag)
+            .no_cloud_init()
+            .accounts(&self.etc.join("passwd"), &self.etc.join("group"))
+            .start()
     }
 }
 
@@ -55,7 +76,7 @@ fn a_users_dotfiles_forge_results_under_login_but_not_under_system() {
         "export FROM_DOTFILE=yes\n",
         0o644,
     );
-    let agent = Agent::local("profiles");
+    let agent = user.agent("profiles");
     let run = |command: &str, profile: Option<&str>| {
         let mut body = json!({"command": command, "user": user.name});
         if let Some(p) = profile {

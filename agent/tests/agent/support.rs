@@ -104,9 +104,19 @@ pub struct AgentBuilder {
     cloud_init: bool,
     env: Vec<(String, String)>,
     oom_score_adj: Option<&'static std::ffi::CStr>,
+    accounts: Option<(PathBuf, PathBuf)>,
 }
 
 impl AgentBuilder {
+    /// The agent (and every command it runs) sees `passwd` and `group` as
+    /// `/etc/passwd` and `/etc/group`, bound over them in a mount
+    /// namespace of its own: a test's user exists for its agent alone,
+    /// and the machine's accounts are never written (needs root).
+    pub fn accounts(mut self, passwd: &Path, group: &Path) -> Self {
+        self.accounts = Some((passwd.to_owned(), group.to_owned()));
+        self
+    }
+
     /// The agent starts with this `oom_score_adj` (raising needs no
     /// privilege), as if its parent had set one.
     pub fn oom_score_adj(mut self, value: &'static std::ffi::CStr) -> Self {
@@ -144,7 +154,24 @@ impl AgentBuilder {
         }
         let addr_file = dir.join("addr");
         let log = dir.join("agent.log");
-        let mut cmd = agent_command();
+        let mut cmd = match &self.accounts {
+            None => agent_command(),
+            Some((passwd, group)) => {
+                // `unshare` and `sh` exec: the agent keeps the child's pid.
+                let agent = agent_command();
+                let mut cmd = Command::new("unshare");
+                cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                    .arg(
+                        "mount --bind \"$1\" /etc/passwd && mount --bind \"$2\" /etc/group \
+                         && shift 2 && exec \"$@\"",
+                    )
+                    .arg("sh")
+                    .args([passwd, group])
+                    .arg(agent.get_program())
+                    .args(agent.get_args());
+                cmd
+            }
+        };
         cmd.args(addr_file::serve_args(
             addr_file::LOOPBACK_ANY_PORT,
             &addr_file,
@@ -225,6 +252,7 @@ impl Agent {
             cloud_init: true,
             env: Vec::new(),
             oom_score_adj: None,
+            accounts: None,
         }
     }
 
@@ -246,6 +274,7 @@ impl Agent {
             cloud_init: self.cloud_init,
             env: std::mem::take(&mut self.env),
             oom_score_adj: None,
+            accounts: None,
         }
         .start()
     }
@@ -487,4 +516,27 @@ pub fn boot_id() -> String {
 /// arrived is always enough: no margin to guess.
 pub fn past_the_readiness_cache() {
     std::thread::sleep(lab_agent::CACHE_TTL);
+}
+
+/// Whether the agent has read everything sent on at least `n` established
+/// connections to `port`, and on all of them: the receive queue of the
+/// agent's side of each is empty (`/proc/net/tcp`). A head the agent has
+/// read is parsed and its request marked busy in the same poll of the
+/// connection's task, so this is the moment the probe may come.
+pub fn heads_read(port: u16, n: usize) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let local = format!(":{port:04X}");
+    let mut read = 0;
+    for line in table.lines().skip(1) {
+        // sl local_address rem_address st tx_queue:rx_queue …
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() > 4 && f[1].ends_with(&local) && f[3] == "01" {
+            let rx = f[4].split(':').nth(1).unwrap_or("?");
+            if u64::from_str_radix(rx, 16) != Ok(0) {
+                return false;
+            }
+            read += 1;
+        }
+    }
+    read >= n
 }

@@ -201,8 +201,10 @@ impl ClientBuilder {
                 pool,
                 fresh,
                 opened,
+                exec_pin_unknown: Default::default(),
             }),
             pin,
+            pinned_by: crate::error::PinnedBy::Caller,
         })
     }
 }

@@ -34,7 +34,7 @@ pub use limits::*;
 use wire::*;
 pub(crate) use wire::{busy_resume, deadline_after, status_error, transport};
 
-use crate::error::{Error, Request};
+use crate::error::{Error, PinnedBy, Request};
 use crate::interim::{self, Guarded};
 use crate::reuse;
 use crate::transport::{self, Conn, Remote, Target};
@@ -52,7 +52,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -67,6 +67,8 @@ pub struct Client {
     /// The instance id every answer must carry ([`ClientBuilder::instance`],
     /// [`Client::pinned`]); `None` takes any.
     pin: Option<Arc<str>>,
+    /// Where `pin` came from, for the error that says it was broken.
+    pinned_by: PinnedBy,
 }
 
 struct Inner {
@@ -94,6 +96,10 @@ struct Inner {
     fresh: Pool,
     /// Connections opened so far (a diagnostic: grading should open one).
     opened: Arc<AtomicU64>,
+    /// The agent refused `instance_id` in an exec request (it predates
+    /// the field): a pinned exec is sent without it, and its answer's
+    /// instance is checked instead (after the command ran).
+    exec_pin_unknown: AtomicBool,
 }
 
 impl fmt::Debug for Client {
@@ -142,6 +148,15 @@ impl Client {
         Ok(Client {
             inner: self.inner.clone(),
             pin: Some(checked_pin(id)?),
+            pinned_by: PinnedBy::Caller,
+        })
+    }
+
+    /// [`Client::pinned`] by a grade, to the instance it began on.
+    pub(crate) fn pinned_for_grade(&self, id: &str) -> Result<Client, Error> {
+        Ok(Client {
+            pinned_by: PinnedBy::Grade,
+            ..self.pinned(id)?
         })
     }
 
@@ -167,6 +182,7 @@ impl Client {
                 expected: expected.to_owned(),
                 found: id.to_owned(),
                 first_boot_at: first_boot_at.map(str::to_owned),
+                pinned_by: self.pinned_by,
             }),
             None => Err(Error::InstanceUnknown {
                 url: self.inner.base.clone(),
@@ -268,8 +284,15 @@ impl Client {
     /// answer (the agent restarted, crashed or the VM was reset since the
     /// last call) it fails with [`Error::AgentWentAway`], whose
     /// [`Error::may_have_started`] says whether the command may have run.
+    ///
+    /// A pinned client's exec carries its pin (`instance_id`): an agent of
+    /// another instance runs nothing and answers 409, which is
+    /// [`Error::InstanceChanged`]. An agent that predates the field refuses
+    /// it (400, nothing run): the exec is sent again without it, and its
+    /// answer's instance is checked instead.
     pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResult, Error> {
-        let body = Bytes::from(serde_json::to_vec(req).expect("an ExecRequest always serializes"));
+        let (mut req, mut pinned) = self.pin_request(req);
+        let mut body = exec_body(&req);
         // The agent kills the command after `timeout_secs` plus a short
         // grace; allow for that before calling the agent unresponsive.
         // `timeout_secs` is the caller's, unchecked until the agent
@@ -300,16 +323,96 @@ impl Client {
             match resp.status {
                 StatusCode::OK => {
                     let result: ExecResult = decode(request.clone(), &resp)?;
-                    let result = check_exec_result(request, req, result)?;
+                    let result = check_exec_result(request, &req, result)?;
                     self.check_instance(result.instance_id.as_deref(), None)?;
                     return Ok(result);
                 }
+                StatusCode::BAD_REQUEST if pinned && self.refuses_pin(&resp) => {
+                    (req, pinned) = self.pin_request(&req);
+                    body = exec_body(&req);
+                }
+                StatusCode::CONFLICT => return Err(self.pin_refusal(request, &req, &resp)),
                 StatusCode::TOO_MANY_REQUESTS => {
                     let resume = busy_resume(request.clone(), &resp, attempts, start, deadline)?;
                     tokio::time::sleep_until(resume).await;
                 }
                 _ => return Err(status_error(request, &resp)),
             }
+        }
+    }
+
+    /// `req` as this client sends it, and whether it carries an
+    /// `instance_id`: a pinned client's pin, unless the agent refused the
+    /// field before (or `req` names its own instance).
+    pub(crate) fn pin_request(&self, req: &ExecRequest) -> (ExecRequest, bool) {
+        let mut req = req.clone();
+        if self.inner.exec_pin_unknown.load(Ordering::Relaxed) {
+            req.instance_id = None;
+        } else if req.instance_id.is_none() {
+            req.instance_id = self.pin.as_deref().map(str::to_owned);
+        }
+        let pinned = req.instance_id.is_some();
+        (req, pinned)
+    }
+
+    /// Whether `resp` is an older agent's 400 for `instance_id`, an
+    /// unknown field to it; remembered, so later execs leave it out.
+    pub(crate) fn refuses_pin(&self, resp: &RawResponse) -> bool {
+        let refused = serde_json::from_slice::<ErrorBody>(&resp.body).is_ok_and(|b| {
+            b.error.code == lab_agent_proto::ErrorCode::BadRequest
+                && b.error.message.contains("unknown field `instance_id`")
+        });
+        if refused {
+            tracing::debug!(
+                url = self.url(),
+                "the agent predates `instance_id` in exec requests"
+            );
+            self.inner.exec_pin_unknown.store(true, Ordering::Relaxed);
+        }
+        refused
+    }
+
+    /// A 409 to an exec: the agent's `instance_changed` (nothing was run)
+    /// as [`Error::InstanceChanged`], or [`Error::InstanceUnknown`] when
+    /// the agent knows no instance; any other 409 a status error.
+    pub(crate) fn pin_refusal(
+        &self,
+        request: Request,
+        req: &ExecRequest,
+        resp: &RawResponse,
+    ) -> Error {
+        let body = serde_json::from_slice::<ErrorBody>(&resp.body).ok();
+        let (Some(body), Some(expected)) = (body, req.instance_id.clone()) else {
+            return status_error(request, resp);
+        };
+        if body.error.code != lab_agent_proto::ErrorCode::InstanceChanged {
+            return status_error(request, resp);
+        }
+        let url = self.inner.base.clone();
+        // Whose pin: a request that named its own instance is the caller's.
+        let pinned_by = match self.pin.as_deref() {
+            Some(pin) if *pin == *expected => self.pinned_by,
+            _ => PinnedBy::Caller,
+        };
+        match body.error.instance_id {
+            Some(found) if lab_agent_proto::lifecycle::is_instance_id(&found) => {
+                Error::InstanceChanged {
+                    url,
+                    expected,
+                    found,
+                    first_boot_at: None,
+                    pinned_by,
+                }
+            }
+            Some(found) => Error::Protocol {
+                request,
+                problem: format!(
+                    "`instance_id` `{}` is not {} lowercase hex digits",
+                    lab_agent_proto::text::escape(&found),
+                    lab_agent_proto::lifecycle::INSTANCE_ID_LEN
+                ),
+            },
+            None => Error::InstanceUnknown { url, expected },
         }
     }
 
@@ -543,6 +646,11 @@ impl Client {
             },
         }
     }
+}
+
+/// An exec request's JSON body.
+pub(crate) fn exec_body(req: &ExecRequest) -> Bytes {
+    Bytes::from(serde_json::to_vec(req).expect("an ExecRequest always serializes"))
 }
 
 /// Reads a whole body of at most `limit` bytes.

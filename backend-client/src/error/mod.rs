@@ -206,8 +206,11 @@ pub enum Error {
     /// containerDisk restarted), and the student's work inside it is gone.
     /// Grading it would mark every step the student did as failed. `found`
     /// is the guest's word, shown escaped; `first_boot_at` is known from a
-    /// `/v1/ready` or `/v1/info` answer, not from an exec's.
-    #[error("{}", instance_changed_message(url, expected, found, first_boot_at.as_deref()))]
+    /// `/v1/ready` or `/v1/info` answer, not from an exec's. An agent that
+    /// knows `instance_id` in exec requests refuses a pinned exec of
+    /// another instance (409) before running anything; an older one is
+    /// caught on its answer, after the command ran.
+    #[error("{}", instance_changed_message(url, expected, found, first_boot_at.as_deref(), *pinned_by))]
     InstanceChanged {
         url: String,
         /// The instance id the client is pinned to.
@@ -216,6 +219,8 @@ pub enum Error {
         found: String,
         /// When `found` first booted (RFC 3339, the guest's clock), if said.
         first_boot_at: Option<String>,
+        /// Where `expected` came from.
+        pinned_by: PinnedBy,
     },
 
     /// The client is pinned to an instance but the answer names none: an
@@ -237,6 +242,28 @@ pub enum Error {
         url: String,
         ready: Box<ReadyResponse>,
     },
+}
+
+/// Where a client's pin (the instance it holds answers to) came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinnedBy {
+    /// The caller: [`crate::ClientBuilder::instance`] or
+    /// [`crate::Client::pinned`] (`labctl … --instance`, Python's
+    /// `instance=`), the id the backend recorded when it handed the VM out.
+    Caller,
+    /// A grade: it holds every check to the instance whose ready answer it
+    /// began with, so a reset mid-grade mixes no two lives in one report.
+    Grade,
+}
+
+impl PinnedBy {
+    /// `"caller"` or `"grade"`, as Python's `InstanceChanged.pinned_by`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PinnedBy::Caller => "caller",
+            PinnedBy::Grade => "grade",
+        }
+    }
 }
 
 /// What a waiter last knew when its deadline passed.
@@ -673,6 +700,7 @@ fn instance_changed_message(
     expected: &str,
     found: &str,
     first_boot_at: Option<&str>,
+    pinned_by: PinnedBy,
 ) -> String {
     let mut msg = format!("the VM at {url} was reset (instance {}", escape(found));
     if let Some(at) = first_boot_at {
@@ -681,7 +709,11 @@ fn instance_changed_message(
     }
     msg.push_str(", is not the instance ");
     msg.push_str(expected);
-    msg.push_str(" graded before): the student's work inside it is gone");
+    msg.push_str(match pinned_by {
+        PinnedBy::Caller => " the client is pinned to",
+        PinnedBy::Grade => " this grade began on",
+    });
+    msg.push_str("): the student's work inside it is gone");
     msg
 }
 

@@ -143,13 +143,28 @@ fn instance_and_readiness_errors_say_what_happened() {
         expected: "0123456789abcdef0123456789abcdef".into(),
         found: "ffffffffffffffffffffffffffffffff\x1b".into(),
         first_boot_at: Some("2026-12-03T10:00:00Z".into()),
+        pinned_by: PinnedBy::Caller,
     };
     assert!(changed.is_instance_changed() && !changed.is_unreachable());
     assert_eq!(
         changed.to_string(),
         "the VM at http://vm:8899 was reset (instance ffffffffffffffffffffffffffffffff\\x1b, \
          first booted at 2026-12-03T10:00:00Z, is not the instance \
-         0123456789abcdef0123456789abcdef graded before): the student's work inside it is gone"
+         0123456789abcdef0123456789abcdef the client is pinned to): the student's work inside it is gone"
+    );
+    let mid_grade = Error::InstanceChanged {
+        url: "http://vm:8899".into(),
+        expected: "0123456789abcdef0123456789abcdef".into(),
+        found: "ffffffffffffffffffffffffffffffff".into(),
+        first_boot_at: None,
+        pinned_by: PinnedBy::Grade,
+    };
+    assert!(
+        mid_grade.to_string().contains(
+            "(instance ffffffffffffffffffffffffffffffff, is not the instance \
+             0123456789abcdef0123456789abcdef this grade began on)"
+        ),
+        "{mid_grade}"
     );
     let unknown = Error::InstanceUnknown {
         url: "http://vm:8899".into(),

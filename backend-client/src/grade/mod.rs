@@ -291,7 +291,7 @@ impl Client {
         let pinned;
         let client = match (&instance, self.instance()) {
             (Some(i), None) => {
-                pinned = self.pinned(&i.id)?;
+                pinned = self.pinned_for_grade(&i.id)?;
                 &pinned
             }
             _ => self,

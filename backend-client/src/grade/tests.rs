@@ -163,8 +163,14 @@ async fn a_reset_mid_grade_is_instance_changed() {
     assert!(e.is_instance_changed(), "{e:?}");
     match &e {
         Error::InstanceChanged {
-            expected, found, ..
-        } => assert_eq!((expected.as_str(), found.as_str()), (A, B)),
+            expected,
+            found,
+            pinned_by,
+            ..
+        } => assert_eq!(
+            (expected.as_str(), found.as_str(), *pinned_by),
+            (A, B, crate::error::PinnedBy::Grade)
+        ),
         _ => unreachable!(),
     }
     assert_eq!(execs.load(Ordering::SeqCst), 2, "no check after the reset");

@@ -2,6 +2,7 @@
 //! both formats, metadata and size errors. Validation by real cloud-init and
 //! kubernetes-validate lives in `tests/tests/payload/` (lab-agent-tests).
 
+mod disk;
 mod parts;
 mod secret;
 mod snapshot;

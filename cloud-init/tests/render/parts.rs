@@ -4,7 +4,7 @@
 
 use crate::support::{TOKEN, example, fixture, spec_for};
 use lab_agent_cloudinit::mime::{BOUNDARY, INSTALLER_TYPE};
-use lab_agent_cloudinit::{PayloadSpec, SetupScript, render_user_data};
+use lab_agent_cloudinit::{AgentSource, PayloadSpec, SetupScript, render_user_data};
 use lab_agent_proto::lab::LabFile;
 
 /// Incompressible bytes.
@@ -23,7 +23,7 @@ fn noise(n: usize, mut x: u64) -> Vec<u8> {
 fn the_cloud_config_part_does_not_grow_with_the_lab() {
     let small = spec_for(&example("hello-lab"));
     let mut big = small.clone();
-    big.agent = noise(900 * 1024, 7);
+    big.agent = AgentSource::Embedded(noise(900 * 1024, 7));
     for i in 0..40 {
         big.files.push(LabFile {
             path: format!("data/set-{i}/blob.bin"),

@@ -12,7 +12,7 @@ use crate::exit::{Exit, Failure};
 use crate::grading::{Rule, exit_for, grade_and_print};
 use crate::progress::{print_setup_log, wait_session};
 use crate::session::{grade_and_print as grade_session, session_failure};
-use lab_agent_client::{CheckStatus, GradeReport, SessionError};
+use lab_agent_client::SessionError;
 use lab_runner::selftest::{self, VmAgent};
 use lab_runner::trial::Tried;
 use lab_runner::{changes::Changes, systemd};
@@ -161,29 +161,12 @@ pub(super) async fn flow(
             println!("(`--changes` lists them)");
         }
     }
-    if config.sandbox {
-        print_systemd_hints(&report);
+    for hint in systemd::report_hints(&report, config.sandbox) {
+        eprintln!("{hint}");
     }
     Ok(if setup_failed {
         Exit::SetupFailed
     } else {
         exit_for(&report)
     })
-}
-
-/// Each hint once, for what the failed checks printed that says systemd
-/// is missing (a sandbox has no init).
-fn print_systemd_hints(report: &GradeReport) {
-    let mut hints: Vec<&str> = report
-        .checks
-        .iter()
-        .filter(|c| !matches!(c.status, CheckStatus::Passed))
-        .flat_map(|c| [systemd::hints(&c.stdout), systemd::hints(&c.stderr)])
-        .flatten()
-        .collect();
-    hints.sort_unstable();
-    hints.dedup();
-    for hint in hints {
-        eprintln!("{hint}");
-    }
 }

@@ -19,20 +19,18 @@ use super::common;
 use super::exit::{Exit, Failure};
 use super::findings as inspect;
 use lab_runner::systemd;
-use lab_runner::trial::{Ended, Interrupted, Options, Plan, StartError, Tried, interruptible};
+use lab_runner::trial::{
+    Ended, Interrupted, Options, Params, Plan, StartError, Tried, interruptible,
+};
 use std::cell::RefCell;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Debug, Default, clap::Args)]
 pub struct TryArgs {
     /// The lab's folder (with its `lab.toml`)
-    #[arg(value_name = "LAB_DIR", required_unless_present_any = ["enter", "stop"])]
+    #[arg(value_name = "LAB_DIR", required_unless_present_any = ["enter", "stop", "grade"])]
     pub lab: Option<PathBuf>,
-    /// Run the lab on this machine itself instead of a throwaway sandbox of
-    /// it: what the setup changes stays changed
-    #[arg(long)]
-    pub host: bool,
     /// List every path the lab changed outside `$LAB_DIR` in the sandbox
     /// (the report always has a one-line summary)
     #[arg(long)]
@@ -44,34 +42,60 @@ pub struct TryArgs {
     /// Stop a sandbox kept with `--keep` (its try dir) and remove it
     #[arg(long, value_name = "DIR", conflicts_with_all = ["lab", "host"])]
     pub stop: Option<PathBuf>,
+    /// Grade a sandbox kept with `--keep` (its try dir) again, with the
+    /// lab's checks as they are now (`--check NAME` for some, `--json`)
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["enter", "stop", "host", "keep", "sandbox_image", "vm", "kernel"])]
+    pub grade: Option<PathBuf>,
     /// With `--enter`: the command to run inside the sandbox
     #[arg(last = true, value_name = "COMMAND", requires = "enter")]
     pub command: Vec<std::ffi::OsString>,
-    /// The `lab-agent` binary to run (default: next to `labctl`, the static
-    /// build, or built from this source tree; then `PATH`). A VM needs the
-    /// static build (`packaging/build-agent.sh`)
-    #[arg(long, value_name = "PATH")]
-    pub agent: Option<PathBuf>,
     /// Grade even when setup fails (the exit status stays 4)
     #[arg(long)]
     pub keep_going: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// The flags `try` and `test` share: where the lab runs, with what.
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Run the lab on this machine itself instead of a throwaway sandbox of
+    /// it: what the setup (and `test`'s solve) changes stays changed
+    #[arg(long)]
+    pub host: bool,
+    /// The sandbox on this guest image's root file system instead of this
+    /// machine's (a raw disk image, e.g. a cloud image converted with
+    /// `qemu-img convert -O raw`, or its root file system alone; read-only):
+    /// the guest's own users, packages and `/etc`
+    #[arg(long, value_name = "IMAGE", conflicts_with_all = ["host", "vm", "kernel"])]
+    pub sandbox_image: Option<PathBuf>,
+    /// The `lab-agent` binary to run (default: next to `labctl`, the static
+    /// build, or built from this source tree; then `PATH`). A VM and
+    /// `--sandbox-image` need the static build (`packaging/build-agent.sh`)
+    #[arg(long, value_name = "PATH")]
+    pub agent: Option<PathBuf>,
     /// Give up waiting for setup after this many seconds (default: the
     /// lab's `[setup].timeout_secs` plus a minute; in a VM, plus 15 minutes
     /// for the boot; at most 86400, a day)
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
-    /// Print the grade report as JSON on stdout
+    /// Print the report as JSON on stdout
     #[arg(long)]
     pub json: bool,
-    /// Grade only the check with this name (repeat for several)
+    /// Only the check with this name (repeat for several; `test` still
+    /// runs the lab's solve script)
     #[arg(long = "check", value_name = "NAME")]
     pub checks: Vec<String>,
-    /// After grading, keep the lab running: a sandbox is left running after
-    /// `labctl` exits (enter it with `--enter DIR`, end it with `--stop
-    /// DIR`); with `--host`, the agent runs until Ctrl-C; a VM is left
-    /// running after `labctl` exits (it prints how to stop it)
+    /// Afterwards (for `test`: after the solve), keep the lab running: a
+    /// sandbox is left running after `labctl` exits (`try --enter DIR`,
+    /// `--grade DIR`, `--stop DIR`); with `--host`, the agent runs until
+    /// Ctrl-C; a VM is left running (it prints how to stop it)
     #[arg(long)]
     pub keep: bool,
+    /// LAB_PARAM_KEY for the setup and checks, as `labctl secret --param`
+    /// gives it; `VM.KEY=VALUE` for one VM of a session; repeatable
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
     #[command(flatten)]
     pub vm: vm::VmArgs,
 }
@@ -94,43 +118,55 @@ impl std::ops::Deref for Config {
 }
 
 impl Config {
-    pub fn from_args(args: &TryArgs) -> Result<Config, Failure> {
-        let timeout = args
+    /// `try`'s (`changes`, `keep_going`) or `test`'s flags, checked, and
+    /// the lab linted.
+    pub fn from_args(
+        lab_dir: &Path,
+        run: &RunArgs,
+        changes: bool,
+        keep_going: bool,
+    ) -> Result<Config, Failure> {
+        let timeout = run
             .timeout
             .map(|secs| common::wait_secs("--timeout", secs, 1))
             .transpose()?;
-        let vm = vm::config_from_args(&args.vm)?;
-        let lab_dir = args.lab.as_deref().expect("clap requires LAB_DIR here");
+        let vm = vm::config_from_args(&run.vm)?;
         let opts = Options {
-            host: args.host,
-            list_changes: args.changes,
-            keep: args.keep,
-            keep_going: args.keep_going,
+            host: run.host,
+            list_changes: changes,
+            keep: run.keep,
+            keep_going,
             timeout,
-            checks: args.checks.clone(),
-            agent: args.agent.clone(),
+            checks: run.checks.clone(),
+            agent: run.agent.clone(),
+            sandbox_image: run.sandbox_image.clone(),
+            params: Params::parse(&run.params)?,
         };
         Plan::check_place(&opts, vm.as_ref())?;
         // Everything `labctl lint` finds, before anything starts: a lab
         // that `labctl secret` would refuse must not pass `try`.
-        let budget_agent = vm.as_ref().and(args.agent.as_deref());
-        let lab = inspect::report(lab_dir, &inspect::lint(lab_dir, budget_agent))?;
+        let budget_agent = vm.as_ref().and(run.agent.as_deref());
+        let found = inspect::lint(lab_dir, budget_agent, &opts.params);
+        let lab = inspect::report(lab_dir, &found)?;
         Ok(Config {
             plan: Plan::new(lab, opts, vm)?,
-            json: args.json,
+            json: run.json,
             test: None,
         })
     }
 }
 
 pub fn run(args: &TryArgs) -> Result<Exit, Failure> {
-    if let Some(dir) = &args.enter {
-        return kept::enter(dir, &args.command);
+    match (&args.enter, &args.stop, &args.grade, &args.lab) {
+        (Some(dir), ..) => kept::enter(dir, &args.command),
+        (_, Some(dir), ..) => kept::stop(dir),
+        (.., Some(dir), lab) => kept::grade(dir, lab.as_deref(), &args.run),
+        (.., Some(lab)) => {
+            let config = Config::from_args(lab, &args.run, args.changes, args.keep_going)?;
+            run_config(config)
+        }
+        _ => unreachable!("clap requires LAB_DIR here"),
     }
-    if let Some(dir) = &args.stop {
-        return kept::stop(dir);
-    }
-    run_config(Config::from_args(args)?)
 }
 
 /// Runs a checked config where it asks (one VM or a session; a sandbox,

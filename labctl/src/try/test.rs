@@ -5,7 +5,7 @@
 //! must pass), grade in reverse order (the same). This file is the command
 //! line and the printing; the phases and their rules are the runner's.
 
-use super::{Config, TryArgs, run_config};
+use super::{Config, RunArgs, run_config};
 use crate::exit::{Exit, Failure};
 use lab_runner::selftest::{self, Verdict};
 use std::path::PathBuf;
@@ -15,39 +15,12 @@ pub struct TestArgs {
     /// The lab's folder (with its `lab.toml`)
     #[arg(value_name = "LAB_DIR")]
     pub lab: PathBuf,
-    /// Test on this machine itself instead of a throwaway sandbox of it:
-    /// what setup and solve change stays changed
-    #[arg(long)]
-    pub host: bool,
-    /// The `lab-agent` binary to run (as for `labctl try`)
-    #[arg(long, value_name = "PATH")]
-    pub agent: Option<PathBuf>,
-    /// Give up waiting for setup after this many seconds (as for `labctl try`)
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<u64>,
-    /// Print one JSON object on stdout: each check's results per phase, its
-    /// problems, the timings
-    #[arg(long)]
-    pub json: bool,
-    /// Test only the check with this name (repeat for several); the lab's
-    /// solve script still runs
-    #[arg(long = "check", value_name = "NAME")]
-    pub checks: Vec<String>,
     #[command(flatten)]
-    pub vm: super::vm::VmArgs,
+    pub run: RunArgs,
 }
 
 pub fn run(args: &TestArgs) -> Result<Exit, Failure> {
-    let mut config = Config::from_args(&TryArgs {
-        lab: Some(args.lab.clone()),
-        host: args.host,
-        agent: args.agent.clone(),
-        timeout: args.timeout,
-        json: args.json,
-        checks: args.checks.clone(),
-        vm: args.vm.clone(),
-        ..TryArgs::default()
-    })?;
+    let mut config = Config::from_args(&args.lab, &args.run, false, false)?;
     config.test = Some(selftest::load_solve_script(&config.lab)?);
     run_config(config)
 }
@@ -57,7 +30,7 @@ pub(super) fn print_self_test(config: &Config, test: &selftest::SelfTest) -> Exi
     if config.json {
         println!("{}", test.json());
     } else {
-        print!("{}", test.render());
+        print!("{}", test.render(config.sandbox));
     }
     match test.verdict() {
         Verdict::Holds => Exit::Success,

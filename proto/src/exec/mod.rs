@@ -30,18 +30,25 @@ pub struct ExecRequest {
     /// [`StreamEvent`] per line, the result last. Sent only when true, so a
     /// request stays readable by agents that predate it.
     pub stream: bool,
+    /// The life of the VM ([`crate::lifecycle::Instance`] id) the command
+    /// is meant for: an agent of another instance answers 409
+    /// `instance_changed` and runs nothing. Sent only when set (an agent
+    /// that predates it refuses the field with a 400, having run nothing).
+    pub instance_id: Option<String>,
 }
 
-/// The request's JSON names: `command`, the options', `stream`. Their index
-/// is also a bit in the deserializer's record of what it has seen.
-const FIELDS: [&str; 12] = {
-    let mut all = ["command"; 12];
+/// The request's JSON names: `command`, the options', `stream`,
+/// `instance_id`. Their index is also a bit in the deserializer's record of
+/// what it has seen.
+const FIELDS: [&str; 13] = {
+    let mut all = ["command"; 13];
     let mut i = 0;
     while i < options::FIELDS.len() {
         all[i + 1] = options::FIELDS[i];
         i += 1;
     }
     all[11] = "stream";
+    all[12] = "instance_id";
     all
 };
 
@@ -52,6 +59,9 @@ impl Serialize for ExecRequest {
         self.options.write(&mut st)?;
         if self.stream {
             st.serialize_field(FIELDS[11], &true)?;
+        }
+        if let Some(id) = &self.instance_id {
+            st.serialize_field(FIELDS[12], id)?;
         }
         st.end()
     }
@@ -92,6 +102,7 @@ impl<'de> Deserialize<'de> for ExecRequest {
                 let mut command = None;
                 let mut options = ExecOptions::default();
                 let mut stream = false;
+                let mut instance_id = None;
                 let mut seen = 0u16;
                 while let Some(Field(i)) = map.next_key()? {
                     if seen & 1 << i != 0 {
@@ -101,6 +112,7 @@ impl<'de> Deserialize<'de> for ExecRequest {
                     match i {
                         0 => command = Some(map.next_value()?),
                         11 => stream = map.next_value()?,
+                        12 => instance_id = map.next_value()?,
                         _ => options.read(i - 1, &mut map)?,
                     }
                 }
@@ -108,6 +120,7 @@ impl<'de> Deserialize<'de> for ExecRequest {
                     command: command.ok_or_else(|| A::Error::missing_field(FIELDS[0]))?,
                     options,
                     stream,
+                    instance_id,
                 })
             }
         }
@@ -139,6 +152,7 @@ impl ExecRequest {
             command: command.into(),
             options,
             stream: false,
+            instance_id: None,
         }
     }
 
@@ -153,6 +167,17 @@ impl ExecRequest {
             return Err(InvalidRequest(format!(
                 "command is {} bytes; Linux passes at most {MAX_COMMAND_BYTES} bytes in one argument: put a long script in a file (or send it as stdin to `bash -s`)",
                 self.command.len()
+            )));
+        }
+        if let Some(id) = self
+            .instance_id
+            .as_deref()
+            .filter(|id| !crate::lifecycle::is_instance_id(id))
+        {
+            return Err(InvalidRequest(format!(
+                "instance_id `{}` is not {} lowercase hex digits (an `instance.id` of `/v1/ready` or `/v1/info`)",
+                crate::text::escape(id),
+                crate::lifecycle::INSTANCE_ID_LEN
             )));
         }
         match self.options.validate().into_iter().next() {
@@ -213,6 +238,12 @@ impl ExecRequest {
 
     pub fn stream(mut self, stream: bool) -> Self {
         self.stream = stream;
+        self
+    }
+
+    /// Meant for instance `id` only (see [`ExecRequest::instance_id`]).
+    pub fn instance(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
         self
     }
 }
@@ -361,6 +392,31 @@ mod tests {
     }
 
     #[test]
+    fn instance_id_is_sent_only_when_set_and_must_be_one() {
+        let plain = serde_json::to_string(&ExecRequest::new("true")).unwrap();
+        assert!(!plain.contains("instance_id"), "{plain}");
+        let id = "0123456789abcdef0123456789abcdef";
+        let pinned = ExecRequest::new("true").instance(id);
+        let text = serde_json::to_string(&pinned).unwrap();
+        assert!(
+            text.ends_with(&format!(r#","instance_id":"{id}"}}"#)),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<ExecRequest>(&text).unwrap(), pinned);
+        assert_eq!(pinned.validate(), Ok(()));
+        let err = ExecRequest::new("true")
+            .instance("ABC\n")
+            .validate()
+            .unwrap_err();
+        assert!(err.0.contains(r"`ABC\n` is not 32 lowercase hex"), "{err}");
+        let twice = format!(r#"{{"command":"x","instance_id":"{id}","instance_id":"{id}"}}"#);
+        let err = serde_json::from_str::<ExecRequest>(&twice)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("duplicate field `instance_id`"), "{err}");
+    }
+
+    #[test]
     fn profiles_parse_from_their_names() {
         for p in [Profile::Login, Profile::System, Profile::None] {
             assert_eq!(p.as_str().parse::<Profile>(), Ok(p));
@@ -433,7 +489,7 @@ mod tests {
         };
         assert_eq!(
             err(r#"{"command":"x","bogus":1}"#),
-            "unknown field `bogus`, expected one of `command`, `timeout_secs`, `user`, `cwd`, `env`, `stdin`, `max_output_bytes`, `profile`, `leave_running`, `max_pids`, `max_memory_bytes`, `stream` at line 1 column 22"
+            "unknown field `bogus`, expected one of `command`, `timeout_secs`, `user`, `cwd`, `env`, `stdin`, `max_output_bytes`, `profile`, `leave_running`, `max_pids`, `max_memory_bytes`, `stream`, `instance_id` at line 1 column 22"
         );
         assert_eq!(
             err(r#"{"command":"x","timeout_secs":1,"timeout_secs":2}"#),

@@ -8,7 +8,8 @@
 //! accessors; `raw` the serde layer as written, `parse` the validation from
 //! it (every problem at once), `files` the walk of `[files].source`, `vms`
 //! a session's VMs and one VM's view (`Lab::for_vm`), `scripts` the shell
-//! a lab holds (for `bash -n`).
+//! a lab holds (for `bash -n`), `keys` every unknown key at once (with
+//! the key it likely meant).
 //!
 //! Every error names the file, the field (a check by its name) and what to
 //! do about it, because the person reading it is a lab author with
@@ -22,6 +23,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 mod files;
+mod keys;
 mod parse;
 mod raw;
 mod scripts;
@@ -224,6 +226,31 @@ pub enum LabError {
     },
     #[error("`{path}`: {problem}")]
     BadFile { path: PathBuf, problem: String },
+    /// A key the model does not have (every one is reported, in the
+    /// file's order).
+    #[error("`{path}` line {line}: unknown field `{key}` in {table}{}", did_you_mean(.suggestion, .known))]
+    UnknownKey {
+        path: PathBuf,
+        line: usize,
+        key: String,
+        /// Where it is, as an author calls it (`a [[checks]] table`).
+        table: &'static str,
+        /// The known key it most likely meant.
+        suggestion: Option<String>,
+        /// The keys that table takes.
+        known: Vec<String>,
+    },
+}
+
+/// `: did you mean `x`?`, or the keys there are.
+fn did_you_mean(suggestion: &Option<String>, known: &[String]) -> String {
+    match suggestion {
+        Some(s) => format!(": did you mean `{s}`?"),
+        None => {
+            let keys: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+            format!(": the keys there are {}", keys.join(", "))
+        }
+    }
 }
 
 impl LabError {

@@ -1,6 +1,7 @@
 //! From `lab.toml`'s text to a validated [`Lab`](super::Lab): every problem
 //! at once, each naming the file, the field and the fix.
 
+use super::keys;
 use super::raw::*;
 use super::*;
 use std::collections::{BTreeMap, HashSet};
@@ -31,7 +32,7 @@ impl Lab {
         };
         // The named paths are checked even when other keys are wrong, as
         // long as the file parsed at all.
-        if let Ok(raw) = toml::from_str::<RawLab>(&text) {
+        if let Ok((raw, _)) = raw_lab(&text, &path) {
             let script = raw.setup.and_then(|s| s.script);
             if let Some(script) = script.filter(|s| relative_path(&path, "", s).is_ok()) {
                 if !dir.join(&script).is_file() {
@@ -110,13 +111,7 @@ impl Lab {
     pub fn parse_all(text: &str, dir: impl AsRef<Path>) -> Result<Lab, Vec<LabError>> {
         let dir = dir.as_ref().to_path_buf();
         let path = dir.join(LAB_TOML);
-        let raw: RawLab = toml::from_str(text).map_err(|e| {
-            vec![LabError::Syntax {
-                path: path.clone(),
-                message: plain_type_names(e.to_string().trim_end()),
-            }]
-        })?;
-        let mut problems = Vec::new();
+        let (raw, mut problems) = raw_lab(text, &path)?;
         let mut check = |r: Result<(), LabError>| {
             if let Err(e) = r {
                 problems.push(e);
@@ -335,6 +330,35 @@ fn set(
             &format!("{prefix}{}", problem.key()),
             problem.detail().to_string(),
         )),
+    }
+}
+
+/// `lab.toml`'s text as written (the serde layer), with every unknown key
+/// reported in the file's order and left out, so that the rest is parsed
+/// and its problems reported in the same run; `Err` when the rest does not
+/// parse either (its syntax or a type).
+fn raw_lab(text: &str, path: &Path) -> Result<(RawLab, Vec<LabError>), Vec<LabError>> {
+    let syntax = |e: toml::de::Error| LabError::Syntax {
+        path: path.to_path_buf(),
+        message: plain_type_names(e.to_string().trim_end()),
+    };
+    let unknown = keys::unknown_keys(text, path);
+    if unknown.is_empty() {
+        return toml::from_str::<RawLab>(text)
+            .map(|raw| (raw, Vec::new()))
+            .map_err(|e| vec![syntax(e)]);
+    }
+    let mut doc: toml::Table = toml::from_str(text).map_err(|e| vec![syntax(e)])?;
+    for u in &unknown {
+        keys::remove(&mut doc, &u.at);
+    }
+    let mut problems: Vec<LabError> = unknown.into_iter().map(|u| u.error).collect();
+    match RawLab::deserialize(toml::Value::Table(doc)) {
+        Ok(raw) => Ok((raw, problems)),
+        Err(e) => {
+            problems.push(syntax(e));
+            Err(problems)
+        }
     }
 }
 

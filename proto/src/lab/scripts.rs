@@ -15,6 +15,9 @@ pub struct Scripts {
     pub files: Vec<(String, PathBuf)>,
     /// ("check `name`: `run`", the command).
     pub commands: Vec<(String, String)>,
+    /// `[files].source`, the folder shipped to the guest (its scripts are
+    /// checked for Windows line endings): a path on this machine.
+    pub files_source: Option<PathBuf>,
 }
 
 impl Scripts {
@@ -56,6 +59,7 @@ impl Lab {
         for c in &self.checks {
             s.check(&c.name, &c.run, c.solve.as_deref());
         }
+        s.files_source = self.files.as_ref().map(|f| self.dir.join(&f.source));
         s
     }
 }
@@ -86,6 +90,7 @@ pub fn scripts_of_toml(dir: &Path) -> Scripts {
     if let Some(script) = str_of(doc.get("solve"), "script") {
         s.file("the solve script", dir.join(script));
     }
+    s.files_source = str_of(doc.get("files"), "source").map(|f| dir.join(f));
     let checks = doc.get("checks").and_then(toml::Value::as_array);
     for (i, c) in checks.into_iter().flatten().enumerate() {
         let Some(run) = str_of(Some(c), "run") else {

@@ -488,3 +488,35 @@ fn a_check_is_exec_options_and_becomes_a_request() {
         "a check's solve runs as the check does"
     );
 }
+
+/// Every unknown key in one run, in the file's order (not serde's map
+/// order, which is alphabetical), each with what it likely meant; the
+/// rest of the file is still checked in the same run.
+#[test]
+fn every_unknown_key_at_once_in_file_order() {
+    let text = "name = \"x\"\n\
+                [[checks]]\nname = \"a\"\nrun = \"true\"\nfail_mesage = \"m\"\n\
+                [[checks]]\nname = \"b\"\nrun = \"true\"\nuesr = \"student\"\npoints = -1\n\
+                env = { ANY_NAME = \"free\" }\n\
+                [setpu]\nscript = \"s.sh\"\n";
+    let all: Vec<String> = Lab::parse_all(text, "/x")
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        all,
+        [
+            "`/x/lab.toml` line 5: unknown field `fail_mesage` in a [[checks]] table: did you mean `fail_message`?",
+            "`/x/lab.toml` line 9: unknown field `uesr` in a [[checks]] table: did you mean `user`?",
+            "`/x/lab.toml` line 12: unknown field `setpu` in the top level: did you mean `setup`?",
+            "`/x/lab.toml`: check `b`: points is -1: use a whole number from 0 to 10000",
+        ]
+    );
+    let none = Lab::parse("name = \"x\"\nbanana = 1\n", "/x").unwrap_err();
+    assert!(
+        none.to_string()
+            .contains("the keys there are `name`, `setup`"),
+        "{none}"
+    );
+}

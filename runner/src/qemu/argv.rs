@@ -93,6 +93,9 @@ pub struct MachineSpec {
     pub extra_qemu_args: Vec<String>,
     /// A second NIC on a session's private network (a VM of a session).
     pub lan: Option<LanNic>,
+    /// Read-only raw disks after the overlay and the seed (`/dev/vdc`, …):
+    /// the agent's disk of `--agent-from disk`.
+    pub disks: Vec<ExtraDisk>,
     /// Files the NoCloud seed holds beside `user-data` and `meta-data`
     /// (name, content): a session's `network-config` and `vendor-data`.
     pub seed_extra: Vec<(String, Vec<u8>)>,
@@ -119,11 +122,21 @@ impl MachineSpec {
             extra_append: String::new(),
             extra_qemu_args: Vec::new(),
             lan: None,
+            disks: Vec::new(),
             seed_extra: Vec::new(),
             detached: false,
             vsock: None,
         }
     }
+}
+
+/// A read-only raw disk, as KubeVirt attaches a volume: on virtio, with
+/// the `serial` its `disks:` entry names (the guest's
+/// `/dev/disk/by-id/virtio-SERIAL`), or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraDisk {
+    pub path: PathBuf,
+    pub serial: Option<String>,
 }
 
 /// The files of one machine, all in its run dir.
@@ -220,6 +233,23 @@ pub fn qemu_args(spec: &MachineSpec, paths: &RunPaths, port: u16) -> Vec<OsStrin
         &drive_arg(&paths.overlay, "qcow2", "cache=unsafe"),
     ]);
     a.push(["-drive", &drive_arg(&paths.seed, "raw", "readonly=on")]);
+    for (i, disk) in spec.disks.iter().enumerate() {
+        // -device rather than if=virtio: only a device takes a serial.
+        let file = disk.path.display().to_string().replace(',', ",,");
+        a.push([
+            "-drive",
+            &format!("file={file},if=none,id=disk{i},format=raw,readonly=on"),
+        ]);
+        // The last PCI slots, in order: the kernel names virtio disks in
+        // PCI order, and the root disk must stay `/dev/vda` (`root=` of a
+        // kernel boot, a disk image's GRUB) and the seed `/dev/vdb`.
+        let slot = 0x1f - i;
+        let mut device = format!("virtio-blk-pci,drive=disk{i},addr={slot:#x}");
+        if let Some(serial) = &disk.serial {
+            device.push_str(&format!(",serial={}", serial.replace(',', ",,")));
+        }
+        a.push(["-device", &device]);
+    }
     a.push([
         "-netdev",
         &format!("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT}"),
@@ -456,7 +486,12 @@ mod tests {
         );
         spec.memory_mib = 1536;
         let plain = strings(&qemu_args(&spec, &paths(), 1));
-        assert!(!plain.iter().any(|a| a.contains("vsock") || a.contains("memfd")), "{plain:?}");
+        assert!(
+            !plain
+                .iter()
+                .any(|a| a.contains("vsock") || a.contains("memfd")),
+            "{plain:?}"
+        );
         spec.vsock = Some("/opt/vhost-device-vsock".into());
         let args = strings(&qemu_args(&spec, &paths(), 1));
         assert_eq!(
@@ -471,6 +506,41 @@ mod tests {
         assert!(
             values(&args, "-device").contains(&"vhost-user-vsock-pci,chardev=vsock0"),
             "{args:?}"
+        );
+    }
+
+    #[test]
+    fn an_agent_disk_is_read_only_virtio_with_its_serial() {
+        let mut spec = MachineSpec::new(
+            "d",
+            Guest::Disk {
+                image: "/i.raw".into(),
+            },
+        );
+        spec.disks = vec![
+            ExtraDisk {
+                path: "/run/d/lab-agent.img".into(),
+                serial: Some("lab-agent".into()),
+            },
+            ExtraDisk {
+                path: "/run/d/a,b.iso".into(),
+                serial: None,
+            },
+        ];
+        let args = strings(&qemu_args(&spec, &paths(), 1));
+        assert_eq!(
+            &values(&args, "-drive")[2..],
+            [
+                "file=/run/d/lab-agent.img,if=none,id=disk0,format=raw,readonly=on",
+                "file=/run/d/a,,b.iso,if=none,id=disk1,format=raw,readonly=on"
+            ]
+        );
+        assert_eq!(
+            &values(&args, "-device")[..2],
+            [
+                "virtio-blk-pci,drive=disk0,addr=0x1f,serial=lab-agent",
+                "virtio-blk-pci,drive=disk1,addr=0x1e"
+            ]
         );
     }
 

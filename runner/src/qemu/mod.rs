@@ -50,7 +50,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 pub use accel::{Accel, AccelMode};
-pub use argv::{Guest, MachineSpec, RunPaths, program};
+pub use argv::{ExtraDisk, Guest, MachineSpec, RunPaths, program};
 pub use console::ConsoleMark;
 pub use lab_agent_cloudinit::Arch;
 pub use machine::{Machine, PowerOff};

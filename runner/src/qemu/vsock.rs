@@ -56,7 +56,11 @@ pub fn find_backend() -> Result<Option<PathBuf>, QemuError> {
 /// `$LAB_AGENT_CACHE`, else `$XDG_CACHE_HOME/lab-agent`, else
 /// `~/.cache/lab-agent` (the rule of the project's scripts).
 fn cache_root() -> Option<PathBuf> {
-    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     var("LAB_AGENT_CACHE")
         .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("lab-agent")))
         .or_else(|| var("HOME").map(|d| d.join(".cache/lab-agent")))
@@ -93,7 +97,10 @@ pub(crate) fn start_backend(
         .arg("--uds-path")
         .arg(&paths.vsock)
         .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| QemuError::io("open the vsock log", e))?)
+        .stdout(
+            log.try_clone()
+                .map_err(|e| QemuError::io("open the vsock log", e))?,
+        )
         .stderr(log);
     let mut child = spawn::spawn(cmd, detached)
         .map_err(|e| QemuError::Missing(format!("cannot run `{}`: {e}", program.display())))?;

@@ -4,7 +4,7 @@
 //! [`run_keeper_if_asked`] first thing in `main`. Both ends are here, so
 //! the front end's own parser never sees it.
 
-use super::{NAMESPACES, keeper_main, signal_set};
+use super::{Image, NAMESPACES, keeper_main, signal_set};
 use nix::sched::unshare;
 use nix::sys::signal::{SigmaskHow, Signal, sigprocmask};
 use nix::unistd::getppid;
@@ -46,6 +46,9 @@ pub struct KeeperArgs {
     /// A VM of a session: its name, its hosts file, and the hold until
     /// its network is wired.
     pub vm: VmOptions,
+    /// The guest image whose root file system is the sandbox's
+    /// (`--sandbox-image`); `None`: this machine's disks.
+    pub image: Option<Image>,
 }
 
 /// What a sandbox that is one VM of a session adds (all off for a lab of
@@ -73,6 +76,7 @@ pub(crate) fn keeper_command(
     agent: &Path,
     agent_args: Vec<OsString>,
     vm: &VmOptions,
+    image: Option<&Image>,
 ) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("/proc/self/exe");
     cmd.arg(KEEPER_VERB)
@@ -88,6 +92,15 @@ pub(crate) fn keeper_command(
     }
     if vm.hold {
         cmd.arg("--hold");
+    }
+    if let Some(image) = image {
+        cmd.arg("--image").arg(&image.path);
+        cmd.arg("--image-at").arg(format!(
+            "{}:{}:{}",
+            image.offset,
+            image.size,
+            image.partition.unwrap_or(0)
+        ));
     }
     cmd.arg("--").args(agent_args);
     let parent = nix::unistd::getpid();
@@ -118,6 +131,7 @@ impl KeeperArgs {
     pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<KeeperArgs, String> {
         let mut args = args.into_iter();
         let (mut dir, mut agent, mut vm) = (None, None, VmOptions::default());
+        let (mut image, mut at) = (None, None);
         let value = |flag: &str, v: Option<OsString>| v.ok_or(format!("`{flag}` needs a value"));
         while let Some(arg) = args.next() {
             match arg.to_str() {
@@ -129,15 +143,40 @@ impl KeeperArgs {
                 }
                 Some("--hosts") => vm.hosts = true,
                 Some("--hold") => vm.hold = true,
+                Some("--image") => image = Some(PathBuf::from(value("--image", args.next())?)),
+                Some("--image-at") => {
+                    let v = value("--image-at", args.next())?;
+                    let n: Vec<u64> = v
+                        .to_str()
+                        .unwrap_or_default()
+                        .split(':')
+                        .filter_map(|n| n.parse().ok())
+                        .collect();
+                    let [offset, size, part] = n[..] else {
+                        return Err(format!("`--image-at {v:?}` is not OFFSET:SIZE:PARTITION"));
+                    };
+                    at = Some((offset, size, u32::try_from(part).ok().filter(|p| *p > 0)));
+                }
                 Some("--") => break,
                 _ => return Err(format!("unexpected argument {arg:?}")),
             }
         }
+        let image = match (image, at) {
+            (Some(path), Some((offset, size, partition))) => Some(Image {
+                path,
+                offset,
+                size,
+                partition,
+            }),
+            (None, None) => None,
+            _ => return Err("`--image` and `--image-at` go together".into()),
+        };
         Ok(KeeperArgs {
             dir: dir.ok_or("`--dir` is missing")?,
             agent: agent.ok_or("`--agent` is missing")?,
             args: args.collect(),
             vm,
+            image,
         })
     }
 }
@@ -154,11 +193,18 @@ mod tests {
             hosts: true,
             hold: true,
         };
+        let image = Image {
+            path: "/img/disk 1.raw".into(),
+            offset: 1_048_576,
+            size: 3 << 30,
+            partition: Some(1),
+        };
         let cmd = keeper_command(
             Path::new("/tmp/try x"),
             Path::new("/a/lab-agent"),
             vec!["serve".into(), "--".into(), "--hold".into()],
             &vm,
+            Some(&image),
         );
         let mut written: Vec<OsString> = cmd.as_std().get_args().map(OsString::from).collect();
         assert_eq!(written.remove(0), KEEPER_VERB);
@@ -168,9 +214,11 @@ mod tests {
         assert_eq!(back.args, ["serve", "--", "--hold"]);
         assert_eq!(back.vm.hostname.as_deref(), Some("server"));
         assert!(back.vm.hosts && back.vm.hold);
+        assert_eq!(back.image, Some(image));
         let plain =
             KeeperArgs::parse(["--dir", "/d", "--agent", "/a", "--"].map(OsString::from)).unwrap();
         assert!(plain.vm.hostname.is_none() && !plain.vm.hosts && !plain.vm.hold);
+        assert!(plain.image.is_none());
         assert!(KeeperArgs::parse(["--agent", "/a"].map(OsString::from)).is_err());
         assert!(KeeperArgs::parse(["--dir"].map(OsString::from)).is_err());
     }

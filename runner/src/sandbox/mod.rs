@@ -20,7 +20,9 @@
 //! with the last of their processes: nothing is ever mounted on the host.
 //!
 //! The root is an overlay of each of the host's disk file systems (the
-//! root's and any other, e.g. a separate `/home`), with the upper and work
+//! root's and any other, e.g. a separate `/home`) — or, with
+//! `--sandbox-image`, of a guest image's root file system, mounted
+//! read-only in the keeper's namespace (`image.rs`) — with the upper and work
 //! dirs on a tmpfs of the keeper's (overlayfs refuses an upper dir inside
 //! its lower one, and a tmpfs upper cannot fill the host's disk for good).
 //! `/tmp`, `/var/tmp`, `/run`, `/dev/shm` are fresh tmpfs, `/dev` holds only
@@ -60,8 +62,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod cmdline;
+mod image;
 pub(crate) use cmdline::keeper_command;
 pub use cmdline::{KEEPER_VERB, KeeperArgs, VmOptions, run_keeper_if_asked};
+pub use image::Image;
 
 /// The namespaces the keeper unshares before its exec (its children are
 /// in the new PID namespace; init adds a nested mount namespace).
@@ -80,7 +84,8 @@ pub(crate) const AGENT_FILE: &str = "lab-agent";
 pub(crate) const KEEPER_PID_FILE: &str = "sandbox.pid";
 /// In the try dir: init's PID as the host sees it (written by the keeper).
 pub(crate) const INIT_PID_FILE: &str = "init.pid";
-/// In the try dir: one line per overlay, `N<TAB>MOUNTPOINT` (the keeper's).
+/// In the try dir: one line per overlay, `N<TAB>MOUNTPOINT[<TAB>LOWER]`
+/// (the keeper's; `LOWER`, in its namespace, when not `MOUNTPOINT`).
 pub(crate) const LAYERS_FILE: &str = "layers";
 /// In the try dir: the hosts file bound on `/etc/hosts` inside
 /// ([`VmOptions::hosts`]).
@@ -212,7 +217,7 @@ fn keeper(args: &KeeperArgs) -> Result<i32, String> {
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&signals), None)
         .map_err(|e| format!("failed to block signals: {e}"))?;
 
-    let root = prepare_root(dir, &args.agent)?;
+    let root = prepare_root(dir, &args.agent, args.image.as_ref())?;
     if args.vm.hosts {
         // A bind follows a symlink, which here would resolve on the host.
         let hosts = root.join("etc/hosts");
@@ -364,9 +369,10 @@ fn inside(root: &Path, host: &Path) -> PathBuf {
     root.join(host.strip_prefix("/").unwrap_or(host))
 }
 
-/// The keeper's mounts: the overlays, the private trees, the try dir.
-/// Returns the sandbox's root.
-fn prepare_root(dir: &Path, agent: &Path) -> Result<PathBuf, String> {
+/// The keeper's mounts: the overlays (of this machine's disks, or of
+/// `image`'s root file system), the private trees, the try dir. Returns
+/// the sandbox's root.
+fn prepare_root(dir: &Path, agent: &Path, image: Option<&Image>) -> Result<PathBuf, String> {
     // Nothing mounted from here on may reach the host's namespace.
     mount(
         None::<&str>,
@@ -381,14 +387,29 @@ fn prepare_root(dir: &Path, agent: &Path) -> Result<PathBuf, String> {
     let root = top.join("root");
     mkdir(&root, 0o755)?;
 
-    let mut layers = vec![PathBuf::from("/")];
-    layers.extend(host_disk_mounts(dir));
+    // (the machine's path, the lower dir): `/` is the image's root, or
+    // the machine's with each of its other disks.
+    let mut layers = Vec::new();
+    if let Some(image) = image {
+        let lower = top.join("image");
+        mkdir(&lower, 0o755)?;
+        image::mount_image(image, &lower)?;
+        layers.push((PathBuf::from("/"), lower));
+    } else {
+        layers.push((PathBuf::from("/"), PathBuf::from("/")));
+        layers.extend(host_disk_mounts(dir).into_iter().map(|m| (m.clone(), m)));
+    }
+    // An image's device nodes are not the sandbox's to open.
+    let flags = match image {
+        Some(_) => MsFlags::MS_NODEV,
+        None => MsFlags::empty(),
+    };
     let mut written = Vec::new();
-    for (i, lower) in layers.iter().enumerate() {
+    for (i, (path, lower)) in layers.iter().enumerate() {
         let (upper, work) = (top.join(format!("upper{i}")), top.join(format!("work{i}")));
         mkdir(&upper, 0o755)?;
         mkdir(&work, 0o700)?;
-        let target = inside(&root, lower);
+        let target = inside(&root, path);
         let opts = format!(
             "lowerdir={},upperdir={},workdir={}",
             lower.display(),
@@ -399,10 +420,12 @@ fn prepare_root(dir: &Path, agent: &Path) -> Result<PathBuf, String> {
             Some("overlay"),
             &target,
             Some("overlay"),
-            MsFlags::empty(),
+            flags,
             Some(opts.as_str()),
         ) {
-            Ok(()) => written.push(format!("{i}\t{}\n", lower.display())),
+            // The lower dir too when it is not the machine's own path.
+            Ok(()) if path == lower => written.push(format!("{i}\t{}\n", path.display())),
+            Ok(()) => written.push(format!("{i}\t{}\t{}\n", path.display(), lower.display())),
             Err(e) if i == 0 => return Err(mount_err("an overlay of `/`", &target, e)),
             // A file system overlayfs cannot stack on (a FUSE mount, NFS
             // without the features): seen, never written.

@@ -107,7 +107,7 @@ fn verdicts_and_what_is_printed() {
     );
     assert_eq!(holds.verdict(), Verdict::Holds);
     assert!(holds.ok);
-    let text = holds.render();
+    let text = holds.render(true);
     assert!(text.contains("b *"), "{text}");
     assert!(text.contains("timings: setup 1.2 s,"), "{text}");
     assert!(
@@ -124,7 +124,7 @@ fn verdicts_and_what_is_printed() {
         Timings::default(),
     );
     assert_eq!(broken.verdict(), Verdict::Broken);
-    let text = broken.render();
+    let text = broken.render(true);
     assert!(
         text.contains(
             "check `a` passes before the solve: a student who did nothing gets its points"
@@ -164,7 +164,7 @@ fn verdicts_and_what_is_printed() {
         Timings::default(),
     );
     assert_eq!(solve_failed.verdict(), Verdict::SolveFailed);
-    let text = solve_failed.render();
+    let text = solve_failed.render(true);
     assert!(
         text.contains("the solve script `solve.sh` failed (exit 3): nothing was graded")
             && text.contains("  │ fatal: nope"),
@@ -198,4 +198,33 @@ fn verdicts_and_what_is_printed() {
 fn a_tail_starts_on_a_character() {
     assert_eq!(tail("héllo", 4), "llo");
     assert_eq!(tail("abc", 10), "abc");
+}
+
+/// A check broken after the solve says how it ended, the end of its
+/// stderr and the hints: a command the guest lacks (exit 127) is named.
+#[test]
+fn a_broken_check_shows_its_exit_code_stderr_and_hints() {
+    let mut solved = report(&[P, P]);
+    let b = &mut solved.checks[1];
+    (b.status, b.passed, b.exit_code) = (F, false, Some(127));
+    b.stderr = "one\ntwo\nthree\nfour\nfive\nbash: line 1: curl: command not found\n".into();
+    let test = assemble(
+        &lab(),
+        report(&[F, P]),
+        Some(solved.clone()),
+        Some(solved),
+        None,
+        Timings::default(),
+    );
+    let text = test.render(false);
+    for want in [
+        "check `b` fails after the solve",
+        "  after the solve: exit code 127 (",
+        "  stderr (end):\n    │ two\n",
+        "    │ bash: line 1: curl: command not found\n",
+        "  hint: a command of this check is missing in the guest (`curl`?)",
+    ] {
+        assert!(text.contains(want), "{want:?} missing:\n{text}");
+    }
+    assert!(!text.contains("│ one"), "only the end: {text}");
 }

@@ -11,12 +11,15 @@
 //!   session (a sandbox or a qemu guest per VM).
 //! - `target`: [`Target`], what the wait-and-grade flow needs from a VM.
 //! - `interrupt`: Ctrl-C and SIGTERM, also while a VM starts.
+//! - `params`: `--param KEY=VALUE` and `VM.KEY=VALUE`, by VM.
 
 mod interrupt;
+mod params;
 mod target;
 mod tried;
 
 pub use interrupt::{Interrupted, interruptible, start_watched};
+pub use params::Params;
 pub use target::Target;
 pub use tried::{ONE_VM, Tried};
 
@@ -43,6 +46,11 @@ pub struct Options {
     pub checks: Vec<String>,
     /// `--agent`: the agent binary.
     pub agent: Option<PathBuf>,
+    /// `--sandbox-image`: the sandbox on this guest image's root file
+    /// system instead of this machine's.
+    pub sandbox_image: Option<PathBuf>,
+    /// `--param`: each VM's parameters.
+    pub params: Params,
 }
 
 /// A lab and where it runs, checked.
@@ -58,6 +66,10 @@ pub struct Plan {
     pub vm: Option<VmConfig>,
     /// Locally: in a sandbox of this machine (not `--host`).
     pub sandbox: bool,
+    /// The sandbox's root: this guest image's (`None`: this machine's).
+    pub image: Option<sandbox::Image>,
+    /// Each VM's parameters (a lab of one VM has them in `lab` already).
+    pub params: Params,
     pub list_changes: bool,
 }
 
@@ -73,6 +85,12 @@ impl Plan {
     pub fn check_place(opts: &Options, vm: Option<&VmConfig>) -> Result<(), Error> {
         if vm.is_some() && opts.host {
             return Err(Error::usage("`--host` and `--vm` exclude each other"));
+        }
+        if opts.sandbox_image.is_some() && (vm.is_some() || opts.host) {
+            return Err(Error::usage(
+                "`--sandbox-image` is the sandbox's root: drop `--host`/`--vm` (`--vm IMAGE` boots \
+                 the image under qemu instead)",
+            ));
         }
         if opts.list_changes && (vm.is_some() || opts.host) {
             return Err(Error::usage(
@@ -96,6 +114,18 @@ impl Plan {
         if !lab.vms.is_empty() {
             check_session(&lab, &opts, vm.as_ref())?;
         }
+        opts.params.check(&lab)?;
+        if lab.vms.is_empty() {
+            // A lab of one VM: its payload's env file, `LAB_PARAM_*`.
+            lab = lab
+                .for_vm(None, &opts.params.for_vm(None))
+                .map_err(|e| Error::usage(e.to_string()))?;
+        }
+        let image = opts
+            .sandbox_image
+            .as_deref()
+            .map(sandbox::Image::probe)
+            .transpose()?;
         lab.select_checks(&opts.checks)
             .map_err(|e| Error::usage(e.to_string()))?;
         let timeout = match opts.timeout {
@@ -106,9 +136,12 @@ impl Plan {
             }
             None => Duration::from_secs(lab.setup_timeout_secs() + 60),
         };
-        let agent = match &vm {
-            Some(v) => vm::find_static_agent(opts.agent.as_deref(), v.arch)?,
-            None => local::find_agent(opts.agent.as_deref())?,
+        let agent = match (&vm, &image) {
+            (Some(v), _) => vm::find_static_agent(opts.agent.as_deref(), v.arch)?,
+            // The guest's own libraries are in the sandbox: the agent that
+            // runs there is the static one a VM gets, for this machine.
+            (None, Some(_)) => vm::find_static_agent(opts.agent.as_deref(), host_arch())?,
+            (None, None) => local::find_agent(opts.agent.as_deref())?,
         };
         Ok(Plan {
             lab,
@@ -117,10 +150,19 @@ impl Plan {
             timeout,
             keep: opts.keep,
             sandbox: vm.is_none() && !opts.host,
+            image,
+            params: opts.params,
             list_changes: opts.list_changes,
             vm,
         })
     }
+}
+
+/// This machine's architecture, if it is one a lab VM can have.
+fn host_arch() -> Option<lab_agent_cloudinit::Arch> {
+    lab_agent_cloudinit::Arch::ALL
+        .into_iter()
+        .find(|a| a.uname() == std::env::consts::ARCH)
 }
 
 /// A lab of several VMs is tried as a session (a sandbox or a guest per

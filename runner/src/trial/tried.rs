@@ -34,7 +34,19 @@ impl Tried {
     /// Starts the lab where `plan` says, interruptibly: an interrupted or
     /// failed start leaves nothing behind.
     pub fn start(rt: &tokio::runtime::Runtime, plan: &Plan) -> Result<Tried, StartError> {
-        let (lab, agent) = (&plan.lab, &plan.agent);
+        let (lab, agent, image) = (&plan.lab, &plan.agent, plan.image.as_ref());
+        match image {
+            Some(image) => eprintln!(
+                "the sandbox's root: {} read-only, the guest's own users, packages and /etc",
+                image.describe()
+            ),
+            None if plan.sandbox => eprintln!(
+                "note: the sandbox is a copy of this machine: the lab meets its users and \
+                 packages, which a guest may lack; `--sandbox-image IMAGE` runs it on a guest \
+                 image's own files, `--vm IMAGE` boots one"
+            ),
+            None => {}
+        }
         Ok(match (&plan.vm, lab.vms.is_empty()) {
             (Some(vm), true) => Tried::Vm(start_watched(
                 rt,
@@ -43,17 +55,18 @@ impl Tried {
             )??),
             (Some(vm), false) => Tried::Vms(start_watched(
                 rt,
-                |cancelled| VmSession::start(lab, agent, vm, plan.keep, cancelled),
+                |cancelled| VmSession::start(lab, agent, vm, &plan.params, plan.keep, cancelled),
                 |vms| vms.stop(Stop::Interrupted),
             )??),
             (None, true) => Tried::Local(rt.block_on(interruptible(LocalAgent::start(
                 lab,
                 agent,
                 plan.sandbox,
+                image,
             )))??),
-            (None, false) => {
-                Tried::Sandboxes(rt.block_on(interruptible(LocalSession::start(lab, agent)))??)
-            }
+            (None, false) => Tried::Sandboxes(rt.block_on(interruptible(
+                LocalSession::start(lab, agent, &plan.params, image),
+            ))??),
         })
     }
 

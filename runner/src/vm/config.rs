@@ -4,10 +4,10 @@
 //! the accelerator and the boot-silence limit. The errors name the flags,
 //! as the one front end spells them.
 
-use super::{DEFAULT_BOOT_SILENCE, DEFAULT_CPUS, DEFAULT_MEMORY_MIB, VmConfig};
+use super::{AgentDiskKind, DEFAULT_BOOT_SILENCE, DEFAULT_CPUS, DEFAULT_MEMORY_MIB, VmConfig};
 use crate::Error;
 use crate::qemu::{AccelMode, Guest, accel};
-use lab_agent_cloudinit::Arch;
+use lab_agent_cloudinit::{AgentFrom, Arch};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -30,6 +30,9 @@ pub struct VmRequest {
     pub disk_gib: Option<u32>,
     pub accel: Option<AccelMode>,
     pub boot_silence_secs: Option<u64>,
+    /// `--agent-from disk` (with `--agent-disk`, how it is attached).
+    pub agent_from: Option<AgentFrom>,
+    pub agent_disk: Option<AgentDiskKind>,
 }
 
 impl VmRequest {
@@ -61,6 +64,8 @@ impl VmRequest {
                     ("--disk-size", self.disk_gib.is_some()),
                     ("--accel", self.accel.is_some()),
                     ("--boot-silence", self.boot_silence_secs.is_some()),
+                    ("--agent-from", self.agent_from.is_some()),
+                    ("--agent-disk", self.agent_disk.is_some()),
                 ];
                 if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
                     return Err(Error::usage(format!(
@@ -102,6 +107,15 @@ impl VmRequest {
             Some(0) => return Err(Error::usage("`--boot-silence` must be at least 1 second")),
             Some(secs) => Duration::from_secs(secs),
         };
+        let agent_disk = match (self.agent_from, self.agent_disk) {
+            (Some(AgentFrom::Disk), kind) => Some(kind.unwrap_or_default()),
+            (_, Some(_)) => {
+                return Err(Error::usage(
+                    "`--agent-disk` says how the agent's disk is attached: add `--agent-from disk`",
+                ));
+            }
+            (_, None) => None,
+        };
         Ok(Some(VmConfig {
             guest,
             arch: self.arch,
@@ -111,6 +125,7 @@ impl VmRequest {
             accel,
             accel_set_by,
             boot_silence,
+            agent_disk,
         }))
     }
 }
@@ -215,6 +230,7 @@ mod tests {
                 accel: AccelMode::Auto,
                 accel_set_by: None,
                 boot_silence: DEFAULT_BOOT_SILENCE,
+                agent_disk: None,
             }
         );
         fs::remove_dir_all(dir).unwrap();

@@ -25,6 +25,7 @@
 //! /tmp/labctl-try-vm-LAB-XXXXXX/ 0700
 //!   token, user-data, secret.yaml   the payload, as `labctl secret` writes it (0600)
 //!   overlay.qcow2                   the guest's disk, on the (untouched) image
+//!   lab-agent.img                   with `--agent-from disk`: the agent's disk
 //!   seed.iso, seed/                 the NoCloud seed (user-data, meta-data)
 //!   console.log                     the serial console
 //!   qemu-stderr.log, qemu-cmdline.txt, qmp.sock
@@ -94,6 +95,36 @@ pub struct VmConfig {
     pub accel_set_by: Option<&'static str>,
     /// `--boot-silence`.
     pub boot_silence: Duration,
+    /// `--agent-from disk`: the payload pins the agent, and the guest gets
+    /// the agent's disk the way KubeVirt attaches it (`None`: the agent
+    /// rides in the payload).
+    pub agent_disk: Option<AgentDiskKind>,
+}
+
+/// How a VM's agent disk is attached (`--agent-disk`), as KubeVirt attaches
+/// each kind of volume ([`lab_agent_cloudinit::agent_disk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AgentDiskKind {
+    /// A containerDisk volume whose disk has `serial: lab-agent`: a virtio
+    /// disk with that serial, holding `lab-agent.img`.
+    #[default]
+    ContainerDisk,
+    /// A ConfigMap volume with `volumeLabel: LAB-AGENT`: a virtio disk with
+    /// no serial holding an ISO 9660 image so labelled, whose files are the
+    /// ConfigMap's keys (KubeVirt makes it with `xorrisofs`; here
+    /// `lab-agent.img` is that image, without the Rock Ridge and Joliet
+    /// names, which spell the same keys).
+    ConfigMap,
+}
+
+impl AgentDiskKind {
+    /// The disk's serial, as the VM's `disks:` entry would give it.
+    pub fn serial(self) -> Option<&'static str> {
+        match self {
+            AgentDiskKind::ContainerDisk => Some(lab_agent_cloudinit::agent_disk::SERIAL),
+            AgentDiskKind::ConfigMap => None,
+        }
+    }
 }
 
 /// The agent a VM gets: the static build (as `labctl secret` ships it) for

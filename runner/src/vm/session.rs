@@ -24,9 +24,9 @@ use crate::Error;
 use crate::qemu::lan::{self, Lan, LanNic};
 use crate::qemu::machine::make_run_dir;
 use crate::switch;
+use crate::trial::Params;
 use lab_agent_client::{Client, Progress, Session};
 use lab_agent_proto::lab::Lab;
-use std::collections::BTreeMap;
 use std::fs;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -55,6 +55,7 @@ impl VmSession {
         lab: &Lab,
         agent: &Path,
         vm: &VmConfig,
+        params: &Params,
         keep: bool,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<VmSession, Error> {
@@ -80,7 +81,7 @@ impl VmSession {
                 break;
             }
             let own = lab
-                .for_vm(Some(&v.name), &BTreeMap::new())
+                .for_vm(Some(&v.name), &params.for_vm(Some(&v.name)))
                 .map_err(|e| Error::usage(e.to_string()))?;
             let member = member(&session.dir, i, &v.name, lan, &hosts)?;
             let target = VmTarget::boot(&own, agent, keep, vm, cancelled, Some(member))
@@ -141,7 +142,10 @@ impl VmSession {
         let mut watches: Vec<Silence> = self.vms.iter().map(|(_, t)| t.silence()).collect();
         loop {
             for ((name, target), silence) in self.vms.iter().zip(&mut watches) {
-                if let Some(e) = target.silence_error(silence, limit) {
+                if let Some(e) = target
+                    .install_error()
+                    .or_else(|| target.silence_error(silence, limit))
+                {
                     return (name.clone(), e.on_vm(name));
                 }
             }
@@ -349,9 +353,17 @@ mod tests {
             accel: crate::qemu::AccelMode::Auto,
             accel_set_by: None,
             boot_silence: Duration::from_secs(1),
+            agent_disk: None,
         };
-        let err =
-            VmSession::start(&lab, Path::new("/nonexistent"), &vm, false, &|| false).unwrap_err();
+        let err = VmSession::start(
+            &lab,
+            Path::new("/nonexistent"),
+            &vm,
+            &Params::default(),
+            false,
+            &|| false,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("has no [[vms]]"), "{err}");
     }
 }

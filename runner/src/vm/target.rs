@@ -2,16 +2,19 @@
 //! dir, qemu started under the accelerator the config allows, and the
 //! watches that end a wait early (qemu exited, a console gone silent).
 
-use super::VmConfig;
+use super::{AgentDiskKind, VmConfig};
 use crate::Error;
 use crate::payload::{self, PayloadError, RenderOptions, write_private};
 use crate::qemu::accel::{self, Hooks};
 use crate::qemu::lan::LanNic;
 use crate::qemu::machine::make_run_dir;
-use crate::qemu::{self, AccelMode, ConsoleMark, Machine, MachineSpec, QemuError, console, seed};
+use crate::qemu::{
+    self, AccelMode, ConsoleMark, ExtraDisk, Machine, MachineSpec, QemuError, console, seed,
+};
 use lab_agent_client::{Client, ClientBuilder, Progress};
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
-use lab_agent_cloudinit::{Arch, Format, SecretMeta};
+use lab_agent_cloudinit::agent_disk::{self, AgentDisk};
+use lab_agent_cloudinit::{AgentFrom, Arch, Format, SecretMeta};
 use lab_agent_proto::lab::Lab;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -92,12 +95,14 @@ impl VmTarget {
         };
 
         // The payload exactly as `labctl secret` renders it for a Secret.
-        let user_data = target.render(lab, agent, arch).map_err(|e| {
-            let hint = e.hint();
-            Error::usage("failed to render the lab's payload")
-                .with_source(e)
-                .hints(hint)
-        })?;
+        let user_data = target
+            .render(lab, agent, arch, vm.agent_disk)
+            .map_err(|e| {
+                let hint = e.hint();
+                Error::usage("failed to render the lab's payload")
+                    .with_source(e)
+                    .hints(hint)
+            })?;
 
         // A session's VM is named after the VM: qemu's `-name`, the
         // guest's hostname (how the other VMs know it) and its instance.
@@ -116,6 +121,12 @@ impl VmTarget {
         spec.vsock = qemu::vsock::find_backend()?;
         if spec.vsock.is_none() {
             eprintln!("{}{}", target.prefix(), qemu::vsock::missing_note());
+        }
+        if let Some(kind) = vm.agent_disk {
+            spec.disks.push(ExtraDisk {
+                path: target.dir.join(agent_disk::IMAGE_FILE),
+                serial: kind.serial().map(str::to_owned),
+            });
         }
         let hostname = seed::hostname(member.as_ref().map_or(&lab.name, |m| &m.name));
         if let Some(m) = member {
@@ -173,9 +184,25 @@ impl VmTarget {
 
     /// Renders the lab's payload with a fresh token and writes it to the
     /// run dir as `labctl secret` would (token, user-data, secret.yaml, all
-    /// 0600); returns the user-data for the seed.
-    fn render(&mut self, lab: &Lab, agent: &Path, arch: Arch) -> Result<Vec<u8>, PayloadError> {
+    /// 0600); returns the user-data for the seed. With `agent_disk`, the
+    /// payload pins the agent (`--agent-from disk`) and the agent's disk is
+    /// written beside it, as `labctl agent-disk` makes it.
+    fn render(
+        &mut self,
+        lab: &Lab,
+        agent: &Path,
+        arch: Arch,
+        agent_disk: Option<AgentDiskKind>,
+    ) -> Result<Vec<u8>, PayloadError> {
         let agent = agent_bin::load(Some(agent), Linkage::Static(arch))?;
+        if agent_disk.is_some() {
+            let disk = AgentDisk::new([(arch, agent.bytes.clone())])?;
+            write_private(
+                &self.dir.join(agent_disk::IMAGE_FILE),
+                &disk.image(),
+                "the agent's disk",
+            )?;
+        }
         let token = lab_agent_cloudinit::token::generate().map_err(PayloadError::Random)?;
         let opts = RenderOptions {
             arch,
@@ -187,6 +214,11 @@ impl VmTarget {
             },
             format: Format::Yaml,
             serial_autologin: true,
+            agent_from: if agent_disk.is_some() {
+                AgentFrom::Disk
+            } else {
+                AgentFrom::Embedded
+            },
         };
         let rendered = payload::render_logged(lab, &agent, &token, &opts, &mut std::io::stderr())?;
         write_private(
@@ -253,19 +285,43 @@ impl VmTarget {
     /// Resolves, with an error, when the serial console has printed
     /// nothing for `limit` and the agent has never answered: a guest that
     /// does not boot (whatever the accelerator) ends here, not at the
-    /// boot allowance. Pending for good once the agent has answered (the
-    /// setup's own timeout then bounds the wait).
+    /// boot allowance; so does one whose payload said on the console that
+    /// it could not install the agent ([`VmTarget::install_error`]).
+    /// Pending for good once the agent has answered (the setup's own
+    /// timeout then bounds the wait).
     pub async fn silent_console(&self, limit: Duration) -> Error {
         let mut silence = self.silence();
         loop {
             if self.first_answer.get().is_some() {
                 return std::future::pending().await;
             }
-            if let Some(e) = self.silence_error(&mut silence, limit) {
+            if let Some(e) = self
+                .install_error()
+                .or_else(|| self.silence_error(&mut silence, limit))
+            {
                 return e;
             }
             tokio::time::sleep(WATCH_POLL).await;
         }
+    }
+
+    /// The installer's own line on the console when it could not install
+    /// the agent (no agent disk, another agent on it, another machine…):
+    /// with no agent in the VM nothing would ever answer, so the wait ends
+    /// with that line (escaped: the guest wrote it), not at the allowance.
+    pub(super) fn install_error(&self) -> Option<Error> {
+        if self.first_answer.get().is_some() {
+            return None;
+        }
+        let text = self.machine().console_text();
+        let reason = installer_failure(&text)?;
+        Some(
+            Error::unreachable(format!(
+                "the VM's payload could not install the agent: {}",
+                lab_agent_proto::text::escape(reason)
+            ))
+            .hint("the VM's serial console has the rest (kept with the run dir)"),
+        )
     }
 
     /// What [`VmTarget::silence_error`] watches, from qemu's start.
@@ -374,6 +430,17 @@ impl Drop for VmTarget {
     }
 }
 
+/// The reason in the installer's failure line (`lab-agent payload:
+/// REASON`, `cloud-init/src/installer.rs`'s `fail`), if the console has one;
+/// its success line says `installed`.
+fn installer_failure(console: &str) -> Option<&str> {
+    const HEAD: &str = "lab-agent payload: ";
+    console.lines().find_map(|line| {
+        let reason = &line[line.find(HEAD)? + HEAD.len()..];
+        (!reason.starts_with("installed")).then_some(reason.trim_end())
+    })
+}
+
 /// "10.0.2" from "QEMU emulator version 10.0.2 (Debian …)".
 fn version_number(line: &str) -> &str {
     line.split_once("version ")
@@ -395,6 +462,16 @@ impl From<QemuError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_installers_failure_line_is_found_and_its_success_is_not() {
+        let ok = "[  40.1] cloud-init[612]: lab-agent payload: installed the agent from its disk, 2 lab file(s)\n";
+        assert_eq!(installer_failure(ok), None);
+        let bad =
+            "x\n[  41.0] cloud-init[612]: lab-agent payload: no agent disk: attach it\r\nmore\n";
+        assert_eq!(installer_failure(bad), Some("no agent disk: attach it"));
+        assert_eq!(installer_failure("nothing here\n"), None);
+    }
 
     #[test]
     fn qemu_versions_are_short() {

@@ -76,10 +76,23 @@ async fn a_pinned_client_tells_a_reset_vm_from_a_rebooted_one() {
     let expect_changed = |e: Error, what: &str| {
         assert!(e.is_instance_changed(), "{what}: {e:?}");
         assert!(!e.is_unreachable() && !e.is_timeout(), "{what}: {e:?}");
+        assert!(
+            matches!(
+                e,
+                Error::InstanceChanged {
+                    pinned_by: PinnedBy::Caller,
+                    ..
+                }
+            ),
+            "{what}: {e:?}"
+        );
         let msg = e.to_string();
         assert!(
             msg.contains(&format!("was reset (instance {}", after.id))
-                && msg.contains(&format!("is not the instance {} graded before", before.id))
+                && msg.contains(&format!(
+                    "is not the instance {} the client is pinned to",
+                    before.id
+                ))
                 && msg.ends_with("the student's work inside it is gone"),
             "{what}: {msg}"
         );
@@ -104,8 +117,16 @@ async fn a_pinned_client_tells_a_reset_vm_from_a_rebooted_one() {
         .await
         .unwrap_err();
     expect_changed(e, "exec");
-    // A lone exec is checked on its answer: it ran (grade asks first).
-    assert!(marker.exists());
+    // The agent refused it before running anything, streamed or not.
+    assert!(!marker.exists(), "the pinned exec ran on the reset VM");
+    let e = fresh()
+        .exec_stream(
+            &ExecRequest::new(format!("touch {}", marker.display())).profile(Profile::None),
+        )
+        .await
+        .unwrap_err();
+    expect_changed(e, "exec_stream");
+    assert!(!marker.exists(), "the pinned stream ran on the reset VM");
     // Grading pinned to the old instance runs nothing.
     let lab_dir = TempDir::new("pinned-grade");
     lab_dir.write(
@@ -157,6 +178,47 @@ async fn a_pinned_client_refuses_an_agent_that_names_no_instance() {
             .unwrap_err()
             .is_instance_unknown()
     );
+}
+
+/// An agent older than `instance_id` in exec requests refuses the field
+/// (a 400: nothing ran): a pinned client sends the exec again without it,
+/// holds the answer's instance to its pin as before, and leaves the field
+/// out of its later execs.
+#[tokio::test]
+async fn a_pinned_exec_to_an_older_agent_is_checked_on_its_answer() {
+    use lab_agent_tests::hostile::{
+        Behaviour, HostileAgent, OLDER_EXEC_INSTANCE, OLDER_READY_INSTANCE,
+    };
+    use std::sync::atomic::Ordering;
+    let old = HostileAgent::start(Behaviour::OlderAgent);
+    let pinned = Client::new(&old.url(), "token")
+        .unwrap()
+        .pinned(OLDER_READY_INSTANCE)
+        .unwrap();
+    assert_eq!(pinned.ready().await.unwrap().state, ReadyState::Ready);
+    let sent = || old.requests.load(Ordering::Relaxed);
+    for (call, requests) in [("first", 2), ("second", 1)] {
+        let before = sent();
+        let e = pinned.exec(&ExecRequest::new("true")).await.unwrap_err();
+        match &e {
+            Error::InstanceChanged {
+                expected, found, ..
+            } => assert_eq!(
+                (expected.as_str(), found.as_str()),
+                (OLDER_READY_INSTANCE, OLDER_EXEC_INSTANCE),
+                "{call}"
+            ),
+            _ => panic!("{call}: {e:?}"),
+        }
+        assert_eq!(sent() - before, requests, "{call} exec's requests");
+    }
+    // Streamed: the result is held to the pin too (this agent answers the
+    // plain way, so the stream's one event is read at once).
+    let e = match pinned.exec_stream(&ExecRequest::new("true")).await {
+        Err(e) => e,
+        Ok(s) => s.collect().await.unwrap_err(),
+    };
+    assert!(e.is_instance_changed(), "{e:?}");
 }
 
 /// The grading rule is the library's: `grade` and `grade_all` on a VM

@@ -94,6 +94,40 @@ fn a_command_that_cannot_start_is_a_usage_error() {
     assert!(stderr(&out).contains("`--env NOEQUALS` is not of the form `KEY=VALUE`"));
 }
 
+/// `--instance ID` runs only on that life of the VM: the agent's own id
+/// runs; another (the VM was reset) is exit 6 with the command not run,
+/// streamed or `--json`.
+#[test]
+fn instance_runs_only_on_that_life_of_the_vm() {
+    let agent = Agent::start(AgentOptions::default());
+    let work = TempDir::new("labctl-exec-instance");
+    let ran = work.join("ran");
+    let touch = format!("touch {}", ran.display());
+    let other = "0123456789abcdef0123456789abcdef";
+    for json in [&[][..], &["--json"][..]] {
+        let mut args = vec!["--instance", other];
+        args.extend(json);
+        args.extend(["--", &touch]);
+        let out = exec(&agent, &args);
+        assert_eq!(out.status.code(), Some(6), "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("was reset (instance ")
+                && err.contains(&format!(
+                    "is not the instance {other} the client is pinned to"
+                )),
+            "{err}"
+        );
+        assert!(!ran.exists(), "the command ran on another instance");
+    }
+    let out = exec(&agent, &["--json", "--", "true"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = v["instance_id"].as_str().unwrap().to_owned();
+    let out = exec(&agent, &["--instance", &id, "--", &touch]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(ran.exists());
+}
+
 /// The limits are the request's, checked before anything is sent; a
 /// valid one reaches the agent (which, on this host, has no controller
 /// for it and runs the command under its RLIMIT_NPROC fallback).

@@ -223,7 +223,9 @@ fn instance_grades_only_that_life_of_the_vm() {
     let err = stderr(&out);
     assert!(
         err.contains("was reset (instance ")
-            && err.contains(&format!("is not the instance {other} graded before"))
+            && err.contains(&format!(
+                "is not the instance {other} the client is pinned to"
+            ))
             && err.contains("the student's work inside it is gone"),
         "{err}"
     );

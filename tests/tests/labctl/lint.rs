@@ -1,4 +1,5 @@
 use super::*;
+use lab_agent_tests::local::require_root;
 
 fn lint(lab: &TempDir) -> std::process::Output {
     labctl(["lint", lab.path.to_str().unwrap()])
@@ -185,4 +186,142 @@ fn each_vms_setup_is_linted() {
             );
         }
     }
+}
+
+/// Two key typos, a setup script and a lab script with Windows line
+/// endings: every one in one run, the keys in the file's order with what
+/// they likely meant, each CRLF script named with the command that fixes it.
+#[test]
+fn typos_and_crlf_scripts_are_all_named_in_one_run() {
+    let lab = lab_folder(
+        "labctl-lint-typos",
+        "name = \"t\"\n[setup]\nscript = \"setup.sh\"\n[files]\nsource = \"files\"\n\
+         [[checks]]\nname = \"a\"\nrun = \"true\"\nfail_mesage = \"m\"\n\
+         [[checks]]\nname = \"b\"\nrun = \"true\"\nuesr = \"student\"\n",
+    );
+    lab.write(
+        "setup.sh",
+        "#!/bin/bash\r\nif true; then\r\n  echo hi\r\nfi\r\n",
+        0o755,
+    );
+    lab.write("files/run.sh", "#!/bin/sh\r\necho run\r\n", 0o755);
+    lab.write(
+        "files/notes.txt",
+        "a text file\r\nis not a script\r\n",
+        0o644,
+    );
+    let out = lint(&lab);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    let first = err
+        .find("line 9: unknown field `fail_mesage` in a [[checks]] table: did you mean `fail_message`?")
+        .unwrap_or_else(|| panic!("{err}"));
+    let second = err
+        .find("line 13: unknown field `uesr` in a [[checks]] table: did you mean `user`?")
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(first < second, "in the file's order: {err}");
+    let setup = lab.join("setup.sh");
+    for want in [
+        format!(
+            "the setup script `{}` has Windows line endings (CRLF)",
+            setup.display()
+        ),
+        format!(
+            "hint: convert it to Unix line endings: `sed -i 's/\\r$//' {}`",
+            setup.display()
+        ),
+        "the lab's file `run.sh` has Windows line endings (CRLF)".to_owned(),
+        "has 4 problems".to_owned(),
+    ] {
+        assert!(err.contains(&want), "{want:?} missing: {err}");
+    }
+    assert!(!err.contains("notes.txt"), "not a script: {err}");
+    assert!(
+        !err.contains("unexpected end of file"),
+        "named, not bash's words: {err}"
+    );
+}
+
+/// A VM's own setup is in its payload: `lint`, `try` and `test` count it
+/// as `labctl secret --vm` does (a budget line per VM, the same figure),
+/// so what `secret` refuses fails on the author's machine first. And
+/// `secret` reads the lab before its token flags: a session's missing
+/// `--vm` is named in the first run.
+#[test]
+fn a_vms_own_payload_is_counted_as_secret_counts_it() {
+    require_root("`labctl try` and `labctl test` without `--vm`");
+    let lab = lab_folder(
+        "labctl-lint-vm-budget",
+        "name = \"two\"\n[[vms]]\nname = \"alpha\"\nsetup = \"big.sh\"\n\
+         [[vms]]\nname = \"beta\"\n[[checks]]\nname = \"a\"\nvm = \"alpha\"\nrun = \"true\"\n",
+    );
+    // Hex of pseudo-random bytes in comments: ~550 KiB in the payload.
+    let mut script = String::from("#!/bin/sh\n");
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..7000 {
+        script.push_str("# ");
+        for _ in 0..6 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            script.push_str(&format!("{x:016x}"));
+        }
+        script.push('\n');
+    }
+    lab.write("big.sh", &script, 0o755);
+    let dir = lab.path.to_str().unwrap();
+    let total = |err: &str, prefix: &str| -> String {
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(prefix) && l.contains("budget (amd64)"))
+            .unwrap_or_else(|| panic!("no {prefix:?} budget line: {err}"));
+        let at = line.find(" = ").unwrap() + 3;
+        line[at..at + line[at..].find(" KiB").unwrap()].to_owned()
+    };
+    let token = lab.join("token");
+    let secret = labctl([
+        "secret",
+        dir,
+        "--name",
+        "two-alpha",
+        "--vm",
+        "alpha",
+        "--token-out",
+        token.to_str().unwrap(),
+        "-o",
+        "/dev/null",
+    ]);
+    assert_eq!(secret.status.code(), Some(2), "{}", describe(&secret));
+    let figure = total(&stderr(&secret), "budget");
+    assert!(
+        stderr(&secret).contains("over the 1 MiB Secret limit"),
+        "{}",
+        describe(&secret)
+    );
+
+    let linted = lint(&lab);
+    assert_eq!(linted.status.code(), Some(2), "{}", describe(&linted));
+    let err = stderr(&linted);
+    assert_eq!(total(&err, "VM `alpha`: "), figure, "{err}");
+    assert!(
+        err.contains("VM `beta`: payload with"),
+        "a line per VM: {err}"
+    );
+    assert!(err.contains("error: VM `alpha`: the user-data is"), "{err}");
+    for verb in ["try", "test"] {
+        let out = labctl([verb, dir, "--agent", agent_bin().to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{verb}: {}", describe(&out));
+        let err = stderr(&out);
+        assert_eq!(total(&err, "VM `alpha`: "), figure, "{verb}: {err}");
+        assert!(!err.contains("staged"), "{verb}: nothing started: {err}");
+    }
+
+    let unready = labctl(["secret", dir, "--name", "two"]);
+    assert_eq!(unready.status.code(), Some(2), "{}", describe(&unready));
+    let err = stderr(&unready);
+    assert!(
+        err.contains("say which one this payload is for with `--vm NAME`"),
+        "{err}"
+    );
+    assert!(!err.contains("--token-out"), "the lab first: {err}");
 }

@@ -65,10 +65,58 @@ fn example_network_policy_passes_strict_validation() {
 }
 
 /// kubernetes-validate has no KubeVirt schemas, so check what the VM must
-/// agree on with the other objects.
+/// agree on with the other objects: the one-VM example and its two
+/// variants with the agent's disk.
 #[test]
-fn example_vm_matches_its_secret_and_policy() {
-    let vm = load_yaml(&workspace().join("examples/kubevirt/virtualmachine.yaml"));
+fn example_vms_match_their_secret_and_policy() {
+    for file in [
+        "virtualmachine.yaml",
+        "agent-disk/virtualmachine-containerdisk.yaml",
+        "agent-disk/virtualmachine-configmap.yaml",
+    ] {
+        vm_matches_its_secret_and_policy(&workspace().join("examples/kubevirt").join(file));
+    }
+}
+
+/// The agent's disk as the installer looks for it: the containerDisk's
+/// disk with `serial: lab-agent`, or the ConfigMap volume labelled
+/// `LAB-AGENT` (a name `labctl agent-disk` gives it).
+#[test]
+fn example_agent_disks_are_where_the_installer_looks() {
+    use lab_agent_cloudinit::agent_disk::{LABEL, SERIAL};
+    let dir = workspace().join("examples/kubevirt/agent-disk");
+    let agent_disk = |file: &str| {
+        let vm = load_yaml(&dir.join(file));
+        let spec = &vm["spec"]["template"]["spec"];
+        let disk = spec["domain"]["devices"]["disks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == "lab-agent")
+            .cloned()
+            .expect("a lab-agent disk");
+        let volume = spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "lab-agent")
+            .cloned()
+            .expect("a lab-agent volume");
+        (disk, volume)
+    };
+    let (disk, volume) = agent_disk("virtualmachine-containerdisk.yaml");
+    assert_eq!(disk["serial"], SERIAL);
+    assert_eq!(disk["disk"]["bus"], "virtio");
+    assert!(volume["containerDisk"]["image"].is_string(), "{volume}");
+    let (disk, volume) = agent_disk("virtualmachine-configmap.yaml");
+    assert_eq!(volume["configMap"]["volumeLabel"], LABEL);
+    let name = volume["configMap"]["name"].as_str().unwrap();
+    assert!(name.starts_with("lab-agent-") && name.len() == "lab-agent-".len() + 12);
+    assert_eq!(disk["disk"]["bus"], "virtio");
+}
+
+fn vm_matches_its_secret_and_policy(file: &Path) {
+    let vm = load_yaml(file);
     let policy = load_yaml(&workspace().join("examples/kubevirt/networkpolicy.yaml"));
     assert_eq!(vm["apiVersion"], "kubevirt.io/v1");
     assert_eq!(vm["kind"], "VirtualMachine");

@@ -361,6 +361,7 @@ fn secret_args(words: &[String], agent: PathBuf) -> SecretArgs {
         user_data_out: None,
         token_out: None,
         no_autologin: false,
+        agent_from: labctl::secret::AgentFromArg::Embedded,
         json: true,
         vm: None,
         params: Vec::new(),

@@ -63,6 +63,7 @@ fn args(dir: &TempDir, lab: &Path) -> (SecretArgs, Vec<u8>) {
         user_data_out: None,
         token_out: None,
         no_autologin: false,
+        agent_from: labctl::secret::AgentFromArg::Embedded,
         json: false,
         vm: None,
         params: Vec::new(),

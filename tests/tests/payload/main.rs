@@ -9,6 +9,7 @@
 //! for the overlay chroot a delivery runs in (`support::deliver`).
 
 mod agent_bin;
+mod agent_disk;
 mod cloud_init_schema;
 mod kubernetes_validate;
 mod kubevirt_session;

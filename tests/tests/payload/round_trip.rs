@@ -37,7 +37,7 @@ fn assert_delivered(spec: &PayloadSpec, d: &Guest) {
 
     let (agent, mode) = d.read(AGENT_PATH);
     assert!(
-        agent == spec.agent,
+        lab_agent_cloudinit::AgentSource::Embedded(agent) == spec.agent,
         "agent bytes differ after the round trip"
     );
     assert_eq!(mode, 0o755, "agent mode");
@@ -302,7 +302,10 @@ fn the_installer_runs_with_busybox_alone() {
 #[test]
 fn a_failing_installer_leaves_no_half_agent_and_records_why() {
     let mut spec = spec_for(&crate::support::fixture_lab());
-    spec.agent = lab_agent_tests::elf::fake_elf(false, b"not a real program");
+    spec.agent = lab_agent_cloudinit::AgentSource::Embedded(lab_agent_tests::elf::fake_elf(
+        false,
+        b"not a real program",
+    ));
     let d = deliver(&secret(&user_data(&spec), Format::Yaml));
     assert_eq!(
         d.report["per_instance_failed"]

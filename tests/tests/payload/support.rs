@@ -56,7 +56,7 @@ fn load_agent(arch: Arch) -> Vec<u8> {
 pub fn arm64_spec_for(dir: &Path) -> PayloadSpec {
     let mut spec = spec_for(dir);
     spec.arch = Arch::Arm64;
-    spec.agent = arm64_agent();
+    spec.agent = lab_agent_cloudinit::AgentSource::Embedded(arm64_agent());
     spec
 }
 

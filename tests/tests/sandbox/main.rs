@@ -26,6 +26,8 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 mod as_author;
+mod author_loop;
+mod image;
 mod session;
 mod test_lab;
 mod try_lab;

@@ -43,6 +43,7 @@
 #[macro_use]
 mod support;
 mod accel;
+mod agent_disk;
 mod boot_cost;
 mod failing;
 mod lifecycle;

@@ -7,6 +7,9 @@
 //! order; the VM is stopped and its run dir removed. Debian 12 only: the
 //! phases are the runner's, the same on every guest, and a boot costs
 //! minutes of CI (the guests' differences are the other scenarios').
+//! With `--agent-from disk`: the payload pins the agent, and the runner
+//! attaches the agent's disk as KubeVirt attaches a containerDisk with
+//! `serial: lab-agent` (the embedded payload is every other scenario's).
 
 use crate::support::*;
 use lab_agent_tests::vm::{GuestOs, VmLock};
@@ -25,7 +28,7 @@ fn hello_lab_passes_its_self_test_in_a_vm() {
 fn self_test_in_a_vm(guest: GuestOs) {
     let image = image(guest);
     let mut cmd = on_disk("test", &repo_root().join("examples/hello-lab"), &image);
-    cmd.arg("--json");
+    cmd.args(["--json", "--agent-from", "disk"]);
 
     let lock = VmLock::acquire(&format!("vm-selftest-{guest}")).expect("a VM slot");
     let mut tested = Running::spawn(cmd, "test");
@@ -37,6 +40,10 @@ fn self_test_in_a_vm(guest: GuestOs) {
     drop(lock);
 
     assert_eq!(tested.code, Some(0), "labctl test --vm: {tested}");
+    assert!(
+        tested.stderr.contains("agent from its disk"),
+        "the payload is not the disk's: {tested}"
+    );
     assert!(
         !crate::failing::process_is_qemu(pid),
         "qemu {pid} still runs"

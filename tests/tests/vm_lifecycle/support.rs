@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `labctl wait`'s timeout in the scenarios: far beyond a boot (2–5 min
@@ -99,33 +99,9 @@ pub fn static_agent() -> &'static Path {
     static_agent_for(Arch::Amd64)
 }
 
-/// The static agent for `arch`, brought up to date once per process
-/// (`packaging/build-agent.sh --arch ARCH` is a no-op when it is fresh).
-pub fn static_agent_for(arch: Arch) -> &'static Path {
-    static AMD64: OnceLock<PathBuf> = OnceLock::new();
-    static ARM64: OnceLock<PathBuf> = OnceLock::new();
-    let cell = match arch {
-        Arch::Amd64 => &AMD64,
-        Arch::Arm64 => &ARM64,
-    };
-    cell.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(repo_root().join("packaging/build-agent.sh"))
-            .args(["--arch", arch.name()])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run packaging/build-agent.sh");
-        assert!(
-            out.status.success(),
-            "packaging/build-agent.sh --arch {arch} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        let path = PathBuf::from(path.lines().last().unwrap_or_default());
-        assert!(path.is_file(), "build-agent.sh printed no agent path");
-        path
-    })
-}
+/// The static agent for `arch` (one definition, shared with the sandbox's
+/// tests).
+pub use lab_agent_tests::local::static_agent_for;
 
 /// `labctl VERB LAB --vm DISK --arch ARCH` (`try` or `test`) booting the
 /// guest's bootable disk image (firmware, GRUB, the kernel from the disk),

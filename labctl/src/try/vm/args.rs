@@ -2,11 +2,11 @@
 //! ([`VmRequest::config`]) into what a VM boots ([`VmConfig`]).
 
 use crate::exit::Failure;
-use crate::payload::ArchArg;
+use crate::payload::{AgentFromArg, ArchArg};
 use clap::builder::TypedValueParser as _;
-use lab_agent_cloudinit::Arch;
+use lab_agent_cloudinit::{AgentFrom, Arch};
 use lab_runner::qemu::AccelMode;
-use lab_runner::vm::{VmConfig, VmRequest};
+use lab_runner::vm::{AgentDiskKind, VmConfig, VmRequest};
 use std::path::PathBuf;
 
 #[derive(Debug, Default, Clone, clap::Args)]
@@ -54,6 +54,24 @@ pub struct VmArgs {
     /// [default: 120]
     #[arg(long, value_name = "SECS")]
     pub boot_silence: Option<u64>,
+    /// `disk`: the payload pins the agent's SHA-256 and the guest gets the
+    /// agent's disk beside it, as a lab VM whose Secret is rendered with
+    /// `labctl secret --agent-from disk` [default: embedded]
+    #[arg(long, value_name = "FROM", value_enum)]
+    pub agent_from: Option<AgentFromArg>,
+    /// How the agent's disk is attached, as KubeVirt attaches each volume:
+    /// `containerdisk` (a virtio disk with serial `lab-agent`) or
+    /// `configmap` (a disk labelled `LAB-AGENT`, no serial) [default:
+    /// containerdisk]
+    #[arg(long, value_name = "KIND", value_enum)]
+    pub agent_disk: Option<AgentDiskArg>,
+}
+
+/// `--agent-disk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentDiskArg {
+    Containerdisk,
+    Configmap,
 }
 
 /// The checked [`VmConfig`]: `None` when no VM was asked for (and then no
@@ -75,6 +93,11 @@ impl From<&VmArgs> for VmRequest {
             disk_gib: args.disk_size,
             accel: args.accel,
             boot_silence_secs: args.boot_silence,
+            agent_from: args.agent_from.map(AgentFrom::from),
+            agent_disk: args.agent_disk.map(|kind| match kind {
+                AgentDiskArg::Containerdisk => AgentDiskKind::ContainerDisk,
+                AgentDiskArg::Configmap => AgentDiskKind::ConfigMap,
+            }),
         }
     }
 }

@@ -110,6 +110,7 @@ class Rendered:
     user_data_bytes: bytes
     agent_from: str
     agent_sha256: str
+    channel: str
     token: str
     token_generated: bool
     agent_path: str
@@ -203,6 +204,7 @@ def render_secret(
     vm: Optional[str] = None,
     params: Optional[Dict[str, str]] = None,
     agent_from: str = "embedded",
+    channel: str = "both",
 ) -> Rendered: ...
 def session_wait_ready(
     names: List[str], clients: List[Client], timeout: float

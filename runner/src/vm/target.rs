@@ -14,7 +14,7 @@ use crate::qemu::{
 use lab_agent_client::{Client, ClientBuilder, Progress};
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::agent_disk::{self, AgentDisk};
-use lab_agent_cloudinit::{AgentFrom, Arch, Format, SecretMeta};
+use lab_agent_cloudinit::{AgentFrom, Arch, Channel, Format, SecretMeta};
 use lab_agent_proto::lab::Lab;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -214,6 +214,9 @@ impl VmTarget {
             },
             format: Format::Yaml,
             serial_autologin: true,
+            // TCP for `labctl try`'s own calls; vsock too when the guest
+            // has a device (one without logs a line and goes on).
+            channel: Channel::Both,
             agent_from: if agent_disk.is_some() {
                 AgentFrom::Disk
             } else {

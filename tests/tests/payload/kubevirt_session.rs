@@ -362,6 +362,7 @@ fn secret_args(words: &[String], agent: PathBuf) -> SecretArgs {
         token_out: None,
         no_autologin: false,
         agent_from: labctl::secret::AgentFromArg::Embedded,
+        channel: Default::default(),
         json: true,
         vm: None,
         params: Vec::new(),

@@ -35,6 +35,10 @@ pub struct BootOptions {
     pub extra_qemu_args: Vec<String>,
     /// Forces the accelerator; default: [`accel_mode`].
     pub accel: Option<Accel>,
+    /// A virtio-vsock device (`vhost-device-vsock`, which
+    /// `tests/install-deps.sh` puts in the cache); its hybrid socket is
+    /// [`Vm::vsock_url`]'s.
+    pub vsock: bool,
 }
 
 impl BootOptions {
@@ -49,6 +53,7 @@ impl BootOptions {
             extra_append: String::new(),
             extra_qemu_args: Vec::new(),
             accel: None,
+            vsock: false,
         }
     }
 }
@@ -126,6 +131,15 @@ impl Vm {
         spec.extra_qemu_args = opts.extra_qemu_args.clone();
         // The build script makes a raw root filesystem: no need to ask.
         spec.base_format = Some("raw".into());
+        if opts.vsock {
+            let backend = lab_runner::qemu::vsock::find_backend()?.ok_or_else(|| {
+                VmError::HostUnsupported(format!(
+                    "{}; `tests/install-deps.sh` (or `tests/vhost-vsock.sh`) installs it",
+                    lab_runner::qemu::vsock::missing_note()
+                ))
+            })?;
+            spec.vsock = Some(backend);
+        }
         let meta = opts.meta_data.clone().unwrap_or_else(|| {
             let id = opts
                 .instance_id

@@ -9,6 +9,7 @@
 use crate::http::listen::Listen;
 use crate::serve::ServeConfig;
 use crate::setup::SetupConfig;
+use lab_agent_proto::guest::OnSmallRoot;
 use lab_agent_proto::{GUEST_LAB_DIR, guest};
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -69,8 +70,8 @@ Flags:
                          [default: /opt/lab]
   --env-file PATH        The lab's variables for every command: NUL-ended
                          KEY=VALUE [default: /etc/lab-agent/env, if any]
-  --min-root-bytes N     With --run-setup: fail the setup before the script
-                         when the root filesystem is smaller than N bytes
+  --min-root-bytes N     With --run-setup: as `lab-agent setup`'s, with
+                         --on-small-root warn|fail [default: warn]
   --max-execs N          Concurrent exec limit; more wait briefly, then 429 [default: 8]
   --output-budget MIB    Output held at once for running commands and
                          answers not yet sent (each exec reserves twice its
@@ -114,9 +115,17 @@ Flags:
   --lab-dir PATH     LAB_DIR for the script [default: /opt/lab]
   --env-file PATH    The lab's variables for the script: NUL-ended
                      KEY=VALUE [default: /etc/lab-agent/env, if any]
-  --min-root-bytes N Fail before running the script when the root
-                     filesystem is smaller than N bytes (the lab's
-                     [readiness].min_root_bytes)
+  --min-root-bytes N Hold the root filesystem against N bytes (the lab's
+                     [readiness].min_root_bytes): see --on-small-root;
+                     readiness reports it (root.min_bytes, below_min)
+  --on-small-root warn|fail
+                     A smaller root: warn runs the setup, the VM is
+                     ready with the reason, and interactive shells show a
+                     banner; fail fails before the script [default: warn]
+  --small-root-banner PATH
+                     Where the banner goes (a profile.d script that
+                     prints in interactive shells only)
+                     [default: /etc/profile.d/lab-agent-small-root.sh]
   -h, --help         Print this help
 ";
 
@@ -156,6 +165,7 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
         cloud_init_dir: Some(guest::CLOUD_INIT_DIR.into()),
         run_setup: None,
         min_root_bytes: None,
+        on_small_root: OnSmallRoot::Warn,
         setup_timeout: Duration::from_secs(guest::DEFAULT_SETUP_TIMEOUT_SECS),
         lab_dir: GUEST_LAB_DIR.into(),
         env_file: guest::ENV_PATH.into(),
@@ -185,6 +195,7 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
             "--min-root-bytes" => {
                 c.min_root_bytes = Some(args.number(&flag, 1, u64::MAX, USAGE)?);
             }
+            "--on-small-root" => c.on_small_root = args.value(&flag, USAGE)?,
             "--max-execs" => c.max_execs = args.number(&flag, 1, 1024, USAGE)? as usize,
             "--addr-file" => c.addr_file = Some(args.path(&flag, USAGE)?),
             "--shutdown-grace" => c.shutdown_grace = args.secs(&flag, 0, 3600, USAGE)?,
@@ -232,6 +243,9 @@ fn parse_setup(mut args: Args) -> Result<Command, UsageError> {
         lab_dir: GUEST_LAB_DIR.into(),
         echo: true,
         min_root_bytes: None,
+        on_small_root: OnSmallRoot::Warn,
+        small_root_banner: guest::SMALL_ROOT_BANNER_PATH.into(),
+        cloud_init_dir: Some(guest::CLOUD_INIT_DIR.into()),
         env_file: guest::ENV_PATH.into(),
     };
     while let Some(flag) = args.next_flag(USAGE)? {
@@ -246,6 +260,8 @@ fn parse_setup(mut args: Args) -> Result<Command, UsageError> {
             "--min-root-bytes" => {
                 c.min_root_bytes = Some(args.number(&flag, 1, u64::MAX, USAGE)?);
             }
+            "--on-small-root" => c.on_small_root = args.value(&flag, USAGE)?,
+            "--small-root-banner" => c.small_root_banner = args.absolute_path(&flag, USAGE)?,
             _ => return Err(args.unknown(&flag, USAGE)),
         }
     }
@@ -495,12 +511,17 @@ mod tests {
             "/s",
             "--min-root-bytes",
             "9663676416",
+            "--on-small-root=fail",
+            "--small-root-banner",
+            "/b.sh",
         ])
         .unwrap() else {
             panic!()
         };
         assert_eq!(c.script, Some(PathBuf::from("/x.sh")));
         assert_eq!(c.min_root_bytes, Some(9 << 30));
+        assert_eq!(c.on_small_root, OnSmallRoot::Fail);
+        assert_eq!(c.small_root_banner, PathBuf::from("/b.sh"));
         assert_eq!(c.timeout, Duration::from_secs(30));
         assert_eq!(c.user, "student");
         assert!(c.echo);
@@ -510,6 +531,11 @@ mod tests {
         assert_eq!(c.script, None);
         assert_eq!(c.state_dir, PathBuf::from("/var/lib/lab-agent"));
         assert_eq!(c.min_root_bytes, None);
+        assert_eq!(c.on_small_root, OnSmallRoot::Warn);
+        assert_eq!(
+            c.small_root_banner,
+            PathBuf::from("/etc/profile.d/lab-agent-small-root.sh")
+        );
     }
 
     #[test]
@@ -546,6 +572,10 @@ mod tests {
                 &["setup", "--min-root-bytes", "10G"],
                 "invalid value \"10G\"",
             ),
+            (
+                &["setup", "--on-small-root", "ignore"],
+                "invalid value \"ignore\" for `--on-small-root`: use `warn` or `fail`",
+            ),
             (&["version", "--x"], "unknown flag"),
         ];
         for (args, want) in cases {
@@ -579,6 +609,7 @@ mod tests {
             "--setup-timeout",
             "--lab-dir",
             "--min-root-bytes",
+            "--on-small-root",
             "--max-execs",
             "--addr-file",
             "--shutdown-grace",

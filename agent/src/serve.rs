@@ -25,8 +25,10 @@ pub struct ServeConfig {
     /// `None`: `--no-cloud-init`.
     pub cloud_init_dir: Option<PathBuf>,
     pub run_setup: Option<PathBuf>,
-    /// `--min-root-bytes`: for the `--run-setup` script, as `lab-agent setup`.
+    /// `--min-root-bytes`, `--on-small-root`: for the `--run-setup`
+    /// script, as `lab-agent setup`'s.
     pub min_root_bytes: Option<u64>,
+    pub on_small_root: lab_agent_proto::guest::OnSmallRoot,
     pub setup_timeout: Duration,
     pub lab_dir: PathBuf,
     /// The lab's variables (`--env-file`); `main` reads it before serving.
@@ -133,25 +135,15 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     }
     let jobs = Jobs::with_cgroups(cgroups, defaults.pids);
     let agent_started_ms = crate::readiness::timeline::since_boot_ms();
-    // Which life of the VM this is: counted once per boot, kept on the disk.
-    let instance = match crate::readiness::instance::observe_boot(&cfg.state_dir) {
-        Ok(i) => {
-            tracing::info!(instance = %i.id, boots = i.boots, "instance");
-            Some(i)
-        }
-        Err(e) => {
-            tracing::warn!(state_dir = %cfg.state_dir.display(), error = %e, "no instance identity: the state dir cannot be used");
-            None
-        }
-    };
     let app = Arc::new(App {
         token,
+        // Which life of the VM this is: counted once per boot, kept on the
+        // disk, bound to cloud-init's instance.
         readiness: Readiness::new(ReadinessConfig {
             state_dir: cfg.state_dir.clone(),
             cloud_init_dir: cfg.cloud_init_dir.clone(),
             agent_runs_setup: cfg.run_setup.is_some(),
             boot_id: crate::readiness::current_boot_id(),
-            instance,
             agent_started_ms: Some(agent_started_ms),
             root: "/".into(),
         }),
@@ -186,6 +178,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             lab_dir: cfg.lab_dir.clone(),
             echo: false,
             min_root_bytes: cfg.min_root_bytes,
+            on_small_root: cfg.on_small_root,
+            // No banner on the machine a lab is tried on: the small root
+            // is a VM's (`labctl try` says so).
+            small_root_banner: cfg.state_dir.join("small-root-banner.sh"),
+            cloud_init_dir: cfg.cloud_init_dir.clone(),
             env_file: cfg.env_file.clone(),
         };
         let jobs = jobs.clone();
@@ -207,7 +204,16 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
             _ = int.recv() => tracing::info!("SIGINT received"),
         }
     };
-    crate::http::server::run(listener, app, shutting_down, shutdown, cfg.shutdown_grace).await;
+    crate::http::server::run(
+        listener,
+        app.clone(),
+        shutting_down,
+        shutdown,
+        cfg.shutdown_grace,
+    )
+    .await;
+    // The root disk's writes of this boot, kept for the next.
+    app.readiness.keep_writes();
     Ok(())
 }
 
@@ -224,8 +230,13 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
 /// event files and writes where the controllers are on), a few µs; a `mkdir` only when execs overlap
 /// or come faster than the sweep, an `rmdir` only for a cgroup the pool
 /// has no room for, and one read per kept cgroup every 10 s.
+///
+/// Every minute it also keeps this boot's writes to the root disk in the
+/// state dir (`written_bytes_total` across reboots; at shutdown too).
 async fn housekeeping(app: Arc<App>) {
     const EVERY: Duration = Duration::from_secs(10);
+    const KEEP_WRITES_EVERY: Duration = Duration::from_secs(60);
+    let mut writes_kept = Instant::now();
     loop {
         tokio::select! {
             _ = app.jobs.ended() => {}
@@ -233,6 +244,10 @@ async fn housekeeping(app: Arc<App>) {
         }
         app.jobs.housekeep();
         app.rejections.flush_due();
+        if writes_kept.elapsed() >= KEEP_WRITES_EVERY {
+            writes_kept = Instant::now();
+            app.readiness.keep_writes();
+        }
     }
 }
 

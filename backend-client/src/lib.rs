@@ -49,13 +49,14 @@
 //!   report's field order kept, guest text escaped), errors by kind.
 //! - [`follow`]: setup logs followed as they grow ([`Follow`]: whole lines,
 //!   escaped, a replaced log, bounded by a wait's deadline).
-//! - [`timeline`]: where many VMs' preparation time went ([`distribution`]:
-//!   count, median, p90, max of each phase of their timelines; [`Answers`]:
-//!   the timelines in logged `/v1/ready` answers).
 //! - [`transport`]: the URL forms (`http://`, `vsock://`, `vsock+unix://`,
 //!   `kubevirt://` with the feature `kubevirt`) and the connection each
 //!   gives hyper; [`KubeApi`] (feature `kubevirt`): the API server a
 //!   `kubevirt://` client goes through.
+//! - [`timeline`]: where many VMs' preparation time went, request to ready
+//!   ([`distribution`]: count, min, median, p90, max of each phase, the
+//!   backend's own stamps before the guest's timeline; [`Answers`]: the
+//!   timelines in logged `/v1/ready` answers; [`timeline::svg`]: a picture).
 //! - `interim`: the connection under hyper, cut at the interim (1xx)
 //!   response past the limit.
 //! - `reuse`: what each connection carried, so a call whose kept-alive
@@ -91,7 +92,8 @@ pub use lab_agent_proto as proto;
 pub use session::{Session, SessionError};
 pub use stream::{ExecStream, SetupLog};
 pub use timeline::{
-    Answers, AnswersError, Distribution, Phase, PhaseStats, distribution, phases_of,
+    Answers, AnswersError, BackendTimes, Distribution, Phase, PhaseStats, Preparation,
+    distribution, phases_of,
 };
 #[cfg(feature = "kubevirt")]
 pub use transport::kubevirt::KubeApi;

@@ -98,11 +98,18 @@ pub fn render(spec: &PayloadSpec) -> String {
         setup.extend(["--script", SETUP_SCRIPT_PATH, "--timeout", &timeout]);
     }
     // Checked even without a script: a disk too small for the lab is too
-    // small for the student's work in it as well.
+    // small for the student's work in it as well. What a smaller one does
+    // (`warn`: ready, flagged, the student's banner; `fail`) is said
+    // always, never left to the agent's default.
     let min_root;
     if let Some(bytes) = spec.readiness.min_root_bytes {
         min_root = bytes.to_string();
-        setup.extend(["--min-root-bytes", &min_root]);
+        setup.extend([
+            "--min-root-bytes",
+            &min_root,
+            "--on-small-root",
+            spec.readiness.on_small_root.as_str(),
+        ]);
     }
     // Run even without a script: it records "succeeded", and a cloud-init
     // that finished without a setup record means "failed" to the agent. It

@@ -51,7 +51,6 @@ fn world() -> &'static World {
                 cloud_init_dir: None,
                 agent_runs_setup: false,
                 boot_id: None,
-                instance: None,
                 agent_started_ms: None,
                 root: "/".into(),
             }),

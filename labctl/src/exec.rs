@@ -4,7 +4,7 @@
 use super::common::{self, AgentArgs};
 use super::exit::{Exit, Failure};
 use lab_agent_client::Client;
-use lab_agent_proto::exec::{Bounded, ExecOptions, MAX_TIMEOUT_SECS};
+use lab_agent_proto::exec::{ExecOptions, RawExecOptions};
 use lab_agent_proto::{ExecRequest, ExecResult, StreamEvent};
 use std::io::{Read, Write};
 
@@ -12,43 +12,18 @@ use std::io::{Read, Write};
 pub struct ExecArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
-    /// Run as this user
-    #[arg(long, value_name = "USER", default_value = lab_agent_proto::exec::DEFAULT_USER)]
-    pub user: String,
-    /// Kill the command after this many seconds
-    #[arg(long, value_name = "SECS", default_value_t = lab_agent_proto::exec::DEFAULT_TIMEOUT_SECS)]
-    pub timeout: u64,
+    /// How the command runs: every exec option, declared once with
+    /// `lab.toml`'s keys (`lab_agent_proto::exec::RawExecOptions`)
+    #[command(flatten)]
+    pub options: RawExecOptions,
     /// Allow the agent this many seconds beyond `--timeout` to answer; the
     /// whole call, retries of a busy agent included, ends by then (at most
     /// 86400, a day)
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_ANSWER_SECS)]
     pub answer_timeout: u64,
-    /// Working directory in the guest (default: the user's home)
-    #[arg(long, value_name = "DIR")]
-    pub cwd: Option<String>,
-    /// Set an environment variable for the command; repeatable
-    #[arg(long = "env", value_name = "KEY=VALUE")]
-    pub env: Vec<String>,
     /// Send labctl's standard input to the command (default: none)
     #[arg(long)]
     pub stdin: bool,
-    /// Startup files the shell reads: `login` (the user's own too),
-    /// `system` (only /etc/profile and what it sources) or `none`
-    #[arg(long, value_name = "PROFILE", default_value = "login")]
-    pub profile: lab_agent_proto::Profile,
-    /// Keep what the command leaves running after it exits (a server);
-    /// by default it is killed with the command
-    #[arg(long)]
-    pub leave_running: bool,
-    /// The command's process limit (its cgroup's `pids.max`; default: the
-    /// agent's, 4096), where the guest delegates the pids controller
-    #[arg(long, value_name = "N")]
-    pub max_pids: Option<u32>,
-    /// The command's memory limit in MiB (its cgroup's `memory.max`;
-    /// default and maximum: the agent's), where the guest delegates the
-    /// memory controller
-    #[arg(long, value_name = "MIB")]
-    pub max_memory: Option<u64>,
     /// Run only on this life of the VM: the `instance.id` recorded when it
     /// was handed to the student (`labctl wait --json` prints it). The agent
     /// refuses another instance (the VM was reset) before running anything:
@@ -77,46 +52,24 @@ pub struct Config {
 impl Config {
     pub fn from_args(args: &ExecArgs) -> Result<Config, Failure> {
         let command = args.command.join(" ");
-        // The options' own range, told in the flag's terms.
-        if !Bounded::TimeoutSecs.allows(args.timeout) {
-            return Err(Failure::usage(format!(
-                "`--timeout {}` is out of range: use 1 to {MAX_TIMEOUT_SECS} seconds",
-                args.timeout,
-            )));
-        }
         let answer_timeout = common::wait_secs("--answer-timeout", args.answer_timeout, 1)?;
-        let mut request = ExecRequest::with_options(
-            command,
-            ExecOptions {
-                user: args.user.clone(),
-                timeout_secs: args.timeout,
-                profile: args.profile,
-                leave_running: args.leave_running,
-                max_pids: args.max_pids,
-                max_memory_bytes: args.max_memory.map(|mib| mib.saturating_mul(1024 * 1024)),
-                ..ExecOptions::default()
-            },
-        );
-        if let Some(cwd) = &args.cwd {
-            request = request.cwd(cwd.clone());
-        }
-        for kv in &args.env {
-            let Some((k, v)) = kv.split_once('=').filter(|(k, _)| !k.is_empty()) else {
-                return Err(Failure::usage(format!(
-                    "`--env {kv}` is not of the form `KEY=VALUE`"
-                )));
-            };
-            request = request.env(k, v);
-        }
+        let mut raw = args.options.clone();
         if args.stdin {
             let mut input = String::new();
             std::io::stdin().read_to_string(&mut input).map_err(|e| {
                 Failure::usage("failed to read standard input for `--stdin`").with_source(e)
             })?;
-            request = request.stdin(input);
+            raw.stdin = Some(input);
         }
-        // The agent's own rules, checked here so a bad request costs no
-        // round trip and is told as a usage error.
+        // The options' own rules (the agent's), checked here so a bad
+        // request costs no round trip and is told as a usage error.
+        let (options, problems) = raw.over(&ExecOptions::default());
+        if let Some(problem) = problems.first() {
+            return Err(Failure::usage(format!(
+                "the command cannot be sent: {problem}"
+            )));
+        }
+        let request = ExecRequest::with_options(command, options);
         request
             .validate()
             .map_err(|e| Failure::usage(format!("the command cannot be sent: {e}")))?;

@@ -1,6 +1,7 @@
 //! The VM's life for people: which life of the VM answered (instance id,
 //! boots), where the time of this boot went (a table of phases in seconds
-//! since the kernel booted) and the root disk — what `labctl wait` prints
+//! since the kernel booted), the root disk and what shows it was booted
+//! before this VM — what `labctl wait` prints
 //! once a VM is ready. Every string in it is the guest's, so escaped.
 
 use lab_agent_client::phases_of;
@@ -25,6 +26,9 @@ pub fn describe(r: &ReadyResponse) -> String {
             escape(&i.boot_id)
         );
     }
+    for e in r.disk.iter().flat_map(|d| &d.evidence) {
+        let _ = writeln!(out, "booted before this VM: {}", escape(e));
+    }
     if let Some(t) = &r.timeline {
         let at = escape(t.boot_at.as_deref().unwrap_or("(unknown)"));
         let _ = writeln!(out, "booted at {at}; seconds since boot:");
@@ -39,6 +43,12 @@ pub fn describe(r: &ReadyResponse) -> String {
         let _ = write!(out, "root: {size}, {free} free");
         if let Some(written) = root.written_bytes {
             let _ = write!(out, ", {} written since boot", bytes(written));
+        }
+        if let Some(all) = root.written_bytes_total {
+            let _ = write!(out, " ({} in its life)", bytes(all));
+        }
+        if let (true, Some(min)) = (root.below_min, root.min_bytes) {
+            let _ = write!(out, ", under the lab's {}", bytes(min));
         }
         out.push('\n');
     }

@@ -1,10 +1,12 @@
 //! `labctl timeline [FILE…]`: where many VMs' preparation time went — per
-//! phase (kernel to agent start, each cloud-init stage, setup, kernel to
-//! ready) the count, median, p90 and max over the `/v1/ready` answers a
-//! backend logged (or `labctl wait --json` outputs). Reading the answers
-//! and the statistics are the client library's ([`Answers`],
-//! [`lab_agent_client::distribution`]), so a backend computing them itself
-//! gets the same numbers.
+//! phase (the backend's own stamps when it logged them, kernel to agent
+//! start, each cloud-init stage, setup, kernel to ready, request to ready)
+//! the count, min, median, p90 and max over the `/v1/ready` answers a
+//! backend logged (or `labctl wait --json` outputs); `--svg` draws them.
+//! Reading the answers, the statistics and the picture are the client
+//! library's ([`Answers`], [`lab_agent_client::distribution`],
+//! [`lab_agent_client::timeline::svg`]), so a backend (Python's
+//! `timeline_distribution` too) gets the same numbers.
 
 use super::exit::{Exit, Failure};
 use super::life::secs;
@@ -21,6 +23,9 @@ pub struct TimelineArgs {
     /// Print the distribution as JSON on stdout
     #[arg(long)]
     pub json: bool,
+    /// Also draw the distribution as an SVG picture into this file
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
 }
 
 pub fn run(args: &TimelineArgs) -> Result<Exit, Failure> {
@@ -36,7 +41,15 @@ pub fn run(args: &TimelineArgs) -> Result<Exit, Failure> {
         read.read(&text).map_err(|e| answers_failure(&name, e))?;
     }
     let without = read.without_timeline();
-    let d = distribution(&read.timelines);
+    let d = distribution(&read.preparations);
+    for (doc, stamp) in &read.malformed_stamps {
+        eprintln!("note: answer {doc}: backend.{stamp} is not an RFC 3339 time: left out");
+    }
+    if let Some(path) = &args.svg {
+        std::fs::write(path, lab_agent_client::timeline::svg(&d, read.answers)).map_err(|e| {
+            Failure::usage(format!("failed to write `{}`", path.display())).with_source(e)
+        })?;
+    }
     if without > 0 {
         eprintln!(
             "note: {without} of {} answers carry no timeline (an agent that predates it, or a VM \
@@ -94,14 +107,15 @@ fn answers_failure(name: &str, e: AnswersError) -> Failure {
 /// A table for people: a row per phase, in seconds.
 fn table(d: &Distribution) -> String {
     let mut out = format!(
-        "{:<26} {:>6} {:>9} {:>9} {:>9}\n",
-        "phase (seconds)", "count", "median", "p90", "max"
+        "{:<26} {:>6} {:>9} {:>9} {:>9} {:>9}\n",
+        "phase (seconds)", "count", "min", "median", "p90", "max"
     );
     for s in &d.phases {
         out.push_str(&format!(
-            "{:<26} {:>6} {:>9} {:>9} {:>9}\n",
+            "{:<26} {:>6} {:>9} {:>9} {:>9} {:>9}\n",
             s.phase.label(),
             s.count,
+            secs(s.min_secs),
             secs(s.median_secs),
             secs(s.p90_secs),
             secs(s.max_secs)

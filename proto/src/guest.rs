@@ -59,6 +59,47 @@ pub const MAX_SETUP_TIMEOUT_SECS: u64 = 3600;
 /// seconds overflows the clock when added to it.
 pub const MAX_WAIT_SECS: u64 = 24 * 60 * 60;
 
+/// Where `lab-agent setup` writes the small-root banner (`--small-root-banner`):
+/// `/etc/profile` sources every `*.sh` here in login shells, and the file
+/// itself prints only in interactive ones.
+pub const SMALL_ROOT_BANNER_PATH: &str = "/etc/profile.d/lab-agent-small-root.sh";
+
+/// What a root filesystem under the lab's `[readiness] min_root_bytes`
+/// does (`on_small_root`, `lab-agent setup --on-small-root`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "lab", derive(serde::Deserialize))]
+#[cfg_attr(feature = "lab", serde(rename_all = "lowercase"))]
+pub enum OnSmallRoot {
+    /// The VM is set up and ready, flagged (`root.below_min`, the reason),
+    /// and the student's interactive shells show a banner: the seeds'
+    /// fallback from a golden disk to a containerDisk (~2.4 GiB root) must
+    /// still run the lab.
+    #[default]
+    Warn,
+    /// The setup fails before the script runs, with both sizes.
+    Fail,
+}
+
+impl OnSmallRoot {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OnSmallRoot::Warn => "warn",
+            OnSmallRoot::Fail => "fail",
+        }
+    }
+}
+
+impl std::str::FromStr for OnSmallRoot {
+    type Err = &'static str;
+    fn from_str(s: &str) -> Result<OnSmallRoot, &'static str> {
+        match s {
+            "warn" => Ok(OnSmallRoot::Warn),
+            "fail" => Ok(OnSmallRoot::Fail),
+            _ => Err("use `warn` or `fail`"),
+        }
+    }
+}
+
 /// The shortest token the agent accepts. A generated token is 43
 /// characters (32 random bytes, base64url).
 pub const MIN_TOKEN_LEN: usize = 32;

@@ -1,6 +1,6 @@
 //! `GET /v1/info`.
 
-use crate::lifecycle::{Instance, RootDisk};
+use crate::lifecycle::{Disk, Instance, RootDisk};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -27,6 +27,10 @@ pub struct InfoResponse {
     /// Which life of the VM answered (see [`crate::ReadyResponse::instance`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<Instance>,
+    /// Whether the VM's disk was booted before it (see
+    /// [`crate::ReadyResponse::disk`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<Disk>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<RootDisk>,
 }

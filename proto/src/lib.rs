@@ -8,7 +8,7 @@
 //! - [`exec`]: `POST /v1/exec` — the request and its result.
 //! - [`info`]: `GET /v1/info`.
 //! - [`lifecycle`]: the VM's life in those answers: instance identity,
-//!   the boot's timeline, the root disk.
+//!   whether its disk was booted before, the boot's timeline, the root disk.
 //! - [`error`]: the error body every non-2xx response carries.
 //! - [`guest`]: the guest contract: paths, port, token rule, defaults.
 //! - [`text`]: guest-supplied text made safe to show a person (control
@@ -42,7 +42,7 @@ pub mod token_file;
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use exec::{ExecRequest, ExecResult, InvalidRequest, Profile, StreamEvent};
 pub use info::InfoResponse;
-pub use lifecycle::{Instance, RootDisk, Span, Timeline};
+pub use lifecycle::{Disk, Instance, RootDisk, Span, Timeline};
 pub use ready::{CloudInitStatus, ReadyResponse, ReadyState, SetupState, SetupStatus};
 
 /// Port the agent listens on in a lab VM ([`guest::PORT`]).

@@ -1,6 +1,7 @@
 //! The VM's life, as every `/v1/ready` and `/v1/info` answer tells it:
-//! which life of the VM this is ([`Instance`]), where the time of this boot
-//! went ([`Timeline`]), and the root disk ([`RootDisk`]).
+//! which life of the VM this is ([`Instance`]), whether its disk had a life
+//! before it ([`Disk`]), where the time of this boot went ([`Timeline`]),
+//! and the root disk ([`RootDisk`]).
 //!
 //! All three are optional on the wire: an agent that predates them sends
 //! none, and a client must then treat the instance as unknown, never as
@@ -28,6 +29,26 @@ pub struct Instance {
     pub boot_id: String,
     /// When the id was made (RFC 3339, UTC, the guest's clock).
     pub first_boot_at: String,
+}
+
+/// Whether this VM's root disk was booted before this VM first booted
+/// (the seeds' golden-disk rule: a golden must be an original that was
+/// never booted). Judged once, when the agent makes the instance's record,
+/// and kept with it: every boot of the same life tells the same.
+///
+/// A booted disk copies its agent's record, its machine-id, SSH host keys
+/// and cloud-init's records into every VM made from it; the agent gives
+/// such a VM an id of its own (a reset stays visible) and says what it
+/// found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Disk {
+    /// Whether any evidence was found.
+    pub booted_before: bool,
+    /// One short sentence per finding (the foreign record, cloud-init
+    /// instance dirs of another id, a machine-id or SSH host keys older
+    /// than this VM's first boot); empty when none.
+    #[serde(default)]
+    pub evidence: Vec<String>,
 }
 
 /// Whether `id` has the shape of an [`Instance::id`]: what a client checks
@@ -106,6 +127,21 @@ pub struct RootDisk {
     /// sysfs); absent when `/` is on no block device (an overlay, tmpfs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_bytes: Option<u64>,
+    /// Bytes written to it over this instance's life: every boot's
+    /// `written_bytes` summed (kept in the agent's state dir, updated every
+    /// minute and at shutdown, so a crash loses at most a minute's). The
+    /// seeds' criterion: the write layer over a golden stays within a few
+    /// hundred MB. Absent where `written_bytes` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_bytes_total: Option<u64>,
+    /// The lab's `[readiness] min_root_bytes`, once its setup has run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_bytes: Option<u64>,
+    /// `size_bytes` is under `min_bytes`: with `on_small_root = "warn"` the
+    /// VM is ready anyway (its `reason` says so, the student's interactive
+    /// shells show a banner); with `"fail"` it is `failed`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub below_min: bool,
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `GET /v1/ready[?wait=SECS]`: 200 when `state` is `ready`, 503 otherwise.
 
-use crate::lifecycle::{Instance, RootDisk, Timeline};
+use crate::lifecycle::{Disk, Instance, RootDisk, Timeline};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -104,7 +104,9 @@ pub struct SetupStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadyResponse {
     pub state: ReadyState,
-    /// A human sentence saying why the VM is not ready (absent when ready).
+    /// A human sentence saying why the VM is not ready; when it is ready,
+    /// absent, or a warning it is ready despite (a root filesystem under
+    /// the lab's `min_root_bytes` with `on_small_root = "warn"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub cloud_init: CloudInitStatus,
@@ -113,10 +115,15 @@ pub struct ReadyResponse {
     /// (or when the agent could not keep its state dir).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<Instance>,
+    /// Whether the VM's disk was booted before it (absent from older
+    /// agents, and with the instance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<Disk>,
     /// Where the time of this boot went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
-    /// The root filesystem's size, free space and bytes written since boot.
+    /// The root filesystem's size, free space, bytes written (this boot,
+    /// this life) and the lab's least size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<RootDisk>,
 }

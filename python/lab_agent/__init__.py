@@ -26,6 +26,9 @@ process. The Python modules here only give the answers Python types.
   concurrency bound;
 - :func:`render_secret` makes a lab's Kubernetes Secret, byte-identical to
   ``labctl secret`` (:func:`render_secret_async` off the event loop);
+- :func:`timeline_distribution` sums up many VMs' logged ``/v1/ready``
+  answers (with the backend's own stamps beside them: request to ready)
+  per phase, the figures of ``labctl timeline --json``;
 - every bad argument is a ``ValueError``, raised before anything is sent;
 - every error is an :class:`AgentError`; catch :class:`Unauthorized`,
   :class:`SetupFailed`, :class:`Timeout`, :class:`Unreachable`, ... as the
@@ -61,7 +64,8 @@ process. The Python modules here only give the answers Python types.
 # - ``_client``: Client and AsyncClient (one agent);
 # - ``_fleet``: wait_each, wait_all and grade_all (many VMs, each on its own);
 # - ``_session``: Session (a lab of several VMs, as one);
-# - ``_render``: render_secret and Rendered.
+# - ``_render``: render_secret and Rendered;
+# - ``_timeline``: timeline_distribution (labctl timeline's figures).
 
 from __future__ import annotations
 
@@ -108,6 +112,7 @@ from ._native import (
 from ._ready import (
     CLOUD_INIT_STAGES,
     CloudInit,
+    Disk,
     Info,
     Instance,
     Ready,
@@ -118,6 +123,7 @@ from ._ready import (
 )
 from ._render import Rendered, render_secret, render_secret_async
 from ._session import Session
+from ._timeline import Distribution, PhaseStats, timeline_distribution
 
 __version__: str = _native.__version__
 
@@ -131,6 +137,8 @@ __all__ = [
     "Client",
     "CloudInit",
     "DEFAULT_REQUEST_TIMEOUT",
+    "Disk",
+    "Distribution",
     "ExecResult",
     "ExecStream",
     "Info",
@@ -141,6 +149,7 @@ __all__ = [
     "LabError",
     "MalformedAnswer",
     "NotReady",
+    "PhaseStats",
     "ProtocolError",
     "Ready",
     "Rejected",
@@ -165,6 +174,7 @@ __all__ = [
     "grade_all_async",
     "render_secret",
     "render_secret_async",
+    "timeline_distribution",
     "wait_all",
     "wait_all_async",
     "wait_each",

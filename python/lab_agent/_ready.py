@@ -51,6 +51,21 @@ class Instance:
 
 
 @dataclass(frozen=True)
+class Disk:
+    """Whether the VM's root disk was booted before the VM first booted
+    (a booted golden, a cloned disk): judged once per instance, with one
+    short sentence per finding in ``evidence``. Such a VM still gets an
+    instance id of its own."""
+
+    booted_before: bool
+    evidence: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Disk":
+        return cls(booted_before=d["booted_before"], evidence=list(d.get("evidence", [])))
+
+
+@dataclass(frozen=True)
 class Span:
     """When a phase started and finished, in seconds since the kernel
     booted; each None until it happened."""
@@ -103,12 +118,18 @@ class Timeline:
 
 @dataclass(frozen=True)
 class RootDisk:
-    """The root filesystem: size and free space (``df``'s), and bytes
-    written to its block device since boot (None off a block device)."""
+    """The root filesystem: size and free space (``df``'s); bytes written
+    to its block device since boot and over the instance's life (None off
+    a block device); the lab's ``min_root_bytes`` once its setup ran, and
+    whether the root is below it (``on_small_root = "warn"``: ready
+    anyway)."""
 
     size_bytes: int
     free_bytes: int
     written_bytes: Optional[int] = None
+    written_bytes_total: Optional[int] = None
+    min_bytes: Optional[int] = None
+    below_min: bool = False
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RootDisk":
@@ -116,6 +137,9 @@ class RootDisk:
             size_bytes=d["size_bytes"],
             free_bytes=d["free_bytes"],
             written_bytes=d.get("written_bytes"),
+            written_bytes_total=d.get("written_bytes_total"),
+            min_bytes=d.get("min_bytes"),
+            below_min=d.get("below_min", False),
         )
 
 
@@ -128,7 +152,9 @@ class Ready:
     """The agent's ``/v1/ready`` answer.
 
     ``state`` is one of ``booting``, ``setting_up``,
-    ``waiting_for_cloud_init``, ``ready``, ``failed``.
+    ``waiting_for_cloud_init``, ``ready``, ``failed``. ``reason`` says why
+    it is not ready, or, when it is, what it is ready despite (a root
+    filesystem under the lab's ``min_root_bytes``).
     """
 
     state: str
@@ -137,6 +163,8 @@ class Ready:
     setup: SetupStatus
     #: Which life of the VM answered; None from an agent that predates it.
     instance: Optional[Instance] = None
+    #: Whether its disk was booted before it; None from an older agent.
+    disk: Optional[Disk] = None
     #: Where the time of this boot went; None from an older agent.
     timeline: Optional[Timeline] = None
     #: The root filesystem; None from an older agent.
@@ -165,6 +193,7 @@ class Ready:
                 log_tail=s.get("log_tail"),
             ),
             instance=_maybe(Instance, d.get("instance")),
+            disk=_maybe(Disk, d.get("disk")),
             timeline=_maybe(Timeline, d.get("timeline")),
             root=_maybe(RootDisk, d.get("root")),
         )

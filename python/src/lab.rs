@@ -66,6 +66,14 @@ impl Lab {
         self.inner.readiness.min_root_bytes
     }
 
+    /// `[readiness] on_small_root`: what a root under `min_root_bytes`
+    /// does, `"warn"` (ready, flagged, a banner for the student; the
+    /// default) or `"fail"`.
+    #[getter]
+    fn on_small_root(&self) -> &'static str {
+        self.inner.readiness.on_small_root.as_str()
+    }
+
     /// `[[vms]]`: the names of the session's VMs, in order; empty for a
     /// lab of one VM.
     #[getter]

@@ -18,6 +18,8 @@
 //! - `render.rs` — `render_secret`.
 //! - `stream.rs` — `ExecStream`, a streamed exec read event by event
 //!   (blocking or asyncio); dropping or closing it ends the request.
+//! - `timeline.rs` — `labctl timeline`'s distribution and picture of
+//!   logged answers.
 //! - `tasks.rs` — asyncio futures resolved from the runtime, blocking
 //!   waits Ctrl-C interrupts, and the exit hook that keeps the runtime's
 //!   threads away from a finalising interpreter.
@@ -31,6 +33,7 @@ mod lab;
 mod render;
 mod stream;
 mod tasks;
+mod timeline;
 
 /// The process's one tokio runtime, shared by blocking and asyncio calls
 /// (pyo3-async-runtimes owns it, so its awaitables and `block_on` agree).
@@ -60,6 +63,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client::session_grade_json, m)?)?;
     m.add_function(wrap_pyfunction!(client::session_grade_json_async, m)?)?;
     m.add_function(wrap_pyfunction!(render::render_secret, m)?)?;
+    m.add_function(wrap_pyfunction!(timeline::timeline_distribution_json, m)?)?;
+    m.add_function(wrap_pyfunction!(timeline::timeline_svg, m)?)?;
     m.add_function(wrap_pyfunction!(client::_rust_exec_timings, m)?)?;
     tasks::register(m)?;
     error::register(m)

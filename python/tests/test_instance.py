@@ -38,6 +38,11 @@ def test_ready_and_wait_all_carry_the_vms_life(agents: Agents) -> None:
     assert r.timeline.setup.duration_secs is not None and r.timeline.setup.duration_secs >= 0
     assert isinstance(r.root, lab_agent.RootDisk)
     assert r.root.size_bytes > 0 and 0 <= r.root.free_bytes <= r.root.size_bytes
+    if r.root.written_bytes is not None:
+        assert r.root.written_bytes_total == r.root.written_bytes  # the life's first boot
+    assert r.root.min_bytes is None and not r.root.below_min
+    # Without cloud-init the disk is not judged.
+    assert r.disk == lab_agent.Disk(booted_before=False, evidence=[])
     (w,) = lab_agent.wait_all([c], 30)
     assert isinstance(w, lab_agent.Ready) and w.instance == r.instance
     assert w.timeline is not None and w.root is not None

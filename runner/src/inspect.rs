@@ -16,7 +16,8 @@ use crate::payload::{self, PayloadError, RenderOptions};
 use crate::trial::Params;
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::{Format, SecretMeta};
-use lab_agent_proto::lab::{Lab, Scripts, scripts_of_toml};
+use lab_agent_proto::RootDisk;
+use lab_agent_proto::lab::{Lab, OnSmallRoot, Scripts, scripts_of_toml};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -68,8 +69,59 @@ pub fn lint(dir: &Path, agent: Option<&Path>, params: &Params) -> Findings {
         Ok(_) => budget(&lab, agent, params, &mut found),
         Err(e) => found.problems.push(e.to_string()),
     }
+    found.notes.extend(small_root_choice(&lab));
     found.lab = Some(lab);
     found
+}
+
+/// What `[readiness] on_small_root` does with the lab's `min_root_bytes`,
+/// said where the author chose it: the seeds' golden-disk rule is that a
+/// golden lab must also run on the containerDisk fallback (~2.4 GiB root).
+fn small_root_choice(lab: &Lab) -> Option<String> {
+    let min = gib(lab.readiness.min_root_bytes?);
+    Some(match lab.readiness.on_small_root {
+        OnSmallRoot::Warn => format!(
+            "readiness: a root filesystem under {min} (min_root_bytes) is ready, flagged \
+             (`root.below_min`, the reason) and the student's interactive shells show a banner \
+             (on_small_root = \"warn\", the default); `on_small_root = \"fail\"` fails such a VM \
+             before setup instead"
+        ),
+        OnSmallRoot::Fail => format!(
+            "readiness: a root filesystem under {min} (min_root_bytes) fails the VM before setup \
+             (on_small_root = \"fail\"): on a containerDisk (~2.4 GiB root, the golden disk's \
+             fallback) every session would fail; `on_small_root = \"warn\"` runs it, flagged, with \
+             a banner for the student"
+        ),
+    })
+}
+
+/// Where the lab's `min_root_bytes` was checked in a `labctl try`, for its
+/// author: `root` is the VM's answer (`None`: a sandbox or the machine,
+/// where it is not checked at all); `None` when the lab sets none.
+pub fn root_note(lab: &Lab, root: Option<&RootDisk>) -> Option<String> {
+    let min = gib(lab.readiness.min_root_bytes?);
+    let Some(root) = root else {
+        return Some(format!(
+            "note: [readiness] min_root_bytes ({min}) is checked in VMs only (`--vm IMAGE`): \
+             not here"
+        ));
+    };
+    let size = gib(root.size_bytes);
+    Some(if root.below_min {
+        format!(
+            "vm: the root filesystem is {size}, under the lab's min_root_bytes ({min}): ready \
+             anyway (on_small_root = \"warn\"), flagged, and the student's interactive shells show \
+             a banner"
+        )
+    } else {
+        format!("vm: the root filesystem is {size}: the lab's min_root_bytes ({min}) is met")
+    })
+}
+
+/// `10.0 GiB`, cut to a tenth (never rounded up to the need).
+fn gib(bytes: u64) -> String {
+    let tenths = u128::from(bytes) * 10 / (1 << 30);
+    format!("{}.{} GiB", tenths / 10, tenths % 10)
 }
 
 /// `bash -n` on every script and command of the lab
@@ -253,5 +305,46 @@ fn budget(lab: &Lab, agent: Option<&Path>, params: &Params, found: &mut Findings
             }
             Err(e) => found.problems.push(format!("{on}{e}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab(readiness: &str) -> Lab {
+        Lab::parse(&format!("name = \"x\"\n[readiness]\n{readiness}"), "/l").unwrap()
+    }
+
+    fn root(size_bytes: u64, below_min: bool) -> RootDisk {
+        RootDisk {
+            size_bytes,
+            free_bytes: 0,
+            written_bytes: None,
+            written_bytes_total: None,
+            min_bytes: Some(10 << 30),
+            below_min,
+        }
+    }
+
+    /// Where `min_root_bytes` was checked, as `labctl try` says it.
+    #[test]
+    fn the_root_is_checked_in_vms_only() {
+        assert_eq!(root_note(&lab(""), None), None, "no need, nothing to say");
+        let l = lab("min_root_bytes = 10737418240\n");
+        assert_eq!(
+            root_note(&l, None).unwrap(),
+            "note: [readiness] min_root_bytes (10.0 GiB) is checked in VMs only (`--vm IMAGE`): not here"
+        );
+        assert_eq!(
+            root_note(&l, Some(&root(3 << 30, true))).unwrap(),
+            "vm: the root filesystem is 3.0 GiB, under the lab's min_root_bytes (10.0 GiB): ready \
+             anyway (on_small_root = \"warn\"), flagged, and the student's interactive shells show \
+             a banner"
+        );
+        assert_eq!(
+            root_note(&l, Some(&root((11 << 30) - 1, false))).unwrap(),
+            "vm: the root filesystem is 10.9 GiB: the lab's min_root_bytes (10.0 GiB) is met"
+        );
     }
 }

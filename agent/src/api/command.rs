@@ -208,9 +208,8 @@ pub(crate) fn finish(ids: Ids, job: Job, exit: Exit) -> ExecResult {
 pub(crate) type Ids = (Option<String>, Option<String>);
 
 pub(crate) fn ids(app: &App) -> Ids {
-    let cfg = app.readiness.config();
     (
-        cfg.instance.as_ref().map(|i| i.id.clone()),
-        cfg.boot_id.clone(),
+        app.readiness.life().map(|l| l.instance.id),
+        app.readiness.config().boot_id.clone(),
     )
 }

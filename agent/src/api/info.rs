@@ -7,6 +7,7 @@ use hyper::StatusCode;
 use lab_agent_proto::InfoResponse;
 
 pub fn handle(app: &App) -> Response {
+    let life = app.readiness.life();
     let uts = nix::sys::utsname::uname().ok();
     let info = InfoResponse {
         version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -23,8 +24,11 @@ pub fn handle(app: &App) -> Response {
         boot_id: current_boot_id(),
         agent_uptime_secs: app.started.elapsed().as_secs_f64(),
         lab_dir: Some(app.lab_dir.display().to_string()),
-        instance: app.readiness.config().instance.clone(),
-        root: crate::readiness::root_disk::observe(&app.readiness.config().root),
+        disk: life.as_ref().map(|l| l.disk.clone()),
+        instance: life.map(|l| l.instance),
+        // As `/v1/ready` has it: with the writes over the life and the
+        // lab's least size, which the setup's record holds.
+        root: app.readiness.current().root,
     };
     json_response(StatusCode::OK, &info)
 }

@@ -24,6 +24,15 @@ pub fn decide(cfg: &ReadinessConfig, obs: Observation) -> ReadyResponse {
         log_tail: obs.log_tail,
     };
 
+    // The lab's least root size travels in the setup's record.
+    let mut root = obs.root;
+    if let (Some(root), SetupSeen::Record { record, .. }) = (&mut root, &obs.setup) {
+        if let Some(min) = record.min_root_bytes {
+            root.min_bytes = Some(min);
+            root.below_min = root.size_bytes < min;
+        }
+    }
+
     // The setup's times belong to this boot's timeline only when it ran in
     // this boot (after a reboot cloud-init does not run it again).
     let setup_span = match &obs.setup {
@@ -39,7 +48,7 @@ pub fn decide(cfg: &ReadinessConfig, obs: Observation) -> ReadyResponse {
         }
         _ => None,
     };
-    let (state, reason): (ReadyState, Option<String>) = match obs.setup {
+    let (state, mut reason): (ReadyState, Option<String>) = match obs.setup {
         SetupSeen::Unreadable(why) => (
             ReadyState::Failed,
             Some(format!("the setup record cannot be read: {why}")),
@@ -119,6 +128,14 @@ pub fn decide(cfg: &ReadinessConfig, obs: Observation) -> ReadyResponse {
             }
         }
     };
+    // Ready on a root under the lab's need (`on_small_root = "warn"`, or it
+    // shrank): ready, and said so.
+    if let Some(root) = root.filter(|r| r.below_min && state == ReadyState::Ready) {
+        reason = Some(small_root_warning(
+            root.size_bytes,
+            root.min_bytes.unwrap_or(0),
+        ));
+    }
     let ready_secs = (state == ReadyState::Ready)
         .then(|| {
             let final_stage = obs.cloud_init.stages.get("modules-final");
@@ -132,7 +149,9 @@ pub fn decide(cfg: &ReadinessConfig, obs: Observation) -> ReadyResponse {
         })
         .flatten();
     let timeline = Timeline {
-        boot_at: Some(crate::timefmt::rfc3339(
+        // To the millisecond: a backend holds its own stamps (VM created,
+        // VMI running) against it for request → ready.
+        boot_at: Some(crate::timefmt::rfc3339_millis(
             std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(obs.boot_epoch_ms),
         )),
         agent_started_secs: cfg.agent_started_ms.map(timeline::secs),
@@ -140,15 +159,31 @@ pub fn decide(cfg: &ReadinessConfig, obs: Observation) -> ReadyResponse {
         setup: setup_span,
         ready_secs,
     };
+    let (instance, disk) = match obs.life {
+        Some(life) => (Some(life.instance), Some(life.disk)),
+        None => (None, None),
+    };
     ReadyResponse {
         state,
         reason,
         cloud_init,
         setup,
-        instance: cfg.instance.clone(),
+        instance,
+        disk,
         timeline: Some(timeline),
-        root: obs.root,
+        root,
     }
+}
+
+/// The sentence of a VM that is ready on a root filesystem under the lab's
+/// `min_root_bytes`.
+fn small_root_warning(size: u64, min: u64) -> String {
+    let mut s = String::from("ready, but the root filesystem is ");
+    root_disk::push_size(&mut s, size);
+    s.push_str(", under the ");
+    root_disk::push_size(&mut s, min);
+    s.push_str(" this lab asks for (on_small_root = \"warn\"): the student's shells show a banner");
+    s
 }
 
 fn failure_reason(r: &SetupRecord) -> String {
@@ -193,7 +228,6 @@ pub(super) mod tests {
             cloud_init_dir: Some("/run/cloud-init".into()),
             agent_runs_setup: false,
             boot_id: Some("b".into()),
-            instance: None,
             agent_started_ms: Some(3_100),
             root: "/".into(),
         }
@@ -224,6 +258,7 @@ pub(super) mod tests {
             boot_id: Some("b".into()),
             started_boot_ms: None,
             finished_boot_ms: None,
+            min_root_bytes: None,
         }
     }
 
@@ -341,6 +376,7 @@ pub(super) mod tests {
                     log_tail: None,
                     root: None,
                     boot_epoch_ms: 0,
+                    life: None,
                 },
             );
             assert_eq!(r.state, want, "{label}");
@@ -372,6 +408,7 @@ pub(super) mod tests {
             log_tail: None,
             root: None,
             boot_epoch_ms: 0,
+            life: None,
         };
         let r = decide(&c, obs(SetupSeen::Absent));
         assert_eq!(r.state, ReadyState::Failed);
@@ -399,6 +436,7 @@ pub(super) mod tests {
                 log_tail: Some("boom\n".into()),
                 root: None,
                 boot_epoch_ms: 0,
+                life: None,
             },
         );
         assert_eq!(r.setup.state, SetupState::Failed);
@@ -429,6 +467,9 @@ pub(super) mod tests {
             size_bytes: 10,
             free_bytes: 5,
             written_bytes: Some(1),
+            written_bytes_total: Some(3),
+            min_bytes: None,
+            below_min: false,
         };
         let obs = |setup, cloud_init| Observation {
             cloud_init,
@@ -436,10 +477,11 @@ pub(super) mod tests {
             log_tail: None,
             root: Some(disk),
             boot_epoch_ms: 1_764_756_000_000,
+            life: None,
         };
         let r = decide(&cfg(), obs(seen(ok.clone()), done.clone()));
         let t = r.timeline.unwrap();
-        assert_eq!(t.boot_at.as_deref(), Some("2025-12-03T10:00:00Z"));
+        assert_eq!(t.boot_at.as_deref(), Some("2025-12-03T10:00:00.000Z"));
         assert_eq!(t.agent_started_secs, Some(3.1));
         assert_eq!(t.setup.unwrap().start_secs, Some(9.8));
         assert_eq!(t.ready_secs, Some(71.5));

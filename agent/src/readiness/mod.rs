@@ -9,6 +9,7 @@
 
 mod decide;
 pub mod instance;
+mod life;
 mod observe;
 pub mod root_disk;
 pub mod timeline;
@@ -18,7 +19,8 @@ pub(crate) use observe::process_alive;
 pub use observe::{Observation, SetupSeen, current_boot_id, observe};
 
 use hyper::body::Bytes;
-use lab_agent_proto::{Instance, ReadyState};
+pub use instance::Life;
+use lab_agent_proto::ReadyState;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -38,10 +40,8 @@ pub struct ReadinessConfig {
     /// `--run-setup`: this agent runs the setup itself, so "no record yet"
     /// means "about to start", not "never ran".
     pub agent_runs_setup: bool,
-    /// This boot's id, and which life of the VM it belongs to (`None` when
-    /// the state dir could not be used): fixed for the agent's life.
+    /// This boot's id: fixed for the agent's life.
     pub boot_id: Option<String>,
-    pub instance: Option<Instance>,
     /// When the agent started, in ms since boot.
     pub agent_started_ms: Option<u64>,
     /// The filesystem whose size and writes are reported (`/`).
@@ -53,25 +53,45 @@ pub struct ReadinessConfig {
 pub struct Snapshot {
     pub state: ReadyState,
     pub body: Bytes,
+    /// The answer's `root`, for `/v1/info`.
+    pub root: Option<lab_agent_proto::RootDisk>,
 }
 
-/// Readiness with a small cache in front.
+/// Readiness with a small cache in front, and the VM's life it answers
+/// for.
 #[derive(Debug)]
 pub struct Readiness {
     cfg: ReadinessConfig,
     cache: Mutex<Option<(Instant, Snapshot)>>,
+    lives: life::Lives,
 }
 
 impl Readiness {
+    /// Also observes which life of the VM this boot belongs to (counting
+    /// the boot in the state dir).
     pub fn new(cfg: ReadinessConfig) -> Self {
+        let lives = life::Lives::start(&cfg);
         Readiness {
             cfg,
             cache: Mutex::new(None),
+            lives,
         }
     }
 
     pub fn config(&self) -> &ReadinessConfig {
         &self.cfg
+    }
+
+    /// Which life of the VM answers (`None` when the state dir cannot be
+    /// used), bound to cloud-init's instance once it is known.
+    pub fn life(&self) -> Option<Life> {
+        self.lives.current(&self.cfg).0
+    }
+
+    /// Keeps this boot's writes to the root disk in the state dir
+    /// (`written_bytes_total` over reboots): every minute, and at shutdown.
+    pub fn keep_writes(&self) {
+        self.lives.keep_writes(&self.cfg);
     }
 
     pub fn current(&self) -> Snapshot {
@@ -81,7 +101,8 @@ impl Readiness {
         {
             return snap.clone();
         }
-        let resp = decide(&self.cfg, observe(&self.cfg));
+        let (life, earlier_writes) = self.lives.current(&self.cfg);
+        let resp = decide(&self.cfg, observe(&self.cfg, life, earlier_writes));
         let body = serde_json::to_vec(&resp)
             .map(Bytes::from)
             .unwrap_or_else(|_| {
@@ -92,6 +113,7 @@ impl Readiness {
         let snap = Snapshot {
             state: resp.state,
             body,
+            root: resp.root,
         };
         *cache = Some((Instant::now(), snap.clone()));
         snap

@@ -43,9 +43,13 @@ pub struct Observation {
     pub root: Option<RootDisk>,
     /// When the kernel booted, in wall-clock ms since the epoch.
     pub boot_epoch_ms: u64,
+    /// Which life of the VM answers, whether its disk was booted before.
+    pub life: Option<Life>,
 }
 
-pub fn observe(cfg: &ReadinessConfig) -> Observation {
+/// `life` and `earlier_writes` (its earlier boots' bytes written) come
+/// from [`Readiness`]'s binding, the rest from the files.
+pub fn observe(cfg: &ReadinessConfig, life: Option<Life>, earlier_writes: u64) -> Observation {
     let cloud_init = match &cfg.cloud_init_dir {
         None => CloudInit {
             done: true,
@@ -83,8 +87,9 @@ pub fn observe(cfg: &ReadinessConfig) -> Observation {
         cloud_init,
         setup,
         log_tail,
-        root: crate::readiness::root_disk::observe(&cfg.root),
+        root: crate::readiness::root_disk::observe(&cfg.root, earlier_writes),
         boot_epoch_ms: timeline::boot_epoch_ms(),
+        life,
     }
 }
 
@@ -331,6 +336,7 @@ mod tests {
                 log_tail: None,
                 root: None,
                 boot_epoch_ms: 0,
+                life: None,
             },
         );
         assert_eq!(r.state, ReadyState::Ready);

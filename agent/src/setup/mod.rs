@@ -13,7 +13,10 @@ use crate::process::capture::{Sink, pump};
 use crate::process::identity::Identity;
 use crate::process::{self, Cwd, Jobs, Script, ShellCommand, Stdio};
 use crate::readiness::current_boot_id;
+use crate::readiness::instance::{CloudInitId, Traces};
+use crate::readiness::root_disk::push_size;
 use lab_agent_proto::SetupState;
+use lab_agent_proto::guest::OnSmallRoot;
 use lab_agent_proto::{INSTALL_ERROR_FILE, LAB_DIR_ENV};
 use record::{RecordError, SETUP_LOG, SetupRecord};
 use std::collections::BTreeMap;
@@ -35,9 +38,19 @@ pub struct SetupConfig {
     pub lab_dir: PathBuf,
     /// Copy the script's output to our stdout (`lab-agent setup`).
     pub echo: bool,
-    /// The lab's `[readiness].min_root_bytes`: a smaller root filesystem
-    /// fails the setup before the script runs.
+    /// The lab's `[readiness].min_root_bytes`: what a smaller root
+    /// filesystem does is `on_small_root`'s.
     pub min_root_bytes: Option<u64>,
+    /// `fail`: the setup fails before the script runs; `warn`: it runs,
+    /// and `small_root_banner` tells the student's interactive shells.
+    pub on_small_root: OnSmallRoot,
+    /// Where the banner goes (`--small-root-banner`, default
+    /// [`lab_agent_proto::guest::SMALL_ROOT_BANNER_PATH`]); removed when the root is large
+    /// enough.
+    pub small_root_banner: PathBuf,
+    /// cloud-init's run dir, whose `.instance-id` binds the VM's life
+    /// (`None`: not a VM of cloud-init's, `serve --no-cloud-init`).
+    pub cloud_init_dir: Option<PathBuf>,
     /// The lab's variables (`--env-file`); `main` reads it before the run.
     pub env_file: PathBuf,
 }
@@ -67,7 +80,9 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
     prepare_state_dir(&cfg.state_dir)?;
     // On a first boot the setup may start before the agent does: the disk's
     // identity is made by whichever comes first.
-    if let Err(e) = crate::readiness::instance::observe_boot(&cfg.state_dir) {
+    let ci = CloudInitId::read(cfg.cloud_init_dir.as_deref());
+    if let Err(e) = crate::readiness::instance::observe_boot(&cfg.state_dir, &ci, &Traces::guest())
+    {
         tracing::warn!(error = %e, "failed to record this disk's instance");
     }
     // The wall clock is for the record; the duration is measured on the
@@ -87,6 +102,7 @@ pub async fn run(cfg: &SetupConfig, jobs: &Jobs) -> Result<SetupOutcome, SetupEr
         boot_id: current_boot_id(),
         started_boot_ms: Some(crate::readiness::timeline::since_boot_ms()),
         finished_boot_ms: None,
+        min_root_bytes: cfg.min_root_bytes,
     };
     record::write(&cfg.state_dir, &record)?;
 
@@ -133,13 +149,28 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
             format!("the payload's installer failed, so the setup did not run: {reason}"),
         );
     }
-    // A disk too small for the lab fails now, with both sizes, instead of
-    // as a full disk somewhere in the script (or in the student's work).
-    if let Some(reason) = cfg
-        .min_root_bytes
-        .and_then(|min| root_too_small(Path::new("/"), min))
-    {
-        return fail(record, log, 1, reason);
+    // A disk too small for the lab: with `fail`, fails now, with both
+    // sizes, instead of as a full disk somewhere in the script (or in the
+    // student's work); with `warn`, the student is told.
+    if let Some(min) = cfg.min_root_bytes {
+        let size = root_size(Path::new("/"));
+        match size.filter(|&size| size < min) {
+            Some(size) if cfg.on_small_root == OnSmallRoot::Fail => {
+                return fail(record, log, 1, root_too_small(size, min));
+            }
+            Some(size) => {
+                let mut line = root_too_small(size, min);
+                line.push_str(" (on_small_root = \"warn\": the setup runs, and interactive shells show a banner)");
+                log.line(&line);
+                if let Err(e) = write_banner(&cfg.small_root_banner, size, min) {
+                    log.line(&format!(
+                        "lab-agent: failed to write the small-root banner `{}`: {e}",
+                        cfg.small_root_banner.display()
+                    ));
+                }
+            }
+            None => remove_banner(&cfg.small_root_banner),
+        }
     }
     let Some(script) = &cfg.script else {
         log.line("lab-agent: no setup script; nothing to do");
@@ -256,51 +287,63 @@ async fn execute(cfg: &SetupConfig, jobs: &Jobs, log: &mut Tee, record: &mut Set
     }
 }
 
-/// Why the filesystem at `root` is too small for a lab that needs `min`
-/// bytes, or `None` when it is large enough. A root that cannot be measured
-/// is not held against the lab: the script then meets the disk as it is.
-fn root_too_small(root: &Path, min: u64) -> Option<String> {
+/// The size of the filesystem at `root` (`None`: it cannot be measured,
+/// and is then not held against the lab).
+fn root_size(root: &Path) -> Option<u64> {
     let fs = nix::sys::statvfs::statvfs(root).ok()?;
-    let size = (fs.blocks() as u64).saturating_mul(fs.fragment_size() as u64);
-    if size >= min {
-        return None;
-    }
+    Some((fs.blocks() as u64).saturating_mul(fs.fragment_size() as u64))
+}
+
+/// Why a root filesystem of `size` bytes is too small for a lab that needs
+/// `min`.
+fn root_too_small(size: u64, min: u64) -> String {
     let mut s = String::from("the root filesystem is ");
     push_size(&mut s, size);
     s.push_str("; this lab needs at least ");
     push_size(&mut s, min);
     s.push_str(": give the VM a larger disk");
-    Some(s)
+    s
 }
 
-/// `3.0 GiB (3221225472 bytes)`: binary units with one decimal, cut rather
-/// than rounded (integer arithmetic: no float formatting in the agent), so
-/// a disk just short of the need never reads as the same size.
-fn push_size(s: &mut String, bytes: u64) {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut unit = "";
-    let mut scale = 1u128;
-    for u in UNITS {
-        if u128::from(bytes) < scale << 10 {
-            break;
-        }
-        scale <<= 10;
-        unit = u;
-    }
-    if unit.is_empty() {
-        s.push_str(&bytes.to_string());
-        s.push_str(" bytes");
-        return;
-    }
-    let tenths = u128::from(bytes) * 10 / scale;
-    s.push_str(&(tenths / 10).to_string());
-    s.push('.');
-    s.push(char::from(b'0' + (tenths % 10) as u8));
-    s.push(' ');
-    s.push_str(unit);
-    s.push_str(" (");
-    s.push_str(&bytes.to_string());
-    s.push_str(" bytes)");
+/// The small-root banner: a `profile.d` script that prints only in an
+/// interactive shell (`$-` holds `i`). Checks run through login shells
+/// too, which read `/etc/profile.d`, but never interactive ones, so no
+/// check's output ever holds it.
+fn banner_script(size: u64, min: u64) -> String {
+    let short = |bytes| {
+        let mut s = String::new();
+        push_size(&mut s, bytes);
+        s.split(" (").next().unwrap_or_default().to_owned()
+    };
+    let mut s = String::from(
+        "# Written by `lab-agent setup`: this VM's root filesystem is smaller than\n\
+         # the lab asks for ([readiness] on_small_root = \"warn\"). Interactive\n\
+         # shells only: checks run through login shells too and never see it.\n\
+         case $- in\n*i*)\n\tprintf '%s\\n' 'lab: this VM'\\''s root filesystem is ",
+    );
+    s.push_str(&short(size));
+    s.push_str(", smaller than usual (this lab expects ");
+    s.push_str(&short(min));
+    s.push_str("): keep an eye on the free space' >&2\n\tdf -h / >&2\n\t;;\nesac\n");
+    s
+}
+
+/// Writes the banner atomically (a link planted under its name is
+/// replaced, never written through), readable by every user's shell.
+fn write_banner(path: &Path, size: u64, min: u64) -> io::Result<()> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a file path",
+        ));
+    };
+    record::write_atomic(dir, name, banner_script(size, min).as_bytes())
+}
+
+/// A root that is large enough has no banner (one an earlier setup on a
+/// smaller disk left is removed: the name, never what it points to).
+fn remove_banner(path: &Path) {
+    let _ = std::fs::remove_file(path);
 }
 
 /// What the payload's installer recorded in `STATE_DIR/install-error`, if
@@ -412,33 +455,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_read_in_binary_units_and_bytes() {
-        let size = |n| {
-            let mut s = String::new();
-            push_size(&mut s, n);
-            s
-        };
-        assert_eq!(size(0), "0 bytes");
-        assert_eq!(size(1023), "1023 bytes");
-        assert_eq!(size(1024), "1.0 KiB (1024 bytes)");
-        assert_eq!(size(3 << 30), "3.0 GiB (3221225472 bytes)");
-        assert_eq!(size(9 << 30), "9.0 GiB (9663676416 bytes)");
-        // Cut, not rounded: just under 10 GiB is not "10.0 GiB".
-        assert_eq!(size((10 << 30) - 1), "9.9 GiB (10737418239 bytes)");
-        assert_eq!(size(1 << 60), "1.0 EiB (1152921504606846976 bytes)");
-        assert_eq!(size(u64::MAX), "15.9 EiB (18446744073709551615 bytes)");
+    fn the_root_check_says_both_sizes() {
+        assert!(root_size(Path::new("/")).is_some_and(|s| s > 0));
+        assert_eq!(
+            root_too_small(3 << 30, u64::MAX),
+            "the root filesystem is 3.0 GiB (3221225472 bytes); this lab needs at least 15.9 EiB (18446744073709551615 bytes): give the VM a larger disk"
+        );
     }
 
+    /// The banner prints in an interactive shell and nowhere else: bash
+    /// and dash, as `/etc/profile` sources it in each.
     #[test]
-    fn the_root_check_compares_with_the_filesystem() {
-        let reason = root_too_small(Path::new("/"), u64::MAX).unwrap();
-        assert!(
-            reason.starts_with("the root filesystem is ")
-                && reason.ends_with(
-                    "; this lab needs at least 15.9 EiB (18446744073709551615 bytes): give the VM a larger disk"
-                ),
-            "{reason}"
-        );
-        assert_eq!(root_too_small(Path::new("/"), 1), None);
+    fn the_banner_shows_in_interactive_shells_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("banner.sh");
+        write_banner(&path, 2_576_980_378, 10 << 30).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let run = |shell: &str, interactive: bool| {
+            let mut cmd = std::process::Command::new(shell);
+            if interactive {
+                cmd.arg("-i");
+            }
+            let out = cmd
+                .arg("-c")
+                .arg(format!(". {}; echo done", path.display()))
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            (
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let want = "lab: this VM's root filesystem is 2.4 GiB, smaller than usual (this lab expects 10.0 GiB): keep an eye on the free space";
+        for shell in ["bash", "sh"] {
+            let (out, err) = run(shell, true);
+            assert_eq!(out, "done\n", "{shell}: {text}");
+            assert!(err.contains(want), "{shell}: {err:?}\n{text}");
+            assert!(err.contains("Filesystem"), "df -h /: {err:?}");
+            assert_eq!(
+                run(shell, false),
+                ("done\n".into(), String::new()),
+                "{shell}"
+            );
+        }
+        remove_banner(&path);
+        assert!(!path.exists());
     }
 }

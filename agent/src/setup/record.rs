@@ -122,6 +122,10 @@ pub struct SetupRecord {
     pub started_boot_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_boot_ms: Option<u64>,
+    /// The lab's `[readiness] min_root_bytes`, for readiness to hold the
+    /// root against on every answer (`root.min_bytes`, `below_min`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_root_bytes: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -263,6 +267,7 @@ mod tests {
             boot_id: None,
             started_boot_ms: None,
             finished_boot_ms: None,
+            min_root_bytes: None,
         };
         write(&dir, &rec).unwrap();
         assert_eq!(read(&dir).unwrap(), Some(rec));

@@ -126,4 +126,5 @@ on_arm64! {
     setup::an_installer_failure_is_a_failed_setup_with_its_reason,
     setup::a_root_filesystem_too_small_fails_before_the_script,
     setup::a_root_filesystem_large_enough_runs_the_script,
+    setup::a_small_root_with_warn_is_ready_with_a_banner,
 }

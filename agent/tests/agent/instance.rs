@@ -158,6 +158,155 @@ fn an_untrusted_instance_record_is_replaced() {
     }
 }
 
+/// What a booted golden brings: the record its agent made under another
+/// cloud-init instance. Until cloud-init says which instance this boot is
+/// (`.instance-id`), the agent answers with the record as it is; once it
+/// has, with an id of this VM's own and the evidence, kept across an agent
+/// restart and a reboot.
+#[test]
+fn a_record_of_another_cloud_init_instance_gets_a_new_id() {
+    let agent = Agent::builder("instance-golden").start();
+    let ci = agent.cloud_init_dir();
+    std::fs::create_dir_all(&ci).unwrap();
+    std::fs::write(ci.join(".instance-id"), "golden-boot\n").unwrap();
+    let agent = agent.kill_and_restart();
+    let golden = instance_of(&agent);
+    let path = agent.state_dir().join("instance.json");
+    let record = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        record.contains(r#""cloud_init_instance_id":"golden-boot""#),
+        "{record}"
+    );
+
+    // The disk, booted as another VM: another boot, another instance-id,
+    // which cloud-init writes a moment after the agent started.
+    let mut earlier: Value = serde_json::from_str(&record).unwrap();
+    earlier["boot_id"] = json!("00000000-0000-0000-0000-000000000000");
+    std::fs::write(&path, earlier.to_string()).unwrap();
+    std::fs::remove_file(ci.join(".instance-id")).unwrap();
+    let agent = agent.kill_and_restart();
+    let early = instance_of(&agent);
+    assert_eq!((&early["id"], &early["boots"]), (&golden["id"], &json!(2)));
+    std::fs::write(ci.join(".instance-id"), "student-vm\n").unwrap();
+    let clone = instance_of(&agent);
+    assert!(
+        is_id(&clone["id"]) && clone["id"] != golden["id"],
+        "{clone}"
+    );
+    assert_eq!(clone["boots"], 1);
+    let disk = |agent: &Agent| {
+        let ready = agent.get("/v1/ready").json();
+        let info = agent.get("/v1/info").json();
+        assert_eq!(ready["disk"], info["disk"], "{ready}\n{info}");
+        ready["disk"].clone()
+    };
+    let found = disk(&agent);
+    assert_eq!(found["booted_before"], true, "{found}");
+    let evidence = found["evidence"].as_array().unwrap();
+    let want = format!(
+        "the agent's record in {} was made under cloud-init instance `golden-boot`, not this VM's `student-vm`: it came with the disk",
+        agent.state_dir().display()
+    );
+    assert_eq!(evidence[0], want.as_str(), "{found}");
+    // Every exec answer names the new life.
+    assert_eq!(
+        agent.run(json!({"command": "true"}))["instance_id"],
+        clone["id"]
+    );
+
+    // An agent restart and a reboot keep it, and its evidence.
+    let agent = agent.kill_and_restart();
+    assert_eq!(instance_of(&agent), clone);
+    assert_eq!(disk(&agent), found);
+    let mut rebooted: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    rebooted["boot_id"] = json!("00000000-0000-0000-0000-000000000001");
+    std::fs::write(&path, rebooted.to_string()).unwrap();
+    let agent = agent.kill_and_restart();
+    let after = instance_of(&agent);
+    assert_eq!((&after["id"], &after["boots"]), (&clone["id"], &json!(2)));
+    assert_eq!(disk(&agent), found);
+}
+
+/// Without cloud-init (`--no-cloud-init`, a lab tried on a machine) the
+/// disk is not judged: `booted_before` is false, with no evidence.
+#[test]
+fn without_cloud_init_the_disk_is_not_judged() {
+    let agent = Agent::local("instance-local");
+    let v = agent.get("/v1/ready").json();
+    assert_eq!(
+        v["disk"],
+        json!({"booted_before": false, "evidence": []}),
+        "{v}"
+    );
+}
+
+/// `root.written_bytes_total`: this boot's writes plus every earlier
+/// boot's of the same life, as the agent kept them in `STATE_DIR/writes`
+/// (at start, every minute and at shutdown); another life's record counts
+/// nothing.
+#[test]
+fn written_bytes_total_adds_up_the_boots_of_a_life() {
+    let mut agent = Agent::local("writes");
+    let root = |agent: &Agent| {
+        past_the_readiness_cache();
+        agent.get("/v1/ready").json()["root"].clone()
+    };
+    if root(&agent)["written_bytes"].is_null() {
+        // `/` on no block device here (an overlay): nothing to add up.
+        assert!(root(&agent)["written_bytes_total"].is_null());
+        return;
+    }
+    let id = instance_of(&agent)["id"].as_str().unwrap().to_owned();
+    let path = agent.state_dir().join("writes");
+    let kept = || -> Vec<String> {
+        let text = std::fs::read_to_string(&path).unwrap();
+        text.split_whitespace().map(str::to_owned).collect()
+    };
+    let k = kept();
+    assert_eq!(
+        (&k[0], &k[1], &k[2]),
+        (&id, &boot_id(), &"0".to_owned()),
+        "kept at start: {k:?}"
+    );
+    let r = root(&agent);
+    assert_eq!(
+        r["written_bytes_total"], r["written_bytes"],
+        "one boot: {r}"
+    );
+
+    // Earlier boots of this life: 1 GB before the last one, which wrote
+    // 234 MB by its last record.
+    std::fs::write(
+        &path,
+        format!("{id} an-earlier-boot 1000000000 234000000\n"),
+    )
+    .unwrap();
+    agent = agent.kill_and_restart();
+    let r = root(&agent);
+    let (now, total) = (
+        r["written_bytes"].as_u64().unwrap(),
+        r["written_bytes_total"].as_u64().unwrap(),
+    );
+    assert_eq!(total, now + 1_234_000_000, "{r}");
+    // SIGTERM keeps this boot's figure: the next start adds it once.
+    agent.signal("TERM");
+    assert!(agent.wait_exit(20).success());
+    let k = kept();
+    assert_eq!((&k[1], k[2].as_str()), (&boot_id(), "1234000000"), "{k:?}");
+    assert!(k[3].parse::<u64>().unwrap() >= now, "{k:?}");
+
+    // Another life's record (it came with the disk): counts nothing.
+    std::fs::write(
+        &path,
+        "0123456789abcdef0123456789abcdef an-earlier-boot 1000000000 234000000\n",
+    )
+    .unwrap();
+    let agent = agent.kill_and_restart();
+    let r = root(&agent);
+    assert_eq!(r["written_bytes_total"], r["written_bytes"], "{r}");
+}
+
 /// Seconds since boot on this machine, from the test's side.
 fn now_since_boot() -> f64 {
     let up = std::fs::read_to_string("/proc/uptime").unwrap();

@@ -1,4 +1,5 @@
 use crate::support::*;
+use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 
 struct Run {
@@ -243,9 +244,9 @@ pub(crate) fn an_installer_failure_is_a_failed_setup_with_its_reason() {
     );
 }
 
-/// `--min-root-bytes` larger than any disk (1 EiB): the setup is `failed`
-/// before the script runs, the record's error gives both sizes, and
-/// `/v1/ready` reports it at once as the reason.
+/// `--min-root-bytes` larger than any disk (1 EiB) with `--on-small-root
+/// fail`: the setup is `failed` before the script runs, the record's error
+/// gives both sizes, and `/v1/ready` reports it at once as the reason.
 #[test]
 pub(crate) fn a_root_filesystem_too_small_fails_before_the_script() {
     let b = Agent::builder("setup-min-root").no_cloud_init();
@@ -263,9 +264,15 @@ pub(crate) fn a_root_filesystem_too_small_fails_before_the_script() {
         .arg("--script")
         .arg(b.dir.join("setup.sh"))
         .args(["--min-root-bytes", "1152921504606846976"])
+        .args(["--on-small-root", "fail", "--small-root-banner"])
+        .arg(b.dir.join("banner.sh"))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        !b.dir.join("banner.sh").exists(),
+        "no banner for a failed setup"
+    );
     assert!(!ran.exists(), "the setup script ran on a too small disk");
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(state.join("setup.json")).unwrap()).unwrap();
@@ -296,6 +303,102 @@ pub(crate) fn a_root_filesystem_too_small_fails_before_the_script() {
         format!("setup failed: {error}"),
         "{ready}"
     );
+    assert_eq!(ready["root"]["min_bytes"], 1u64 << 60, "{ready}");
+    assert_eq!(ready["root"]["below_min"], true, "{ready}");
+}
+
+/// The same root with `warn` (the lab's default): the script runs, the VM
+/// is ready, and says why it is anyway (`root.below_min`, `min_bytes`, the
+/// reason); the banner is written for the student's interactive shells. A
+/// check runs through a login shell, which sources it as `/etc/profile`
+/// sources `/etc/profile.d` (the VM tests prove it with the real
+/// `/etc/profile`): never interactive, so never a line of it in a check's
+/// output; an interactive login shell shows it.
+#[test]
+pub(crate) fn a_small_root_with_warn_is_ready_with_a_banner() {
+    let b = Agent::builder("setup-small-root-warn");
+    let banner = b.dir.join("profile.d/lab-agent-small-root.sh");
+    std::fs::create_dir_all(banner.parent().unwrap()).unwrap();
+    let ran = b.dir.join("ran");
+    let (state, script) = (b.dir.join("state"), b.dir.join("setup.sh"));
+    write_file(&script, &format!("touch {}\n", ran.display()), 0o755);
+    let run_setup = |on_small_root: Option<&str>, min: &str| {
+        let mut cmd = agent_command();
+        cmd.arg("setup")
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--script")
+            .arg(&script)
+            .args(["--min-root-bytes", min])
+            .arg("--small-root-banner")
+            .arg(&banner);
+        if let Some(choice) = on_small_root {
+            cmd.args(["--on-small-root", choice]);
+        }
+        cmd.output().unwrap()
+    };
+    for choice in [None, Some("warn")] {
+        let out = run_setup(choice, "1152921504606846976");
+        assert_eq!(out.status.code(), Some(0), "{choice:?}: {out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("on_small_root = \"warn\""), "{stdout}");
+    }
+    assert!(
+        ran.exists(),
+        "the setup script runs on a small root with warn"
+    );
+    let text = std::fs::read_to_string(&banner).unwrap();
+    assert!(text.contains("case $- in"), "{text}");
+
+    let agent = b.start();
+    let cloud_init = agent.cloud_init_dir();
+    std::fs::create_dir_all(&cloud_init).unwrap();
+    std::fs::write(agent.dir.join("result"), r#"{"v1":{"errors":[]}}"#).unwrap();
+    std::os::unix::fs::symlink(agent.dir.join("result"), cloud_init.join("result.json")).unwrap();
+    let r = agent.get("/v1/ready?wait=10");
+    let v = r.json();
+    assert_eq!((r.status, v["state"].as_str()), (200, Some("ready")), "{v}");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("ready, but the root filesystem is ")
+            && reason.ends_with(
+                ", under the 1.0 EiB (1152921504606846976 bytes) this lab asks for (on_small_root = \"warn\"): the student's shells show a banner"
+            ),
+        "{reason}"
+    );
+    assert_eq!(v["root"]["below_min"], true, "{v}");
+    assert_eq!(v["root"]["min_bytes"], 1u64 << 60, "{v}");
+    let info = agent.get("/v1/info").json();
+    assert_eq!(info["root"]["min_bytes"], 1u64 << 60, "{info}");
+
+    let check = agent.run(json!({
+        "command": format!(". {}; echo checked", banner.display())
+    }));
+    assert_eq!(
+        (check["stdout"].as_str(), check["stderr"].as_str()),
+        (Some("checked\n"), Some("")),
+        "a check through a login shell: {check}"
+    );
+    let interactive = agent.run(json!({
+        "command": format!("bash --login -i -c '. {}; echo shell'", banner.display())
+    }));
+    assert_eq!(interactive["stdout"], "shell\n", "{interactive}");
+    assert!(
+        interactive["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("smaller than usual (this lab expects 1.0 EiB)"),
+        "an interactive login shell: {interactive}"
+    );
+
+    // A root large enough (a later setup on a larger disk): no banner.
+    assert!(run_setup(Some("warn"), "1").status.success());
+    assert!(!banner.exists(), "the banner of a smaller disk is removed");
+    past_the_readiness_cache();
+    let v = agent.get("/v1/ready").json();
+    assert_eq!(v["root"]["below_min"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["root"]["min_bytes"], 1, "{v}");
+    assert!(v["reason"].is_null(), "{v}");
 }
 
 /// A need any disk meets (1 byte): the script runs as without the flag.
@@ -312,8 +415,8 @@ pub(crate) fn a_root_filesystem_large_enough_runs_the_script() {
     assert_eq!(r.log, "ran\n");
 }
 
-/// `serve --run-setup` shares the check: a too small root is `failed`
-/// with the sizes, and the script never runs.
+/// `serve --run-setup` shares the check: with `fail`, a too small root is
+/// `failed` with the sizes, and the script never runs.
 #[test]
 pub(crate) fn serve_run_setup_checks_the_root_filesystem_too() {
     let dir = TempDir::new("serve-min-root");
@@ -328,6 +431,7 @@ pub(crate) fn serve_run_setup_checks_the_root_filesystem_too() {
         .arg("--run-setup")
         .arg(dir.join("setup.sh").display().to_string())
         .args(["--min-root-bytes", "1152921504606846976"])
+        .args(["--on-small-root", "fail"])
         .start();
     let r = agent.get("/v1/ready?wait=20");
     assert_eq!(r.status, 503);

@@ -27,6 +27,7 @@ fn failed() -> ReadyResponse {
             log_tail: Some("boom\n".into()),
         },
         instance: None,
+        disk: None,
         timeline: None,
         root: None,
     }

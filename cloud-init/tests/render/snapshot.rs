@@ -46,22 +46,27 @@ fn hello_lab_user_data() {
 }
 
 /// `[readiness]` reaches the guest: `lab-agent setup` checks the root
-/// filesystem's size, with or without a setup script; without the key,
-/// nothing is checked.
+/// filesystem's size, with or without a setup script, and is told what a
+/// smaller one does; without the key, nothing is checked.
 #[test]
 fn min_root_bytes_reaches_the_setup_command() {
     let mut spec = spec_for(&fixture("fixture-lab"));
     assert_eq!(spec.readiness.min_root_bytes, Some(4 << 30));
     let text = render_user_data(&spec).unwrap().into_string();
     assert!(
-        text.contains(r#""--timeout", "120", "--min-root-bytes", "4294967296", "--lab-dir""#),
+        text.contains(
+            r#""--timeout", "120", "--min-root-bytes", "4294967296", "--on-small-root", "warn", "--lab-dir""#
+        ),
         "{text}"
     );
     assert!(text.contains("The backend waits 269 s for ready"), "{text}");
     spec.setup = None;
+    spec.readiness.on_small_root = lab_agent_proto::lab::OnSmallRoot::Fail;
     let text = render_user_data(&spec).unwrap().into_string();
     assert!(
-        text.contains(r#""setup", "--min-root-bytes", "4294967296", "--lab-dir""#),
+        text.contains(
+            r#""setup", "--min-root-bytes", "4294967296", "--on-small-root", "fail", "--lab-dir""#
+        ),
         "{text}"
     );
     spec.readiness = Default::default();

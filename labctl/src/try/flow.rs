@@ -91,6 +91,24 @@ pub(super) async fn flow(
             target.on_ready();
         }
     }
+    // The lab's least root, as the agent held it against the disk booted.
+    for (vm, client) in session
+        .vms()
+        .filter(|_| config.vm.is_some() && !setup_failed)
+    {
+        let root = client.ready().await.ok().and_then(|r| r.root);
+        if let Some(note) = root.and_then(|r| lab_runner::inspect::root_note(&config.lab, Some(&r)))
+        {
+            eprintln!(
+                "{}{note}",
+                if one {
+                    String::new()
+                } else {
+                    format!("{vm}: ")
+                }
+            );
+        }
+    }
     let lab_dir = |vm| tried.target(vm).map_or("", |t| t.guest_lab_dir());
     if let Some(solve_script) = &config.test {
         let setup_ms = started.elapsed().as_millis().try_into().unwrap_or(u64::MAX);

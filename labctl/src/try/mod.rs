@@ -186,6 +186,12 @@ fn run_config(config: Config) -> Result<Exit, Failure> {
             if one { "in a VM" } else { "on VMs" }
         );
     }
+    if let (None, Some(note)) = (
+        &config.vm,
+        lab_runner::inspect::root_note(&config.lab, None),
+    ) {
+        eprintln!("{note}");
+    }
     let rt = common::runtime()?;
     let tried = Tried::start(&rt, &config).map_err(|e| match e {
         StartError::Failed(e) => Failure::from(e),
@@ -213,7 +219,7 @@ fn run_config(config: Config) -> Result<Exit, Failure> {
     let tried = match tried {
         _ if !config.keep || ended == Ended::Interrupted => tried,
         Tried::Vm(vm) if vm.is_running() => {
-            vm::leave_running(vm, &config, &result);
+            vm::leave_running(*vm, &config, &result);
             return result;
         }
         Tried::Vms(vms) => {

@@ -6,11 +6,15 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 mod options;
+#[cfg(feature = "lab")]
+mod raw;
 pub use options::{
     Bounded, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_PIDS, DEFAULT_TIMEOUT_SECS, DEFAULT_USER,
     ExecOptions, MAX_COMMAND_BYTES, MAX_OUTPUT_BYTES_CAP, MAX_PIDS, MAX_TIMEOUT_SECS,
     MIN_MEMORY_BYTES, OptionProblem, Profile,
 };
+#[cfg(feature = "lab")]
+pub use raw::RawExecOptions;
 
 /// The values of [`ExecResult::limits_hit`].
 pub const LIMIT_PIDS: &str = "pids";

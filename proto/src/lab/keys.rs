@@ -8,8 +8,9 @@
 //! unknown is then left out, and the rest is parsed as usual, so its
 //! problems are reported in the same run.
 
-use super::raw::{RawCheck, RawFiles, RawLab, RawReadiness, RawSetup, RawSolve};
+use super::raw::{RawCheckKeys, RawFiles, RawLabKeys, RawReadiness, RawSetup, RawSolve};
 use super::{LabError, vms::RawVm};
+use crate::exec::RawExecOptions;
 use serde::Deserialize;
 use serde::de::{self, Visitor};
 use std::fmt;
@@ -44,7 +45,7 @@ struct Schema {
 fn top() -> Schema {
     Schema {
         name: "the top level",
-        keys: fields_of::<RawLab>(),
+        keys: with_exec_options(fields_of::<RawLabKeys>()),
         nested: |key| {
             Some(match key {
                 "setup" => table("[setup]", fields_of::<RawSetup>()),
@@ -54,13 +55,30 @@ fn top() -> Schema {
                 "vms" => table("a [[vms]] table", fields_of::<RawVm>()),
                 "checks" => Schema {
                     free: &["env"],
-                    ..table("a [[checks]] table", fields_of::<RawCheck>())
+                    ..table(
+                        "a [[checks]] table",
+                        with_exec_options(fields_of::<RawCheckKeys>()),
+                    )
                 },
                 _ => return None,
             })
         },
         free: &[],
     }
+}
+
+/// A table's own keys and the exec options' (flattened into it): leaked
+/// once per table kind and process, a few hundred bytes.
+fn with_exec_options(own: &'static [&'static str]) -> &'static [&'static str] {
+    use std::sync::OnceLock;
+    static LAB: OnceLock<&'static [&'static str]> = OnceLock::new();
+    static CHECK: OnceLock<&'static [&'static str]> = OnceLock::new();
+    let cell = if own.contains(&"checks") {
+        &LAB
+    } else {
+        &CHECK
+    };
+    cell.get_or_init(|| Vec::leak([own, fields_of::<RawExecOptions>()].concat()))
 }
 
 fn table(name: &'static str, keys: &'static [&'static str]) -> Schema {
@@ -277,15 +295,15 @@ mod tests {
 
     #[test]
     fn the_structs_name_their_keys() {
-        let check = fields_of::<RawCheck>();
+        let check = with_exec_options(fields_of::<RawCheckKeys>());
         assert!(check.contains(&"fail_message") && check.contains(&"initially"));
-        assert!(fields_of::<RawLab>().contains(&"checks"));
+        assert!(with_exec_options(fields_of::<RawLabKeys>()).contains(&"checks"));
         assert!(fields_of::<RawVm>().contains(&"setup_timeout_secs"));
     }
 
     #[test]
     fn typos_find_what_they_meant() {
-        let keys = fields_of::<RawCheck>();
+        let keys = with_exec_options(fields_of::<RawCheckKeys>());
         for (typo, meant) in [
             ("fail_mesage", Some("fail_message")),
             ("timeout", Some("timeout_secs")),
@@ -297,7 +315,13 @@ mod tests {
         ] {
             assert_eq!(closest(typo, keys), meant, "{typo}");
         }
-        assert_eq!(closest("setpu", fields_of::<RawLab>()), Some("setup"));
-        assert_eq!(closest("check", fields_of::<RawLab>()), Some("checks"));
+        assert_eq!(
+            closest("setpu", with_exec_options(fields_of::<RawLabKeys>())),
+            Some("setup")
+        );
+        assert_eq!(
+            closest("check", with_exec_options(fields_of::<RawLabKeys>())),
+            Some("checks")
+        );
     }
 }

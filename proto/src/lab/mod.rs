@@ -16,7 +16,7 @@
 //! `lab.toml` open in an editor. The authors' reference of every key is
 //! `docs/lab-toml.md`; keep the two in step.
 
-use crate::exec::{self, Bounded, ExecOptions, ExecRequest, Profile};
+use crate::exec::{self, ExecOptions, ExecRequest};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -38,7 +38,7 @@ pub use vms::{
 /// The file name of a lab's description inside its folder.
 pub const LAB_TOML: &str = "lab.toml";
 /// Default and longest `[setup].timeout_secs`.
-pub use crate::guest::{DEFAULT_SETUP_TIMEOUT_SECS, MAX_SETUP_TIMEOUT_SECS};
+pub use crate::guest::{DEFAULT_SETUP_TIMEOUT_SECS, MAX_SETUP_TIMEOUT_SECS, OnSmallRoot};
 pub use crate::{GUEST_LAB_DIR, LAB_DIR_ENV};
 /// Default `timeout_secs` of a check: a command's.
 pub const DEFAULT_CHECK_TIMEOUT_SECS: u64 = exec::DEFAULT_TIMEOUT_SECS;
@@ -114,9 +114,13 @@ pub struct Readiness {
     /// The backend's deadline from the VM's start to ready (1 to
     /// [`MAX_READY_TIMEOUT_SECS`], default [`DEFAULT_READY_TIMEOUT_SECS`]).
     pub timeout_secs: u64,
-    /// The root filesystem's least size: a smaller one makes the setup
-    /// `failed` with the sizes, before the script runs. `None`: any size.
+    /// The root filesystem's least size; what a smaller one does is
+    /// `on_small_root`'s. `None`: any size.
     pub min_root_bytes: Option<u64>,
+    /// A root under `min_root_bytes`: ready and flagged, with a banner in
+    /// the student's interactive shells (`warn`, the default), or `failed`
+    /// before setup runs (`fail`).
+    pub on_small_root: OnSmallRoot,
 }
 
 impl Default for Readiness {
@@ -124,6 +128,7 @@ impl Default for Readiness {
         Readiness {
             timeout_secs: DEFAULT_READY_TIMEOUT_SECS,
             min_root_bytes: None,
+            on_small_root: OnSmallRoot::Warn,
         }
     }
 }

@@ -4,6 +4,7 @@
 use super::keys;
 use super::raw::*;
 use super::*;
+use crate::exec::RawExecOptions;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
@@ -33,7 +34,7 @@ impl Lab {
         // The named paths are checked even when other keys are wrong, as
         // long as the file parsed at all.
         if let Ok((raw, _)) = raw_lab(&text, &path) {
-            let script = raw.setup.and_then(|s| s.script);
+            let script = raw.keys.setup.and_then(|s| s.script);
             if let Some(script) = script.filter(|s| relative_path(&path, "", s).is_ok()) {
                 if !dir.join(&script).is_file() {
                     problems.push(invalid(
@@ -46,7 +47,7 @@ impl Lab {
                     ));
                 }
             }
-            for vm in &raw.vms {
+            for vm in &raw.keys.vms {
                 let Some(script) = vm.script().filter(|s| relative_path(&path, "", s).is_ok())
                 else {
                     continue;
@@ -63,6 +64,7 @@ impl Lab {
                 }
             }
             if let Some(script) = raw
+                .keys
                 .solve
                 .map(|s| s.script)
                 .filter(|s| relative_path(&path, "", s).is_ok())
@@ -79,6 +81,7 @@ impl Lab {
                 }
             }
             if let Some(source) = raw
+                .keys
                 .files
                 .map(|f| f.source)
                 .filter(|s| relative_path(&path, "", s).is_ok())
@@ -118,10 +121,10 @@ impl Lab {
             }
         };
 
-        let name = raw.name.trim().to_owned();
+        let name = raw.keys.name.trim().to_owned();
         check(lab_name(&path, &name));
 
-        let setup = raw.setup.map(|s| {
+        let setup = raw.keys.setup.map(|s| {
             let script = s.script.and_then(|script| {
                 relative_path(&path, "setup.script", &script)
                     .map_err(|e| check(Err(e)))
@@ -144,6 +147,7 @@ impl Lab {
         });
 
         let readiness = raw
+            .keys
             .readiness
             .map_or_else(Readiness::default, |r| Readiness {
                 timeout_secs: ready_timeout(&path, r.timeout_secs).unwrap_or_else(|e| {
@@ -154,16 +158,30 @@ impl Lab {
                     check(Err(e));
                     None
                 }),
+                on_small_root: match (r.on_small_root, r.min_root_bytes) {
+                    (Some(choice), None) => {
+                        check(Err(invalid(
+                            &path,
+                            "readiness.on_small_root",
+                            format!(
+                                "is \"{}\" but there is no min_root_bytes for it to act on: set readiness.min_root_bytes, or remove on_small_root",
+                                choice.as_str()
+                            ),
+                        )));
+                        choice
+                    }
+                    (choice, _) => choice.unwrap_or_default(),
+                },
             });
 
-        let solve = raw.solve.and_then(|s| {
+        let solve = raw.keys.solve.and_then(|s| {
             relative_path(&path, "solve.script", &s.script)
                 .map(|script| Solve { script })
                 .map_err(|e| check(Err(e)))
                 .ok()
         });
 
-        let files = raw.files.and_then(|f| {
+        let files = raw.keys.files.and_then(|f| {
             relative_path(&path, "files.source", &f.source)
                 .map(|source| Files { source })
                 .map_err(|e| check(Err(e)))
@@ -171,21 +189,21 @@ impl Lab {
         });
 
         // The lab-wide defaults: what a check without its own key gets.
-        let mut defaults = ExecOptions {
-            profile: raw.profile.unwrap_or_default(),
-            leave_running: raw.leave_running.unwrap_or(false),
-            ..ExecOptions::default()
-        };
-        for (option, value) in [
-            (Bounded::MaxPids, raw.max_pids),
-            (Bounded::MaxMemoryBytes, raw.max_memory_bytes),
-        ] {
-            check(set(&path, "", &mut defaults, option, value));
+        options_as_written(&path, "", &raw.options)
+            .into_iter()
+            .for_each(|e| check(Err(e)));
+        let (defaults, option_problems) = raw.options.over(&ExecOptions::default());
+        for problem in option_problems {
+            check(Err(invalid(
+                &path,
+                &problem.key(),
+                problem.detail().to_string(),
+            )));
         }
         let mut seen = HashSet::new();
-        let mut checks = Vec::with_capacity(raw.checks.len());
-        for (i, c) in raw.checks.into_iter().enumerate() {
-            let check_name = c.name.trim().to_owned();
+        let mut checks = Vec::with_capacity(raw.keys.checks.len());
+        for (i, c) in raw.keys.checks.into_iter().enumerate() {
+            let check_name = c.keys.name.trim().to_owned();
             // Errors name the check as the author knows it, by its name;
             // only a check without one is named by its position.
             let prefix = if check_name.is_empty() {
@@ -207,22 +225,16 @@ impl Lab {
                     "is used by an earlier check: check names must be unique".into(),
                 );
             }
-            if c.run.trim().is_empty() {
+            if c.keys.run.trim().is_empty() {
                 bad("run", "is empty: give the command that verifies it".into());
             }
-            if c.solve.as_deref().is_some_and(|s| s.trim().is_empty()) {
+            if c.keys.solve.as_deref().is_some_and(|s| s.trim().is_empty()) {
                 bad(
                     "solve",
                     "is empty: give what a student would run, or remove the key".into(),
                 );
             }
-            if c.user.as_deref().is_some_and(|u| u.trim().is_empty()) {
-                bad(
-                    "user",
-                    "is empty: name a user or remove the key (default root)".into(),
-                );
-            }
-            let points = match c.points {
+            let points = match c.keys.points {
                 None => DEFAULT_POINTS,
                 Some(p) if (0..=i64::from(MAX_POINTS)).contains(&p) => p as u32,
                 Some(p) => {
@@ -233,56 +245,37 @@ impl Lab {
                     DEFAULT_POINTS
                 }
             };
-            if let Some(cwd) = &c.cwd {
-                if !cwd.starts_with('/') {
-                    bad(
-                        "cwd",
-                        format!(
-                            "`{cwd}` is not absolute: give a path in the guest starting with `/` (`$LAB_DIR` is not expanded here)"
-                        ),
-                    );
-                }
-            }
-            for key in c.env.keys() {
-                if let Err(problem) = env_name(key) {
-                    bad(&format!("env.{key}"), problem);
-                }
-            }
-            // The check's own keys over the lab's defaults; the numbers by
+            // The check's own keys over the lab's defaults: the numbers by
             // the options' own ranges, then the options' other rules.
-            let mut exec = ExecOptions {
-                user: c.user.unwrap_or_else(|| exec::DEFAULT_USER.to_owned()),
-                cwd: c.cwd,
-                env: c.env,
-                stdin: c.stdin,
-                profile: c.profile.unwrap_or(defaults.profile),
-                leave_running: c.leave_running.unwrap_or(defaults.leave_running),
-                ..defaults.clone()
-            };
-            for (option, value) in [
-                (Bounded::TimeoutSecs, c.timeout_secs),
-                (Bounded::MaxOutputBytes, c.max_output_bytes),
-                (Bounded::MaxPids, c.max_pids),
-                (Bounded::MaxMemoryBytes, c.max_memory_bytes),
-            ] {
-                check(set(&path, &prefix, &mut exec, option, value));
+            for e in options_as_written(&path, &prefix, &c.options) {
+                check(Err(e));
             }
-            for problem in exec.validate() {
-                let field = field(&problem.key());
-                check(Err(invalid(&path, &field, problem.detail().to_string())));
+            let (exec, option_problems) = c.options.over(&defaults);
+            for problem in option_problems {
+                check(Err(invalid(
+                    &path,
+                    &field(&problem.key()),
+                    problem.detail().to_string(),
+                )));
             }
             checks.push(Check {
                 name: check_name,
-                run: c.run,
-                fail_message: c.fail_message,
+                run: c.keys.run,
+                fail_message: c.keys.fail_message,
                 points,
                 exec,
-                vm: c.vm,
-                solve: c.solve,
-                initially: c.initially,
+                vm: c.keys.vm,
+                solve: c.keys.solve,
+                initially: c.keys.initially,
             });
         }
-        let vms = vms::resolve(&path, raw.vms, setup.as_ref(), &mut checks, &mut problems);
+        let vms = vms::resolve(
+            &path,
+            raw.keys.vms,
+            setup.as_ref(),
+            &mut checks,
+            &mut problems,
+        );
 
         if !problems.is_empty() {
             return Err(problems);
@@ -302,35 +295,34 @@ impl Lab {
     }
 }
 
-/// Sets a numeric option from the key an author wrote (`prefix` names its
-/// check, empty at the top level): the value when the option's range
-/// ([`Bounded`]) allows it, else the problem, reported, and the option left
-/// as it was.
-fn set(
-    path: &Path,
-    prefix: &str,
-    options: &mut ExecOptions,
-    option: Bounded,
-    value: Option<i64>,
-) -> Result<(), LabError> {
-    let Some(value) = value else { return Ok(()) };
-    match option.check(value) {
-        Ok(n) => {
-            match option {
-                Bounded::TimeoutSecs => options.timeout_secs = n,
-                Bounded::MaxOutputBytes => options.max_output_bytes = n,
-                // `check` kept it within MAX_PIDS.
-                Bounded::MaxPids => options.max_pids = Some(n as u32),
-                Bounded::MaxMemoryBytes => options.max_memory_bytes = Some(n),
-            }
-            Ok(())
-        }
-        Err(problem) => Err(invalid(
-            path,
-            &format!("{prefix}{}", problem.key()),
-            problem.detail().to_string(),
-        )),
+/// What `lab.toml` asks of the options as written, beyond their own rules
+/// ([`RawExecOptions::over`]): `prefix` names the check (empty at the top
+/// level), so each problem is told where it was written, once.
+fn options_as_written(path: &Path, prefix: &str, raw: &RawExecOptions) -> Vec<LabError> {
+    let mut out = Vec::new();
+    let mut bad = |key: &str, problem: String| {
+        out.push(invalid(path, &format!("{prefix}{key}"), problem));
+    };
+    if raw.user.as_deref().is_some_and(|u| u.trim().is_empty()) {
+        bad(
+            "user",
+            "is empty: name a user or remove the key (default root)".into(),
+        );
     }
+    if let Some(cwd) = raw.cwd.as_deref().filter(|c| !c.starts_with('/')) {
+        bad(
+            "cwd",
+            format!(
+                "`{cwd}` is not absolute: give a path in the guest starting with `/` (`$LAB_DIR` is not expanded here)"
+            ),
+        );
+    }
+    for (key, _) in &raw.env {
+        if let Err(problem) = env_name(key) {
+            bad(&format!("env.{key}"), problem);
+        }
+    }
+    out
 }
 
 /// `lab.toml`'s text as written (the serde layer), with every unknown key

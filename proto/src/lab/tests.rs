@@ -1,4 +1,5 @@
 use super::*;
+use crate::Profile;
 
 const FULL: &str = r#"
 name = "hello-lab"
@@ -46,7 +47,8 @@ fn minimal_lab() {
         lab.readiness,
         Readiness {
             timeout_secs: 150,
-            min_root_bytes: None
+            min_root_bytes: None,
+            on_small_root: OnSmallRoot::Warn,
         }
     );
 }
@@ -62,7 +64,8 @@ fn readiness_keys_and_their_defaults() {
         lab.readiness,
         Readiness {
             timeout_secs: 269,
-            min_root_bytes: Some(10 << 30)
+            min_root_bytes: Some(10 << 30),
+            on_small_root: OnSmallRoot::Warn,
         }
     );
     // An empty table is the defaults; each key alone keeps the other's.
@@ -78,6 +81,17 @@ fn readiness_keys_and_their_defaults() {
         let text = format!("name = \"x\"\n[readiness]\ntimeout_secs = {t}\n");
         assert_eq!(Lab::parse(&text, "/l").unwrap().readiness.timeout_secs, t);
     }
+}
+
+#[test]
+fn on_small_root_warns_unless_told_to_fail() {
+    let parse = |extra: &str| {
+        let text = format!("name = \"x\"\n[readiness]\nmin_root_bytes = 9\n{extra}");
+        Lab::parse(&text, "/l").unwrap().readiness.on_small_root
+    };
+    assert_eq!(parse(""), OnSmallRoot::Warn);
+    assert_eq!(parse("on_small_root = \"warn\"\n"), OnSmallRoot::Warn);
+    assert_eq!(parse("on_small_root = \"fail\"\n"), OnSmallRoot::Fail);
 }
 
 #[test]
@@ -103,6 +117,14 @@ fn readiness_errors_say_what_to_fix() {
             "invalid type: string \"10G\", expected a whole number",
         ),
         ("timeout = 100", "unknown field `timeout`"),
+        (
+            "on_small_root = \"warn\"",
+            "readiness.on_small_root is \"warn\" but there is no min_root_bytes for it to act on",
+        ),
+        (
+            "min_root_bytes = 1\non_small_root = \"ignore\"",
+            "unknown variant `ignore`, expected `warn` or `fail`",
+        ),
     ];
     for (body, want) in cases {
         let text = format!("name = \"x\"\n[readiness]\n{body}\n");
@@ -439,6 +461,54 @@ fn profile_per_check_overrides_the_lab_default() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("unknown variant `user`"), "{err}");
+}
+
+/// Every exec option is one raw shape (`RawExecOptions`), flattened into
+/// the top level and into each check: any of them is a lab-wide default
+/// too, a check's own key wins, `env` adds up, and a problem is told where
+/// it was written (once, not under every check that inherits it).
+#[test]
+fn every_exec_option_is_a_lab_wide_default() {
+    let text = r#"
+name = "d"
+user = "student"
+timeout_secs = 7
+cwd = "/srv"
+max_output_bytes = 100
+max_pids = 50
+leave_running = true
+[env]
+A = "lab"
+B = "lab"
+[[checks]]
+name = "inherits"
+run = "true"
+[[checks]]
+name = "own"
+run = "true"
+user = "root"
+timeout_secs = 9
+env = { B = "check" }
+"#;
+    let lab = Lab::parse(text, "/labs/d").unwrap();
+    let (a, b) = (&lab.checks[0].exec, &lab.checks[1].exec);
+    assert_eq!((a.user.as_str(), a.timeout_secs), ("student", 7));
+    assert_eq!((a.cwd.as_deref(), a.max_output_bytes), (Some("/srv"), 100));
+    assert_eq!((a.max_pids, a.leave_running), (Some(50), true));
+    assert_eq!((b.user.as_str(), b.timeout_secs), ("root", 9));
+    assert_eq!((b.env["A"].as_str(), b.env["B"].as_str()), ("lab", "check"));
+    assert_eq!(a.env["B"], "lab");
+
+    let all = Lab::parse_all(
+        "name = \"d\"\ncwd = \"rel\"\ntimeout_secs = 0\n[[checks]]\nname = \"c\"\nrun = \"true\"\n[[checks]]\nname = \"e\"\nrun = \"true\"\nmax_pids = 0\n",
+        "/l",
+    )
+    .unwrap_err();
+    let text: Vec<String> = all.iter().map(ToString::to_string).collect();
+    assert_eq!(text.len(), 3, "{text:#?}");
+    assert!(text[0].contains(": cwd `rel` is not absolute"), "{text:#?}");
+    assert!(text[1].contains(": timeout_secs is 0"), "{text:#?}");
+    assert!(text[2].contains("check `e`: max_pids is 0"), "{text:#?}");
 }
 
 /// A check is its own keys over the lab's defaults, validated by the

@@ -487,7 +487,8 @@ async fn relay<S: AsyncRead + AsyncWrite + Unpin>(
                 return;
             };
             match frame.op {
-                0x1 | 0x2 | 0x0 => {
+                // continuation, text, binary
+                0x0..=0x2 => {
                     if frame.op != 0x0 {
                         text = frame.op == 0x1;
                     }

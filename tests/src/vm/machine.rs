@@ -10,7 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lab_runner::qemu::accel::{self, Hooks};
 use lab_runner::qemu::machine::make_run_dir;
-use lab_runner::qemu::{AccelMode, Machine, MachineSpec, PowerOff, QemuError, sanitize, seed};
+use lab_runner::qemu::{
+    AccelMode, Guest, Machine, MachineSpec, PowerOff, QemuError, sanitize, seed,
+};
 
 use super::http::{self, HttpAnswer};
 use super::lock::VmLock;
@@ -39,6 +41,11 @@ pub struct BootOptions {
     /// `tests/install-deps.sh` puts in the cache); its hybrid socket is
     /// [`Vm::vsock_url`]'s.
     pub vsock: bool,
+    /// The root disk's base instead of the image's never-booted root
+    /// filesystem: an earlier VM's disk (its qcow2 overlay, kept after a
+    /// clean power-off), as a booted golden is. The VM still writes to an
+    /// overlay of its own.
+    pub root_base: Option<PathBuf>,
 }
 
 impl BootOptions {
@@ -54,6 +61,7 @@ impl BootOptions {
             extra_qemu_args: Vec::new(),
             accel: None,
             vsock: false,
+            root_base: None,
         }
     }
 }
@@ -123,14 +131,23 @@ impl Vm {
     fn start(image: &VmImage, opts: BootOptions, lock: VmLock) -> Result<Vm, VmError> {
         let mode = opts.accel.map_or_else(accel_mode, AccelMode::Force);
         let dir = make_run_dir("lab-agent-vm", &opts.name)?;
-        let mut spec = MachineSpec::new(opts.name.clone(), image.guest());
+        let guest = match (&opts.root_base, image.guest()) {
+            (Some(base), Guest::Kernel { kernel, initrd, .. }) => Guest::Kernel {
+                kernel,
+                initrd,
+                rootfs: base.clone(),
+            },
+            (_, guest) => guest,
+        };
+        let mut spec = MachineSpec::new(opts.name.clone(), guest);
         spec.arch = image.os.arch();
         spec.memory_mib = opts.memory_mib;
         spec.cpus = opts.cpus;
         spec.extra_append = opts.extra_append.clone();
         spec.extra_qemu_args = opts.extra_qemu_args.clone();
-        // The build script makes a raw root filesystem: no need to ask.
-        spec.base_format = Some("raw".into());
+        // The build script makes a raw root filesystem: no need to ask; an
+        // earlier VM's disk is a qcow2 (`qemu-img info` says).
+        spec.base_format = opts.root_base.is_none().then(|| "raw".into());
         if opts.vsock {
             let backend = lab_runner::qemu::vsock::find_backend()?.ok_or_else(|| {
                 VmError::HostUnsupported(format!(

@@ -123,7 +123,7 @@ run = "false"
 async fn hybrid_vsock_carries_every_call() {
     let dir = TempDir::new("hybrid");
     dir.write("lab/lab.toml", LAB, 0o644);
-    let lab = Lab::load(&dir.join("lab")).unwrap();
+    let lab = Lab::load(dir.join("lab")).unwrap();
     let agent = Agent::start(AgentOptions::default());
     let relay = HybridStandIn::start(&dir.join("vm.vsock"), guest(&agent), None);
     let url = relay.url(PORT);
@@ -222,7 +222,7 @@ async fn a_relay_that_dies_mid_answer_is_a_transport_error() {
 async fn kubevirt_carries_every_call_as_kubevirt_relays_it() {
     let dir = TempDir::new("kubevirt");
     dir.write("lab/lab.toml", LAB, 0o644);
-    let lab = Lab::load(&dir.join("lab")).unwrap();
+    let lab = Lab::load(dir.join("lab")).unwrap();
     let agent = Agent::start(AgentOptions::default());
     let k = KubevirtStandIn::start(
         &dir.path,

@@ -91,7 +91,23 @@ fn a_command_that_cannot_start_is_a_usage_error() {
     );
     let out = exec(&agent, &["--env", "NOEQUALS", "--", "true"]);
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
-    assert!(stderr(&out).contains("`--env NOEQUALS` is not of the form `KEY=VALUE`"));
+    assert!(
+        stderr(&out).contains(
+            "invalid value 'NOEQUALS' for '--env <KEY=VALUE>': `NOEQUALS` is not of the form `KEY=VALUE`"
+        ),
+        "{}",
+        describe(&out)
+    );
+    // The options' own ranges, as the agent and `lab.toml` hold them.
+    let out = exec(&agent, &["--timeout", "0", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains(
+            "the command cannot be sent: timeout_secs is 0: use a number of seconds from 1 to 3600"
+        ),
+        "{}",
+        describe(&out)
+    );
 }
 
 /// `--instance ID` runs only on that life of the VM: the agent's own id

@@ -98,7 +98,22 @@ fn wait_prints_the_timeline_and_json_carries_it() {
     let out = labctl(&args);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let text = stdout(&out);
-    let rows: Vec<&str> = text.lines().collect();
+    // With cloud-init watched, this machine's own disk is judged: what
+    // shows it lived before this agent's record (its machine-id, older
+    // than this boot) follows the instance's line, one line a finding.
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("booted before this VM: "))
+        .collect();
+    let evidence = text
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("booted before this VM: "));
+    assert_eq!(
+        evidence.count(),
+        text.matches("booted before this VM: ").count(),
+        "{text}"
+    );
     let first = rows[0];
     let id = first
         .strip_prefix("instance ")
@@ -258,14 +273,21 @@ fn fixture() -> String {
     text
 }
 
-/// `labctl timeline FILE`: per phase the count, median, p90 and max (82 94
-/// 150 269 300: median 150, p90 287.6); the answer without a timeline is
-/// counted and named on stderr; stdin (`-`, and no FILE) reads the same.
+/// `labctl timeline FILE`: per phase the count, min, median, p90 and max
+/// (82 94 150 269 300: median 150, p90 287.6); the answer without a
+/// timeline is counted and named on stderr; stdin (`-`, and no FILE) reads
+/// the same; `--svg FILE` draws it (a row per phase measured).
 #[test]
 fn timeline_sums_up_many_vms() {
     let dir = TempDir::new("labctl-timeline");
     let file = dir.write("ready.ndjson", &fixture(), 0o644);
-    let out = labctl(["timeline", file.to_str().unwrap()]);
+    let picture = dir.path.join("timeline.svg");
+    let out = labctl([
+        "timeline",
+        file.to_str().unwrap(),
+        "--svg",
+        picture.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let text = stdout(&out);
     let row = |label: &str| -> Vec<String> {
@@ -278,11 +300,30 @@ fn timeline_sums_up_many_vms() {
             .map(str::to_owned)
             .collect()
     };
-    assert_eq!(row("kernel → ready"), ["5", "150.0", "287.6", "300.0"]);
-    assert_eq!(row("kernel → agent start"), ["5", "4.0", "5.6", "6.0"]);
-    assert_eq!(row("setup"), ["5", "130.0", "268.0", "280.0"]);
-    assert_eq!(row("cloud-init init-local"), ["5", "0.5", "0.5", "0.5"]);
-    assert_eq!(row("cloud-init init "), ["0", "-", "-", "-"]);
+    assert_eq!(
+        row("kernel → ready"),
+        ["5", "82.0", "150.0", "287.6", "300.0"]
+    );
+    assert_eq!(
+        row("kernel → agent start"),
+        ["5", "2.0", "4.0", "5.6", "6.0"]
+    );
+    assert_eq!(row("setup"), ["5", "60.0", "130.0", "268.0", "280.0"]);
+    assert_eq!(
+        row("cloud-init init-local"),
+        ["5", "0.5", "0.5", "0.5", "0.5"]
+    );
+    assert_eq!(row("cloud-init init "), ["0", "-", "-", "-", "-"]);
+    assert_eq!(row("VM created → ready"), ["0", "-", "-", "-", "-"]);
+    let svg = std::fs::read_to_string(&picture).unwrap();
+    assert!(
+        svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("kernel → ready: 5 VMs, min 82 s, median 150 s, p90 288 s, max 300 s"),
+        "{svg}"
+    );
     let err = stderr(&out);
     assert!(
         err.contains("note: 1 of 6 answers carry no timeline"),
@@ -309,20 +350,23 @@ fn timeline_sums_up_many_vms() {
         assert_eq!(v["timelines"], 5);
         assert_eq!(v["without_timeline"], 1);
         let phases = v["phases"].as_array().unwrap();
-        assert_eq!(phases.len(), 7);
-        let ready = &phases[6];
+        assert_eq!(phases.len(), 11);
+        let ready = &phases[9];
         assert_eq!(ready["phase"], "ready");
         assert_eq!(ready["count"], 5);
+        assert_eq!(ready["min_secs"], 82.0);
         assert_eq!(ready["median_secs"], 150.0);
         assert_eq!(ready["p90_secs"], 287.6);
         assert_eq!(ready["max_secs"], 300.0);
-        let modules_final = &phases[4];
+        let modules_final = &phases[7];
         assert_eq!(modules_final["phase"], "modules-final");
         // Each ready - 9.1: 72.9 84.9 140.9 259.9 290.9.
         assert_eq!(modules_final["median_secs"], 140.9);
-        assert_eq!(phases[2]["phase"], "init");
-        assert_eq!(phases[2]["count"], 0);
-        assert_eq!(phases[2]["median_secs"], Value::Null);
+        assert_eq!(phases[5]["phase"], "init");
+        assert_eq!(phases[5]["count"], 0);
+        assert_eq!(phases[5]["median_secs"], Value::Null);
+        assert_eq!(phases[0]["phase"], "scheduled");
+        assert_eq!(phases[0]["count"], 0);
     }
 }
 

@@ -130,6 +130,46 @@ fn readiness_problems_are_named_with_their_ranges() {
     );
 }
 
+/// `labctl lint` explains what `on_small_root` does with the lab's
+/// `min_root_bytes`, both ways; a choice with no size to act on is a
+/// problem.
+#[test]
+fn the_small_root_choice_is_explained() {
+    for (choice, want) in [
+        (
+            "",
+            "readiness: a root filesystem under 10.0 GiB (min_root_bytes) is ready, flagged \
+             (`root.below_min`, the reason) and the student's interactive shells show a banner \
+             (on_small_root = \"warn\", the default)",
+        ),
+        (
+            "on_small_root = \"fail\"\n",
+            "readiness: a root filesystem under 10.0 GiB (min_root_bytes) fails the VM before \
+             setup (on_small_root = \"fail\"): on a containerDisk (~2.4 GiB root, the golden \
+             disk's fallback) every session would fail",
+        ),
+    ] {
+        let lab = lab_folder(
+            "labctl-lint-small-root",
+            &format!("name = \"x\"\n[readiness]\nmin_root_bytes = 10737418240\n{choice}"),
+        );
+        let out = lint(&lab);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert!(stderr(&out).contains(want), "{}", describe(&out));
+    }
+    let lab = lab_folder(
+        "labctl-lint-small-root-alone",
+        "name = \"x\"\n[readiness]\non_small_root = \"warn\"\n",
+    );
+    let out = lint(&lab);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("readiness.on_small_root is \"warn\" but there is no min_root_bytes"),
+        "{}",
+        describe(&out)
+    );
+}
+
 #[test]
 fn solves_are_linted_and_must_not_ship() {
     let lab = lab_folder(

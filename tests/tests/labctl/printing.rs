@@ -270,6 +270,21 @@ booted at 2026-12-03T10:00:00Z; seconds since boot:
 root: 10.0 GiB, 7.6 GiB free, 393.2 MiB written since boot
 ";
         assert_eq!(text, want, "\n{text}");
+        // A booted golden's VM on a small root: the writes over its life,
+        // the lab's need, and each finding, escaped.
+        let golden: ReadyResponse = serde_json::from_str(
+            r#"{"state":"ready","cloud_init":{"done":true},"setup":{"state":"succeeded"},
+             "disk":{"booted_before":true,"evidence":["cloud-init ran on this disk before as `a\u001b[2J`"]},
+             "root":{"size_bytes":3221225472,"free_bytes":1073741824,"written_bytes":412345678,
+                     "written_bytes_total":912345678,"min_bytes":10737418240,"below_min":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            describe(&golden),
+            "booted before this VM: cloud-init ran on this disk before as `a\\x1b[2J`\n\
+             root: 3.0 GiB, 1.0 GiB free, 393.2 MiB written since boot (870.1 MiB in its life), \
+             under the lab's 10.0 GiB\n"
+        );
         let old: ReadyResponse = serde_json::from_str(
             r#"{"state":"ready","cloud_init":{"done":true},"setup":{"state":"succeeded"}}"#,
         )

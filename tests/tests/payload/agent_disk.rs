@@ -359,3 +359,42 @@ fn an_arm64_payload_pins_the_arm64_agent() {
     let out = render(&amd64);
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
 }
+
+/// A VM given the payload of the other architecture: the installer says so
+/// before it looks for any disk, and installs nothing.
+#[test]
+fn a_payload_for_another_machine_says_so_before_looking_for_the_disk() {
+    let dir = TempDir::new("from-disk-wrong-arch");
+    let (_, arm64) = agents(&dir);
+    let secret = dir.path().join("secret.yaml");
+    let out = Command::new(labctl_bin())
+        .arg("secret")
+        .arg(crate::support::fixture_lab())
+        .args([
+            "--name",
+            "vm",
+            "--arch",
+            "arm64",
+            "--agent-from",
+            "disk",
+            "--agent",
+        ])
+        .arg(&arm64)
+        .arg("--token-out")
+        .arg(dir.path().join("token"))
+        .arg("-o")
+        .arg(&secret)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    // Delivered on this x86_64 machine, as an amd64 node would run it.
+    let d = deliver(&std::fs::read_to_string(&secret).unwrap());
+    let (why, _) = d.read(INSTALL_ERROR_PATH);
+    assert_eq!(
+        String::from_utf8(why).unwrap(),
+        "this VM's payload is for aarch64 (--arch arm64), and this machine is x86_64 \
+         (--arch amd64): render this VM's payload for its architecture\n"
+    );
+    // (Had it looked for the disk first, the reason would be "no agent disk".)
+    assert!(!d.file(AGENT_PATH).exists());
+}

@@ -160,6 +160,8 @@ fn commands_are_what_the_guest_runs() {
                 "120",
                 "--min-root-bytes",
                 "4294967296",
+                "--on-small-root",
+                "warn",
                 "--lab-dir",
                 "/opt/lab"
             ]

@@ -178,6 +178,12 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
         .to_owned();
     assert_first_boot_timeline(&ready);
     assert_root_is_what_df_says(&conn, &ready);
+    // A never-booted image: nothing of an earlier life on its disk.
+    assert_eq!(
+        ready["disk"],
+        serde_json::json!({"booted_before": false, "evidence": []}),
+        "{ready}"
+    );
     let shown = |key: &str| -> Vec<String> {
         ready["cloud_init"][key]
             .as_array()
@@ -450,6 +456,7 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
         info["boot_id"].as_str().expect("a boot id").to_owned()
     };
     let boot_before = boot_id(&conn);
+    let written_before = ready_root(&conn, "written_bytes");
     // The student does the lab's step, then reboots from inside.
     let hello = conn.exec(Some("student"), "chmod +x ~/hello.sh && ~/hello.sh");
     assert_eq!(
@@ -513,6 +520,18 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     .unwrap();
     assert_eq!(ready2["instance"]["id"], first_id.as_str(), "{ready2}");
     assert_eq!(ready2["instance"]["boots"], 2, "{ready2}");
+    // The write layer over the life: this boot's writes and the last boot's
+    // (kept by the agent when systemd stopped it for the reboot, at least
+    // what it had written when last asked).
+    let (total, now) = (
+        ready2["root"]["written_bytes_total"].as_u64(),
+        ready2["root"]["written_bytes"].as_u64(),
+    );
+    assert!(
+        total.zip(now).is_some_and(|(t, n)| t >= n + written_before),
+        "written_bytes_total after the reboot: {total:?}, this boot {now:?}, the last boot at least \
+         {written_before}: {ready2}"
+    );
     assert_eq!(
         ready2["instance"]["first_boot_at"],
         first_life["first_boot_at"]
@@ -608,6 +627,14 @@ fn hello_lab_first_boot_crash_wrong_token_reboot(guest: GuestOs) {
     let new_id = ready3["instance"]["id"].as_str().expect("an instance id");
     assert_ne!(new_id, first_id, "a fresh disk kept the instance: {ready3}");
     assert_eq!(ready3["instance"]["boots"], 1, "{ready3}");
+    assert_eq!(
+        ready3["disk"]["booted_before"], false,
+        "a fresh disk: {ready3}"
+    );
+    assert_eq!(
+        ready3["root"]["written_bytes_total"], ready3["root"]["written_bytes"],
+        "a new life counts its own writes: {ready3}"
+    );
     let pinned = conn.labctl("grade", &[lab_arg, "--json", "--instance", &first_id]);
     assert_eq!(pinned.status.code(), Some(6), "{}", describe(&pinned));
     let said = String::from_utf8_lossy(&pinned.stderr);
@@ -689,6 +716,17 @@ fn assert_root_is_what_df_says(conn: &Conn, ready: &Value) {
     assert_eq!(ready["root"]["size_bytes"].as_u64(), Some(size), "{ready}");
     let written = ready["root"]["written_bytes"].as_u64();
     assert!(written.is_some_and(|w| w > 0), "root disk writes: {ready}");
+}
+
+/// `/v1/ready`'s `root.KEY` now, a number.
+fn ready_root(conn: &Conn, key: &str) -> u64 {
+    let token = std::fs::read_to_string(&conn.token_file).unwrap();
+    let addr = conn.url.trim_start_matches("http://").parse().unwrap();
+    let answer = http::get(addr, "/v1/ready", Some(token.trim())).expect("/v1/ready");
+    let ready: Value = serde_json::from_str(answer.body()).unwrap();
+    ready["root"][key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no root.{key}: {ready}"))
 }
 
 /// No check's output carries hello-lab's interactive-only banner.

@@ -26,6 +26,10 @@
 //! - [`selftest`]: `labctl test examples/hello-lab --vm DISK` (Debian 12
 //!   only): each check fails after setup, passes after the solve and in
 //!   reverse order.
+//! - [`golden`]: a lab needing more root than the image has (ready with
+//!   the reason, the small-root banner in interactive shells only), then
+//!   that VM's disk as the base of two fresh VMs (a booted golden): each
+//!   says `booted_before` with evidence, under an id of its own.
 //! - [`session`]: `examples/two-vm-lab` as the runner's `VmSession`, a
 //!   guest per VM on one private network: ready, graded, its self-test
 //!   holds, stopped without a trace (Debian 12 only; both slots).
@@ -52,6 +56,7 @@ mod accel;
 mod agent_disk;
 mod boot_cost;
 mod failing;
+mod golden;
 mod lifecycle;
 mod runaway;
 mod selftest;

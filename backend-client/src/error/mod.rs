@@ -504,7 +504,8 @@ impl Error {
                     .to_owned(),
                 Some(403) => "the token's service account may not open the VM's vsock: give it \
                      RBAC `get` on `virtualmachineinstances/vsock` in the API group \
-                     `subresources.kubevirt.io`, in the VM's namespace (examples/kubevirt/)"
+                     `subresources.kubevirt.io`, in the VM's namespace \
+                     (`examples/kubevirt/vsock/role.yaml`)"
                     .to_owned(),
                 Some(404) => "no such VirtualMachineInstance (yet): check the namespace and \
                      name; a VirtualMachine's VMI appears once it runs"

@@ -61,21 +61,71 @@ fn a_secret_with_an_unknown_field_fails() {
 
 #[test]
 fn example_network_policy_passes_strict_validation() {
-    assert_valid(&workspace().join("examples/kubevirt/networkpolicy.yaml"));
+    for file in [
+        "networkpolicy.yaml",
+        "vsock/networkpolicy.yaml",
+        "vsock/role.yaml",
+        "vsock/rolebinding.yaml",
+    ] {
+        assert_valid(&workspace().join("examples/kubevirt").join(file));
+    }
 }
 
 /// kubernetes-validate has no KubeVirt schemas, so check what the VM must
 /// agree on with the other objects: the one-VM example and its two
-/// variants with the agent's disk.
+/// variants with the agent's disk (the policy opens 8899 to the backend),
+/// and the one on vsock (its policy opens nothing).
 #[test]
 fn example_vms_match_their_secret_and_policy() {
+    let dir = workspace().join("examples/kubevirt");
+    let to_the_agent = serde_json::json!([{"protocol": "TCP", "port": 8899}]);
     for file in [
         "virtualmachine.yaml",
         "agent-disk/virtualmachine-containerdisk.yaml",
         "agent-disk/virtualmachine-configmap.yaml",
     ] {
-        vm_matches_its_secret_and_policy(&workspace().join("examples/kubevirt").join(file));
+        let vm = vm_matches_its_secret_and_policy(
+            &dir.join(file),
+            &dir.join("networkpolicy.yaml"),
+            Some(&to_the_agent),
+        );
+        let devices = &vm["spec"]["template"]["spec"]["domain"]["devices"];
+        assert!(devices.get("autoattachVSOCK").is_none(), "{file}");
     }
+    let vm = vm_matches_its_secret_and_policy(
+        &dir.join("vsock/virtualmachine.yaml"),
+        &dir.join("vsock/networkpolicy.yaml"),
+        None,
+    );
+    let devices = &vm["spec"]["template"]["spec"]["domain"]["devices"];
+    assert_eq!(devices["autoattachVSOCK"], true, "{vm}");
+}
+
+/// The vsock example's RBAC grants what `kubevirt://NAMESPACE/VMI` asks
+/// the API server for (`GET …/namespaces/NS/virtualmachineinstances/NAME/vsock`
+/// in `subresources.kubevirt.io`), in the VMs' namespace, and no more.
+#[test]
+fn example_vsock_rbac_grants_the_subresource_only() {
+    let dir = workspace().join("examples/kubevirt/vsock");
+    let role = load_yaml(&dir.join("role.yaml"));
+    let binding = load_yaml(&dir.join("rolebinding.yaml"));
+    let vm = load_yaml(&dir.join("virtualmachine.yaml"));
+    assert_eq!(role["kind"], "Role");
+    assert_eq!(role["metadata"]["namespace"], vm["metadata"]["namespace"]);
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{
+            "apiGroups": ["subresources.kubevirt.io"],
+            "resources": ["virtualmachineinstances/vsock"],
+            "verbs": ["get"],
+        }])
+    );
+    assert_eq!(binding["metadata"]["namespace"], role["metadata"]["namespace"]);
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let subjects = binding["subjects"].as_array().unwrap();
+    assert_eq!(subjects.len(), 1, "{binding}");
+    assert_eq!(subjects[0]["kind"], "ServiceAccount");
 }
 
 /// The agent's disk as the installer looks for it: the containerDisk's
@@ -115,9 +165,44 @@ fn example_agent_disks_are_where_the_installer_looks() {
     assert_eq!(disk["disk"]["bus"], "virtio");
 }
 
-fn vm_matches_its_secret_and_policy(file: &Path) {
+/// `file`'s VM against its Secret's name rules and `policy`, whose one
+/// ingress rule opens `ports` (`None`: no ingress rule at all). The VM.
+/// The README's vsock walk-through: its `labctl secret --channel vsock`
+/// names the Secret the vsock VM's `secretRef` names, in its namespace; it
+/// applies `vsock/`, and every call reaches the VM by `kubevirt://` (none
+/// over TCP).
+#[test]
+fn example_vsock_walk_through_matches_its_manifests() {
+    let dir = workspace().join("examples/kubevirt");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let block = readme
+        .split("```sh")
+        .find(|b| b.contains("--channel vsock"))
+        .and_then(|b| b.split("```").next())
+        .expect("README.md has a block with `labctl secret --channel vsock`");
+    let vm = load_yaml(&dir.join("vsock/virtualmachine.yaml"));
+    let (name, ns) = (&vm["metadata"]["name"], &vm["metadata"]["namespace"]);
+    let (name, ns) = (name.as_str().unwrap(), ns.as_str().unwrap());
+    let secret_ref = vm["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|v| v["cloudInitNoCloud"]["secretRef"]["name"].as_str())
+        .unwrap();
+    assert!(
+        block.contains(&format!("--name {secret_ref} --namespace {ns}")),
+        "{block}"
+    );
+    assert!(block.contains("-f examples/kubevirt/vsock/"), "{block}");
+    let url = format!("--url kubevirt://{ns}/{name} ");
+    let calls = block.matches("labctl wait").count() + block.matches("labctl grade").count();
+    assert!(calls >= 2 && block.matches(&url).count() == calls, "{block}");
+    assert!(!block.contains("http://"), "{block}");
+}
+
+fn vm_matches_its_secret_and_policy(file: &Path, policy: &Path, ports: Option<&Value>) -> Value {
     let vm = load_yaml(file);
-    let policy = load_yaml(&workspace().join("examples/kubevirt/networkpolicy.yaml"));
+    let policy = load_yaml(policy);
     assert_eq!(vm["apiVersion"], "kubevirt.io/v1");
     assert_eq!(vm["kind"], "VirtualMachine");
     let template = &vm["spec"]["template"];
@@ -160,7 +245,8 @@ fn vm_matches_its_secret_and_policy(file: &Path) {
             "{key} differs between the VM and its template"
         );
     }
-    // The policy selects the template's pods and opens 8899 only.
+    // The policy selects the template's pods and opens 8899 only, or
+    // nothing.
     assert_eq!(vm["metadata"]["namespace"], policy["metadata"]["namespace"]);
     let selector = policy["spec"]["podSelector"]["matchLabels"]
         .as_object()
@@ -173,15 +259,17 @@ fn vm_matches_its_secret_and_policy(file: &Path) {
         serde_json::json!(["Ingress"])
     );
     let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    let Some(ports) = ports else {
+        assert!(ingress.is_empty(), "{policy}");
+        return vm;
+    };
     assert_eq!(ingress.len(), 1);
-    assert_eq!(
-        ingress[0]["ports"],
-        serde_json::json!([{"protocol": "TCP", "port": 8899}])
-    );
+    assert_eq!(&ingress[0]["ports"], ports);
     assert!(
         !ingress[0]["from"].as_array().unwrap().is_empty(),
         "ingress must name its sources"
     );
+    vm
 }
 
 /// One YAML document as JSON, read by PyYAML (unpacked with cloud-init).

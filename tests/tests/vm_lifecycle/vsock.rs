@@ -11,12 +11,14 @@
 //!    answers;
 //! 2. the unit as `--channel both` renders it (its `ExecStart`, the agent
 //!    restarted): TCP answers too;
-//! 3. the student (root) firewalls and unplugs the network: `tc` drops
-//!    every packet of the NIC both ways (the image has no iptables or
-//!    nft: `tc` is iproute2's, in every image) and `ip link set NIC down`:
-//!    over TCP the backend's call fails as unreachable; over vsock
-//!    `/v1/ready` and grading still answer, and the lab's network check
-//!    fails, named (a failure, not an error);
+//! 3. the student (root) firewalls and unplugs the network, as
+//!    `iptables -P INPUT DROP; iptables -P OUTPUT DROP; ip link set NIC
+//!    down` would: the images have neither iptables nor nft, so `tc`
+//!    (iproute2's, in every image) drops every packet of the NIC both
+//!    ways, then `ip link set NIC down` and `ip route flush dev NIC`: over
+//!    TCP the backend's call fails as unreachable; over vsock `/v1/ready`
+//!    and grading still answer, and the lab's network check fails, named
+//!    (a failure, not an error);
 //! 4. the student reboots: the agent answers over vsock again, ready and
 //!    graded, the network back;
 //! 5. exec round trips of `true` over TCP, vsock and the KubeVirt stand-in
@@ -36,11 +38,13 @@ use std::time::{Duration, Instant};
 
 per_guest!(vsock_survives_the_student_s_network);
 
-/// The check hello-lab gets here: the one a student's firewall breaks.
+/// The check hello-lab gets here: the one a student's firewall breaks (a
+/// NIC up, and an IPv4 route through it: the tests' network has no
+/// gateway, `restrict=on`).
 const NETWORK_CHECK: &str = r#"
 [[checks]]
 name = "the network is up"
-run = "ip -o link show | grep -v ' lo:' | grep -q 'state UP'"
+run = "ip -o link show | grep -v ' lo:' | grep -q 'state UP' && ip -4 route show | grep -q ."
 initially = "pass"
 fail_message = "The VM's network is down."
 "#;
@@ -120,9 +124,9 @@ fn vsock_survives_the_student_s_network(guest: GuestOs) {
         "{listening}"
     );
     assert!(!listening.contains("no vsock"), "{listening}");
-    let sockets = vsock.run("ss -Htln");
+    let sockets = vsock.run("ss -Htlnp");
     assert!(
-        !sockets.contains(":8899"),
+        !sockets.contains(":8899") && !sockets.contains("lab-agent"),
         "the agent listens on TCP: {sockets}"
     );
     let never = tcp.labctl("wait", &["--timeout", "15"]);
@@ -212,7 +216,7 @@ fn vsock_survives_the_student_s_network(guest: GuestOs) {
         "tc qdisc add dev {nic} clsact && \
          tc filter add dev {nic} ingress matchall action drop && \
          tc filter add dev {nic} egress matchall action drop && \
-         ip link set {nic} down"
+         ip link set {nic} down && ip route flush dev {nic}"
     ));
     let cut = tcp.labctl("wait", &["--timeout", "15"]);
     assert_eq!(

@@ -101,36 +101,40 @@ pub fn check_size(user_data: &UserData) -> Result<(), Error> {
 
 fn yaml(meta: &SecretMeta, data: &str) -> String {
     let mut out = String::with_capacity(data.len() + 512);
-    out.push_str("apiVersion: v1\nkind: Secret\nmetadata:\n  name: ");
-    quoted(&mut out, &meta.name);
-    if let Some(ns) = &meta.namespace {
-        out.push_str("\n  namespace: ");
-        quoted(&mut out, ns);
-    }
-    if !meta.labels.is_empty() {
-        out.push_str("\n  labels:");
-        for (key, value) in &meta.labels {
-            out.push_str("\n    ");
-            quoted(&mut out, key);
-            out.push_str(": ");
-            quoted(&mut out, value);
-        }
-    }
-    if !meta.annotations.is_empty() {
-        out.push_str("\n  annotations:");
-        for (key, value) in &meta.annotations {
-            out.push_str("\n    ");
-            quoted(&mut out, key);
-            out.push_str(": ");
-            quoted(&mut out, value);
-        }
-    }
+    yaml_head(&mut out, "Secret", meta);
     out.push_str("\ntype: Opaque\ndata:\n  ");
     out.push_str(USERDATA_KEY);
     out.push_str(": \"");
     out.push_str(data);
     out.push_str("\"\n");
     out
+}
+
+/// A v1 object's head: `apiVersion`, `kind` and `metadata` (name,
+/// namespace, labels, annotations; every value quoted), no newline after.
+pub(crate) fn yaml_head(out: &mut String, kind: &str, meta: &SecretMeta) {
+    out.push_str("apiVersion: v1\nkind: ");
+    out.push_str(kind);
+    out.push_str("\nmetadata:\n  name: ");
+    quoted(out, &meta.name);
+    if let Some(ns) = &meta.namespace {
+        out.push_str("\n  namespace: ");
+        quoted(out, ns);
+    }
+    for (title, map) in [("labels", &meta.labels), ("annotations", &meta.annotations)] {
+        if map.is_empty() {
+            continue;
+        }
+        out.push_str("\n  ");
+        out.push_str(title);
+        out.push(':');
+        for (key, value) in map {
+            out.push_str("\n    ");
+            quoted(out, key);
+            out.push_str(": ");
+            quoted(out, value);
+        }
+    }
 }
 
 fn json(meta: &SecretMeta, data: &str) -> String {

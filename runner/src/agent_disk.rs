@@ -5,7 +5,7 @@
 //! `SHA256SUMS`, each atomically (a temp file renamed), readable by all
 //! (they hold no secret).
 
-use crate::payload::PayloadError;
+use crate::payload::{PayloadError, write_atomic};
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::agent_disk::{
     self, AgentDisk, CONFIGMAP_FILE, CONTAINERDISK_FILE, IMAGE_FILE, SUMS_FILE,
@@ -127,7 +127,7 @@ impl AgentDiskJob {
         })?;
         let sums = agent_disk::sha256sums(&files);
         for (name, bytes) in files.iter().chain([&(SUMS_FILE, sums.as_bytes())]) {
-            write_public(&self.output.join(name), bytes)?;
+            write_atomic(&self.output.join(name), bytes, "the agent's disk", 0o644)?;
         }
 
         let report = AgentDiskReport {
@@ -201,33 +201,4 @@ fn next_steps(dir: &Path, configmap: &str) -> String {
         serial = agent_disk::SERIAL,
         label = agent_disk::LABEL,
     )
-}
-
-/// `bytes` to `path`, mode 0644, through a temp file renamed over it: a
-/// reader sees the old file or the new one, never half.
-fn write_public(path: &Path, bytes: &[u8]) -> Result<(), PayloadError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let err = |source| PayloadError::Write {
-        what: "the agent's disk",
-        path: path.to_owned(),
-        source,
-    };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(path.file_name().unwrap_or_default());
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(err)
 }

@@ -111,6 +111,17 @@ pub fn render_logged(
 /// terminal) is written in place: renaming over it would replace a device
 /// node with a file.
 pub fn write_private(path: &Path, bytes: &[u8], what: &'static str) -> Result<(), PayloadError> {
+    write_atomic(path, bytes, what, 0o600)
+}
+
+/// [`write_private`] with `mode` (e.g. 0644 for the agent's disk, which
+/// holds no secret).
+pub fn write_atomic(
+    path: &Path,
+    bytes: &[u8],
+    what: &'static str,
+    mode: u32,
+) -> Result<(), PayloadError> {
     use std::os::unix::fs::OpenOptionsExt;
     let err = |source| PayloadError::Write {
         what,
@@ -140,7 +151,7 @@ pub fn write_private(path: &Path, bytes: &[u8], what: &'static str) -> Result<()
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(mode)
             .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;

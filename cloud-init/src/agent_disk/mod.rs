@@ -32,6 +32,7 @@ use crate::budget::SECRET_LIMIT;
 use crate::error::Error;
 use crate::pin::{AgentPin, sha256_hex};
 use crate::secret::SecretMeta;
+use crate::secret::yaml_head;
 use crate::spec::check_agent_arch;
 use crate::yaml::quoted;
 use base64::Engine as _;
@@ -148,29 +149,13 @@ impl AgentDisk {
                  `--arch arm64`), or use the containerDisk"
             )));
         }
-        let mut out = String::with_capacity(bytes * 4 / 3 + 1024);
-        out.push_str("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ");
-        quoted(&mut out, &meta.name);
-        if let Some(ns) = &meta.namespace {
-            out.push_str("\n  namespace: ");
-            quoted(&mut out, ns);
-        }
-        if !meta.labels.is_empty() {
-            out.push_str("\n  labels:");
-            for (key, value) in &meta.labels {
-                out.push_str("\n    ");
-                quoted(&mut out, key);
-                out.push_str(": ");
-                quoted(&mut out, value);
-            }
-        }
-        out.push_str("\n  annotations:");
+        let mut meta = meta.clone();
         for a in &self.agents {
-            out.push_str("\n    ");
-            quoted(&mut out, &format!("lab-agent/sha256-{}", a.arch));
-            out.push_str(": ");
-            quoted(&mut out, &a.pin.sha256);
+            meta.annotations
+                .insert(format!("lab-agent/sha256-{}", a.arch), a.pin.sha256.clone());
         }
+        let mut out = String::with_capacity(bytes * 4 / 3 + 1024);
+        yaml_head(&mut out, "ConfigMap", &meta);
         // Immutable: the kubelet stops watching it, and a VM started later
         // cannot get other bytes under the same name.
         out.push_str("\nimmutable: true\nbinaryData:");

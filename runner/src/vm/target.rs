@@ -289,7 +289,7 @@ impl VmTarget {
     /// nothing for `limit` and the agent has never answered: a guest that
     /// does not boot (whatever the accelerator) ends here, not at the
     /// boot allowance; so does one whose payload said on the console that
-    /// it could not install the agent ([`VmTarget::install_error`]).
+    /// it could not install the agent (`install_error`).
     /// Pending for good once the agent has answered (the setup's own
     /// timeout then bounds the wait).
     pub async fn silent_console(&self, limit: Duration) -> Error {

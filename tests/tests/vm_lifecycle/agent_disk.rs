@@ -36,34 +36,10 @@ const BOOT: Duration = Duration::from_secs(600);
 
 per_guest!(from_disk, another_agent_on_the_disk);
 
-/// The payload with `--agent-from disk`: the user-data (gzip'd) and the
-/// token, for `agent`.
-fn render_from_disk(lab: &Path, dir: &TempDir, agent: &Path) -> Payload {
-    let token_file = dir.join("token");
-    let user_data_file = dir.join("user-data");
-    let out = Command::new(labctl_bin())
-        .arg("secret")
-        .arg(lab)
-        .args(["--name", "vm-test", "--agent-from", "disk", "--agent"])
-        .arg(agent)
-        .arg("--user-data-out")
-        .arg(&user_data_file)
-        .arg("--token-out")
-        .arg(&token_file)
-        .arg("-o")
-        .arg(dir.join("secret.yaml"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run labctl secret");
-    assert!(out.status.success(), "labctl secret: {}", describe(&out));
-    Payload {
-        user_data: std::fs::read(&user_data_file).unwrap(),
-        token: std::fs::read_to_string(&token_file)
-            .unwrap()
-            .trim_end()
-            .to_owned(),
-        token_file,
-    }
+/// The payload with `--agent-from disk` for `guest`, pinning the static
+/// agent of its architecture: the user-data (gzip'd) and the token.
+fn render_from_disk(lab: &Path, dir: &TempDir, guest: GuestOs) -> Payload {
+    render_payload_with(lab, dir, guest.arch(), &["--agent-from", "disk"])
 }
 
 /// `labctl agent-disk -o DIR --agent AGENT`: the raw image's path.
@@ -148,7 +124,7 @@ fn from_disk(guest: GuestOs) {
     let dir = TempDir::new("vm-agent-disk");
     let lab = repo_root().join("examples/hello-lab");
     let agent = static_agent_for(guest.arch());
-    let payload = render_from_disk(&lab, &dir, agent);
+    let payload = render_from_disk(&lab, &dir, guest);
     assert!(
         payload.user_data.len() <= 7000,
         "{}",
@@ -208,7 +184,7 @@ fn another_agent_on_the_disk(guest: GuestOs) {
     let dir = TempDir::new("vm-agent-disk-other");
     let lab = repo_root().join("examples/hello-lab");
     let agent = static_agent_for(guest.arch());
-    let payload = render_from_disk(&lab, &dir, agent);
+    let payload = render_from_disk(&lab, &dir, guest);
     // Another build: the same program with one byte more (a different
     // SHA-256, and it would run).
     let mut other = std::fs::read(agent).unwrap();
@@ -267,7 +243,7 @@ fn configmap_disk(guest: GuestOs) {
     let dir = TempDir::new("vm-agent-configmap");
     let lab = repo_root().join("examples/hello-lab");
     let agent = static_agent_for(guest.arch());
-    let payload = render_from_disk(&lab, &dir, agent);
+    let payload = render_from_disk(&lab, &dir, guest);
     let iso = configmap_iso(&dir, agent);
     let (vm, conn) = boot(
         &image,
@@ -349,7 +325,7 @@ fn side_by_side() {
     let dir = TempDir::new("vm-agent-disk-bench");
     let lab = repo_root().join("examples/hello-lab");
     let agent = static_agent_for(guest.arch());
-    let disk_payload = render_from_disk(&lab, &dir, agent);
+    let disk_payload = render_from_disk(&lab, &dir, guest);
     let embedded_dir = TempDir::new("vm-agent-embedded-bench");
     let embedded = render_payload(&lab, &embedded_dir, guest.arch());
     let disk = agent_disk(&dir.join("disk"), agent);

@@ -179,6 +179,12 @@ pub struct Payload {
 }
 
 pub fn render_payload(lab: &Path, dir: &TempDir, arch: Arch) -> Payload {
+    render_payload_with(lab, dir, arch, &[])
+}
+
+/// [`render_payload`] with more of `labctl secret`'s flags (e.g.
+/// `--agent-from disk`).
+pub fn render_payload_with(lab: &Path, dir: &TempDir, arch: Arch, flags: &[&str]) -> Payload {
     let token_file = dir.join("token");
     let user_data_file = dir.join("user-data");
     let out = Command::new(labctl_bin())
@@ -186,6 +192,7 @@ pub fn render_payload(lab: &Path, dir: &TempDir, arch: Arch) -> Payload {
         .arg(lab)
         .args(["--name", "vm-test", "--arch", arch.name(), "--agent"])
         .arg(static_agent_for(arch))
+        .args(flags)
         .arg("--user-data-out")
         .arg(&user_data_file)
         .arg("--token-out")

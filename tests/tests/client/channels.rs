@@ -95,18 +95,25 @@ async fn every_call(c: &Client, lab: &Lab) {
     assert_eq!((report.passed, report.total), (1, 2), "{report:?}");
 }
 
-/// [`every_call`] through `c` and straight over TCP: the same number of
-/// connections (kept alive as on TCP).
+/// [`every_call`] through `c` and straight over TCP, and both kept alive:
+/// the eight or more requests ride on a few connections, as many as ran at
+/// once (the grade's two checks may, a stream's connection returns to the
+/// pool only once drained). How many exactly is the pool's timing, so the
+/// two channels are not held to the same count.
 async fn every_call_as_on_tcp(c: &Client, agent: &Agent, lab: &Lab) {
+    const KEPT_ALIVE: u64 = 3;
     every_call(c, lab).await;
     let tcp = client(agent);
     every_call(&tcp, lab).await;
-    assert_eq!(
-        c.connections_opened(),
-        tcp.connections_opened(),
-        "{}",
-        c.url()
-    );
+    for (what, opened) in [
+        (c.url(), c.connections_opened()),
+        ("tcp", tcp.connections_opened()),
+    ] {
+        assert!(
+            (1..=KEPT_ALIVE).contains(&opened),
+            "{what}: {opened} connections for 8+ requests"
+        );
+    }
 }
 
 const LAB: &str = r#"

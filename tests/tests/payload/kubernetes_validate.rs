@@ -120,7 +120,10 @@ fn example_vsock_rbac_grants_the_subresource_only() {
             "verbs": ["get"],
         }])
     );
-    assert_eq!(binding["metadata"]["namespace"], role["metadata"]["namespace"]);
+    assert_eq!(
+        binding["metadata"]["namespace"],
+        role["metadata"]["namespace"]
+    );
     assert_eq!(binding["roleRef"]["kind"], "Role");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     let subjects = binding["subjects"].as_array().unwrap();
@@ -196,7 +199,10 @@ fn example_vsock_walk_through_matches_its_manifests() {
     assert!(block.contains("-f examples/kubevirt/vsock/"), "{block}");
     let url = format!("--url kubevirt://{ns}/{name} ");
     let calls = block.matches("labctl wait").count() + block.matches("labctl grade").count();
-    assert!(calls >= 2 && block.matches(&url).count() == calls, "{block}");
+    assert!(
+        calls >= 2 && block.matches(&url).count() == calls,
+        "{block}"
+    );
     assert!(!block.contains("http://"), "{block}");
 }
 

@@ -36,7 +36,10 @@ fn self_test_in_a_vm(guest: GuestOs) {
     let line = tested.wait_for_line("qemu pid ", Duration::from_secs(120));
     // The agent's disk on the last PCI slot and the vsock device beside
     // it (where the backend is installed, as `tests/install-deps.sh` does).
-    assert!(line.contains(" and vsock+unix://"), "no vsock device: {line}");
+    assert!(
+        line.contains(" and vsock+unix://"),
+        "no vsock device: {line}"
+    );
     let pid = crate::failing::qemu_pid(&line);
     let console = between(&line, "console `", "`");
     let run_dir = std::path::Path::new(&console).parent().unwrap().to_owned();

@@ -183,6 +183,13 @@ fn example_vsock_walk_through_matches_its_manifests() {
         .find(|b| b.contains("--channel vsock"))
         .and_then(|b| b.split("```").next())
         .expect("README.md has a block with `labctl secret --channel vsock`");
+    // One command per line: continuations joined, runs of spaces one.
+    let block = block
+        .replace("\\\n", " ")
+        .split(' ')
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
     let vm = load_yaml(&dir.join("vsock/virtualmachine.yaml"));
     let (name, ns) = (&vm["metadata"]["name"], &vm["metadata"]["namespace"]);
     let (name, ns) = (name.as_str().unwrap(), ns.as_str().unwrap());

@@ -180,8 +180,9 @@ fn example_vsock_walk_through_matches_its_manifests() {
     let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
     let block = readme
         .split("```sh")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
         .find(|b| b.contains("--channel vsock"))
-        .and_then(|b| b.split("```").next())
         .expect("README.md has a block with `labctl secret --channel vsock`");
     // One command per line: continuations joined, runs of spaces one.
     let block = block

@@ -19,8 +19,9 @@
 //!    TCP the backend's call fails as unreachable; over vsock `/v1/ready`
 //!    and grading still answer, and the lab's network check fails, named
 //!    (a failure, not an error);
-//! 4. the student reboots: the agent answers over vsock again, ready and
-//!    graded, the network back;
+//! 4. the student reboots: once the guest is back (over TCP, the network
+//!    restored by the reboot), the agent answers over vsock again, ready
+//!    and graded;
 //! 5. exec round trips of `true` over TCP, vsock and the KubeVirt stand-in
 //!    on the same guest, side by side (printed; `BENCHMARKS.md`).
 
@@ -248,12 +249,24 @@ fn vsock_survives_the_student_s_network(guest: GuestOs) {
     vsock.run("systemd-run --no-block --on-active=1 --unit=lab-test-reboot systemctl reboot");
     vm.wait_for_console_since(mark, "reboot: Restarting system", Duration::from_secs(180))
         .expect("the guest reboots");
-    let again = Running::spawn(
-        vsock.command("wait", &["--timeout", &WAIT_TIMEOUT_SECS.to_string()]),
-        "wait over vsock after the reboot",
+    // The guest is back over TCP first (the reboot undid the student's
+    // `tc` and link): vhost-device-vsock 0.3.0, the harness's device
+    // model, wedges for good when a host connection arrives while the
+    // guest resets the device (tests/vm/README.md); KubeVirt's
+    // in-kernel vhost-vsock is not that backend.
+    let back = Running::spawn(
+        tcp.command("wait", &["--timeout", &WAIT_TIMEOUT_SECS.to_string()]),
+        "wait over TCP after the reboot",
     )
     .finish();
-    assert_eq!(again.code, Some(0), "after the reboot: {again}");
+    assert_eq!(back.code, Some(0), "after the reboot, over TCP: {back}");
+    let again = vsock.labctl("wait", &["--timeout", "60"]);
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "after the reboot, over vsock: {}",
+        describe(&again)
+    );
     let out = vsock.labctl("wait", &["--json", "--timeout", "30"]);
     let ready: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("wait --json: {e}: {}", describe(&out)));

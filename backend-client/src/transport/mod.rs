@@ -5,11 +5,11 @@
 //!
 //! - `http://HOST:PORT`: TCP (hyper-util's connector, or the caller's
 //!   [`crate::Dialer`]).
-//! - `vsock://CID:PORT`: `AF_VSOCK` from this host ([`vsock`]).
+//! - `vsock://CID:PORT`: `AF_VSOCK` from this host (`transport/vsock.rs`).
 //! - `vsock+unix:///PATH?port=PORT`: hybrid vsock, a host UNIX socket
 //!   that relays `CONNECT PORT\n` → `OK …\n` to the guest's port, as
 //!   Firecracker, Cloud Hypervisor and vhost-device-vsock expose it
-//!   ([`hybrid`]).
+//!   (`transport/hybrid.rs`).
 //! - `kubevirt://NAMESPACE/VMI[?port=PORT]`: KubeVirt's vsock subresource
 //!   through the API server (`kubevirt`, behind the crate feature of that
 //!   name).

@@ -39,7 +39,7 @@ pub struct BootOptions {
     pub accel: Option<Accel>,
     /// A virtio-vsock device (`vhost-device-vsock`, which
     /// `tests/install-deps.sh` puts in the cache); its hybrid socket is
-    /// [`Vm::vsock_url`]'s.
+    /// `vsock_url()`'s (the machine's).
     pub vsock: bool,
     /// The root disk's base instead of the image's never-booted root
     /// filesystem: an earlier VM's disk (its qcow2 overlay, kept after a

@@ -16,6 +16,9 @@
 #   python3-venv (to make that virtualenv), and the VM tools with the cached
 #   guest images (tests/vm/build-image.sh: qemu from bookworm-backports,
 #   mmdebstrap, cloud-image-utils, genisoimage);
+# - into the lab-agent cache, built with `cargo install --root`
+#   (tests/vhost-vsock.sh): rust-vmm's vhost-device-vsock, the guests'
+#   virtio-vsock device in the VM tests and `labctl try --vm`;
 # - the static agents: amd64 (the VM tests boot it), arm64 (its tests run it
 #   under qemu-user).
 # Needs root for apt when a package is missing; nothing is downloaded at test
@@ -48,6 +51,7 @@ for guest in debian-12 debian-13; do
   "$root/tests/vm/build-image.sh" --guest "$guest" >/dev/null
 done
 "$root/tests/qemu-user.sh" >/dev/null
+"$root/tests/vhost-vsock.sh" >/dev/null
 "$root/packaging/build-agent.sh" >/dev/null
 "$root/packaging/build-agent.sh" --arch arm64 >/dev/null
 log "done"

@@ -6,6 +6,7 @@
 //! (measured with `cargo bloat`; see BENCHMARKS.md). Twelve flags do not
 //! need a framework. `labctl` uses clap.
 
+use crate::http::listen::Listen;
 use crate::serve::ServeConfig;
 use crate::setup::SetupConfig;
 use lab_agent_proto::guest::OnSmallRoot;
@@ -52,8 +53,9 @@ Serve the HTTP API (readiness, exec, info)
 Usage: lab-agent serve [FLAGS]
 
 Flags:
-  --listen ADDR          Address to listen on [default: 0.0.0.0:8899]
-                         (port 0 picks a free port; see --addr-file)
+  --listen ADDR          IP:PORT, or vsock:PORT (virtio-vsock, any CID);
+                         repeatable [default: 0.0.0.0:8899] (port 0 picks
+                         a free TCP port; see --addr-file)
   --token-file PATH      Per-VM bearer token, mode 0600, >= 32 characters
                          [default: /etc/lab-agent/token]
   --state-dir PATH       Where setup.json and setup.log live
@@ -156,7 +158,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Usage
 fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
     const USAGE: &str = "lab-agent serve --help";
     let mut c = ServeConfig {
-        listen: SocketAddr::from(([0, 0, 0, 0], guest::PORT)),
+        listen: Vec::new(),
         addr_file: None,
         token_file: guest::TOKEN_PATH.into(),
         state_dir: guest::STATE_DIR.into(),
@@ -179,7 +181,7 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
     while let Some(flag) = args.next_flag(USAGE)? {
         match flag.as_str() {
             "-h" | "--help" => return Ok(Command::Help(SERVE_HELP)),
-            "--listen" => c.listen = args.value(&flag, USAGE)?,
+            "--listen" => c.listen.push(args.value(&flag, USAGE)?),
             "--token-file" => c.token_file = args.path(&flag, USAGE)?,
             "--state-dir" => c.state_dir = args.path(&flag, USAGE)?,
             "--cloud-init-dir" => cloud_init_dir = args.path(&flag, USAGE)?,
@@ -216,6 +218,16 @@ fn parse_serve(mut args: Args) -> Result<Command, UsageError> {
             }
             _ => return Err(args.unknown(&flag, USAGE)),
         }
+    }
+    if c.listen.is_empty() {
+        c.listen
+            .push(Listen::Tcp(SocketAddr::from(([0, 0, 0, 0], guest::PORT))));
+    }
+    if c.addr_file.is_some() && !c.listen.iter().any(|l| matches!(l, Listen::Tcp(_))) {
+        return Err(UsageError {
+            message: "`--addr-file` writes a TCP address: add a `--listen IP:PORT`".into(),
+            usage: USAGE,
+        });
     }
     c.cloud_init_dir = (!no_cloud_init).then_some(cloud_init_dir);
     Ok(Command::Serve(c))
@@ -405,7 +417,7 @@ mod tests {
     #[test]
     fn serve_defaults_match_the_spec() {
         let c = serve(&["serve"]);
-        assert_eq!(c.listen.to_string(), "0.0.0.0:8899");
+        assert_eq!(c.listen, [Listen::Tcp("0.0.0.0:8899".parse().unwrap())]);
         assert_eq!(c.token_file, PathBuf::from("/etc/lab-agent/token"));
         assert_eq!(c.state_dir, PathBuf::from("/var/lib/lab-agent"));
         assert_eq!(c.cloud_init_dir, Some(PathBuf::from("/run/cloud-init")));
@@ -444,7 +456,7 @@ mod tests {
             "--shutdown-grace",
             "0",
         ]);
-        assert_eq!(c.listen.to_string(), "127.0.0.1:9");
+        assert_eq!(c.listen, [Listen::Tcp("127.0.0.1:9".parse().unwrap())]);
         assert_eq!(c.token_file, PathBuf::from("/t"));
         assert_eq!(c.state_dir, PathBuf::from("/s"));
         assert_eq!(c.cloud_init_dir, Some(PathBuf::from("/c")));
@@ -464,6 +476,23 @@ mod tests {
             "relative to where the agent starts"
         );
         assert_eq!(c.lab_dir, cwd.join("lab"));
+    }
+
+    #[test]
+    fn listen_is_repeatable_and_takes_vsock() {
+        let c = serve(&["serve", "--listen", "vsock:8899", "--listen=0.0.0.0:8899"]);
+        assert_eq!(
+            c.listen,
+            [
+                Listen::Vsock(8899),
+                Listen::Tcp("0.0.0.0:8899".parse().unwrap())
+            ],
+            "both channels, in order; the default is replaced"
+        );
+        assert_eq!(
+            serve(&["serve", "--listen", "vsock:8899"]).listen,
+            [Listen::Vsock(8899)]
+        );
     }
 
     #[test]
@@ -516,6 +545,11 @@ mod tests {
             (&["serv"], "unknown command `serv`"),
             (&["serve", "--bogus"], "unknown flag `--bogus`"),
             (&["serve", "--listen"], "`--listen` needs a value"),
+            (&["serve", "--listen", "vsock:x"], "`x` is not a vsock port"),
+            (
+                &["serve", "--listen", "vsock:1", "--addr-file", "/a"],
+                "`--addr-file` writes a TCP address",
+            ),
             (
                 &["serve", "--listen", "nope"],
                 "invalid value \"nope\" for `--listen`",

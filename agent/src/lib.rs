@@ -52,6 +52,7 @@ pub use api::exec::parse as parse_exec;
 pub use api::ready::parse_wait;
 pub use app::App;
 pub use http::budget::Budget;
+pub use http::listen::Peer;
 pub use http::router::handle;
 pub use http::server::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_REFUSALS};
 pub use readiness::{CACHE_TTL, Readiness, ReadinessConfig};

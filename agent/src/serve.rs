@@ -2,23 +2,23 @@
 //! run the server until SIGTERM/SIGINT.
 
 use crate::app::App;
+use crate::http::listen::{Listen, Listeners};
 use crate::process::Jobs;
 use crate::process::cgroup::Containment;
 use crate::readiness::{Readiness, ReadinessConfig};
 use crate::setup::{self, SetupConfig};
 use crate::token::{Token, TokenError};
 use std::io;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, watch};
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
-    pub listen: SocketAddr,
+    /// `--listen`, in order (TCP addresses, vsock ports); never empty.
+    pub listen: Vec<Listen>,
     pub addr_file: Option<PathBuf>,
     pub token_file: PathBuf,
     pub state_dir: PathBuf,
@@ -52,10 +52,8 @@ pub enum ServeError {
     /// payload did not install, or a `--token-file` typo.
     #[error("{0}{hint}", hint = token_hint(.0))]
     Token(#[from] TokenError),
-    #[error(
-        "failed to listen on {addr}: {source}\nhint: is another lab-agent already running? choose another address with `--listen`"
-    )]
-    Bind { addr: SocketAddr, source: io::Error },
+    #[error("failed to listen on {addr}: {source}\nhint: {}", bind_hint(addr))]
+    Bind { addr: Listen, source: io::Error },
     #[error("failed to write the bound address to `{path}`: {source}")]
     AddrFile { path: PathBuf, source: io::Error },
     #[error("failed to install the signal handler: {0}")]
@@ -78,22 +76,26 @@ impl ServeError {
 
 pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     let token = Token::load(&cfg.token_file)?;
-    let listener = TcpListener::bind(cfg.listen)
+    let listener = Listeners::bind(&cfg.listen)
         .await
-        .map_err(|source| ServeError::Bind {
-            addr: cfg.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
-        addr: cfg.listen,
-        source,
-    })?;
-    if let Some(path) = &cfg.addr_file {
+        .map_err(|(addr, source)| ServeError::Bind { addr, source })?;
+    let bound = listener.addrs();
+    // The first TCP address (the command line requires one with it).
+    let tcp = bound.iter().find_map(|a| match a {
+        Listen::Tcp(a) => Some(*a),
+        Listen::Vsock(_) => None,
+    });
+    if let (Some(path), Some(addr)) = (&cfg.addr_file, tcp) {
         lab_agent_proto::addr_file::write(path, addr).map_err(|source| ServeError::AddrFile {
             path: path.clone(),
             source,
         })?;
     }
+    let addr = bound
+        .iter()
+        .map(Listen::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
 
@@ -245,6 +247,18 @@ async fn housekeeping(app: Arc<App>) {
         if writes_kept.elapsed() >= KEEP_WRITES_EVERY {
             writes_kept = Instant::now();
             app.readiness.keep_writes();
+        }
+    }
+}
+
+fn bind_hint(addr: &Listen) -> &'static str {
+    match addr {
+        Listen::Tcp(_) => {
+            "is another lab-agent already running? choose another address with `--listen`"
+        }
+        // Only reached when no other `--listen` could be bound either.
+        Listen::Vsock(_) => {
+            "this kernel has no vsock (the module `vsock`): listen on TCP too, `--listen 0.0.0.0:8899`"
         }
     }
 }

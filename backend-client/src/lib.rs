@@ -49,6 +49,10 @@
 //!   report's field order kept, guest text escaped), errors by kind.
 //! - [`follow`]: setup logs followed as they grow ([`Follow`]: whole lines,
 //!   escaped, a replaced log, bounded by a wait's deadline).
+//! - [`transport`]: the URL forms (`http://`, `vsock://`, `vsock+unix://`,
+//!   `kubevirt://` with the feature `kubevirt`) and the connection each
+//!   gives hyper; [`KubeApi`] (feature `kubevirt`): the API server a
+//!   `kubevirt://` client goes through.
 //! - [`timeline`]: where many VMs' preparation time went, request to ready
 //!   ([`distribution`]: count, min, median, p90, max of each phase, the
 //!   backend's own stamps before the guest's timeline; [`Answers`]: the
@@ -76,6 +80,7 @@ mod reuse;
 pub mod session;
 pub mod stream;
 pub mod timeline;
+pub mod transport;
 pub mod wait;
 
 pub use activity::Activity;
@@ -90,4 +95,6 @@ pub use timeline::{
     Answers, AnswersError, BackendTimes, Distribution, Phase, PhaseStats, Preparation,
     distribution, phases_of,
 };
+#[cfg(feature = "kubevirt")]
+pub use transport::kubevirt::KubeApi;
 pub use wait::{Progress, WaitEach, WaitOutcome, wait_all, wait_each};

@@ -303,6 +303,10 @@ impl Stream for WaitEach {
 
 /// Errors that mean "the agent is not answering yet": keep waiting.
 fn not_up_yet(e: &Error) -> bool {
+    // KubeVirt's refusals: some pass (the VMI is coming), some never do.
+    if matches!(e, Error::Relay { .. }) {
+        return e.relay_may_pass();
+    }
     if e.is_unreachable() {
         return true;
     }

@@ -52,7 +52,7 @@ pub fn render(spec: &PayloadSpec) -> String {
     let mut token = spec.token.clone();
     token.push('\n');
     entry(&mut out, TOKEN_PATH, 0o600, &token);
-    entry(&mut out, UNIT_PATH, 0o644, &guest_unit());
+    entry(&mut out, UNIT_PATH, 0o644, &guest_unit(spec.channel));
     // The drop-in goes to the one console the platform attaches to on this
     // architecture (a template-wide one would also log root in on any other
     // serial port a VM has).

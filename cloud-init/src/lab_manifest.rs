@@ -9,7 +9,7 @@
 use crate::Format;
 use crate::agent_bin::AgentBinary;
 use crate::lab_payload::{self, RenderLabError, RenderOptions};
-use crate::manifest::{self, Channel, Document, LabShape, ManifestSpec, Plan, RootChoice};
+use crate::manifest::{self, Document, LabShape, ManifestSpec, Plan, RootChoice};
 use crate::payload::UserData;
 use crate::secret::render_secret;
 use lab_agent_proto::lab::Lab;
@@ -82,19 +82,6 @@ pub fn plan(lab: &Lab, opts: &ManifestOptions) -> Result<Plan, RenderLabError> {
         }
         .into());
     }
-    // The seam for the payload's channel: until the payload renderer takes
-    // one (`RenderOptions::channel`), its agent listens on TCP 8899 only,
-    // which `vsock` alone would close; `both` works over TCP meanwhile.
-    if opts.spec.channel == Channel::Vsock {
-        return Err(manifest::ManifestError::Conflict {
-            first: "`--channel vsock`".into(),
-            second: "this payload renderer".into(),
-            why: "its agent listens on TCP 8899 only, which the policy would close: use \
-                  `--channel both` or `tcp`"
-                .into(),
-        }
-        .into());
-    }
     let shape = LabShape {
         lab: &lab.name,
         vms: names,
@@ -134,6 +121,7 @@ pub fn render(
             format: Format::Yaml,
             serial_autologin: opts.serial_autologin,
             agent_from: opts.spec.agent_from,
+            channel: opts.spec.channel,
         };
         let rendered = lab_payload::render(&for_vm, agent, &token, &payload_opts)?;
         // The same Secret as JSON, for callers that want objects; only

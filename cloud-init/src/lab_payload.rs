@@ -9,7 +9,7 @@ use crate::arch::Arch;
 use crate::budget::{Budget, SECRET_LIMIT};
 use crate::payload::{UserData, render_user_data};
 use crate::secret::{Format, SecretMeta, render_secret};
-use crate::spec::{AgentFrom, PayloadSpec, SetupScript};
+use crate::spec::{AgentFrom, Channel, PayloadSpec, SetupScript};
 use lab_agent_proto::lab::{Lab, LabError, READY_TIMEOUT_ANNOTATION};
 use std::path::{Path, PathBuf};
 
@@ -25,6 +25,8 @@ pub struct RenderOptions {
     pub serial_autologin: bool,
     /// The agent in the payload, or only its pin (`--agent-from disk`).
     pub agent_from: AgentFrom,
+    /// Where the agent listens (`--channel`).
+    pub channel: Channel,
 }
 
 /// A lab's payload: the user-data and the Secret that carries it.
@@ -102,6 +104,7 @@ pub fn render(
         serial_autologin: opts.serial_autologin,
         readiness: lab.readiness,
         env: lab.vm_env.clone(),
+        channel: opts.channel,
     };
     let user_data = render_user_data(&spec)?;
     let manifest = render_secret(&user_data, &secret_meta(lab, &opts.meta), opts.format)?;
@@ -200,6 +203,7 @@ mod tests {
             format: Format::Json,
             serial_autologin: true,
             agent_from: AgentFrom::Embedded,
+            channel: Channel::Both,
         };
         let token = "test-token-0123456789abcdefghijklmnopqrstuv";
         let rendered = render(&lab, &agent, token, &opts).unwrap();

@@ -81,4 +81,4 @@ pub use error::{Error, TooLarge};
 pub use payload::{UserData, render_user_data};
 pub use pin::AgentPin;
 pub use secret::{Format, SecretMeta, render_secret};
-pub use spec::{AgentFrom, AgentSource, PayloadSpec, SetupScript};
+pub use spec::{AgentFrom, AgentSource, Channel, PayloadSpec, SetupScript};

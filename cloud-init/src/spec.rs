@@ -39,6 +39,74 @@ pub struct PayloadSpec {
     /// `/etc/lab-agent/env` by the installer; none: no file, and the
     /// payload is byte for byte what it was before sessions.
     pub env: BTreeMap<String, String>,
+    /// Where the agent listens (`--channel`): TCP, virtio-vsock, or both.
+    pub channel: Channel,
+}
+
+/// How the backend reaches the agent (`labctl secret --channel`): what the
+/// unit's `lab-agent serve` listens on. With `vsock` alone the agent
+/// listens on no network at all; a guest without a vsock device logs one
+/// line and goes on with TCP under `both`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Channel {
+    /// TCP 8899 on every address.
+    Tcp,
+    /// virtio-vsock port 8899, any CID (KubeVirt: `autoattachVSOCK`).
+    Vsock,
+    /// Both: the default.
+    #[default]
+    Both,
+}
+
+impl Channel {
+    pub fn name(self) -> &'static str {
+        match self {
+            Channel::Tcp => "tcp",
+            Channel::Vsock => "vsock",
+            Channel::Both => "both",
+        }
+    }
+
+    /// Whether the agent listens on TCP 8899 (a NetworkPolicy hole).
+    pub fn tcp(self) -> bool {
+        self != Channel::Vsock
+    }
+
+    /// Whether the agent listens on vsock (the VM needs a vsock device).
+    pub fn vsock(self) -> bool {
+        self != Channel::Tcp
+    }
+
+    /// `lab-agent serve`'s `--listen` arguments for this channel (none for
+    /// TCP: the agent's default, `0.0.0.0:8899`).
+    pub fn listen_args(self) -> Vec<String> {
+        let port = lab_agent_proto::guest::PORT;
+        let tcp = format!("0.0.0.0:{port}");
+        let vsock = format!("vsock:{port}");
+        let addrs = match self {
+            Channel::Tcp => vec![],
+            Channel::Vsock => vec![vsock],
+            Channel::Both => vec![tcp, vsock],
+        };
+        addrs
+            .into_iter()
+            .flat_map(|a| ["--listen".to_owned(), a])
+            .collect()
+    }
+}
+
+impl std::str::FromStr for Channel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Channel, String> {
+        match s {
+            "tcp" => Ok(Channel::Tcp),
+            "vsock" => Ok(Channel::Vsock),
+            "both" => Ok(Channel::Both),
+            other => Err(format!(
+                "channel must be \"tcp\", \"vsock\" or \"both\", not {other:?}"
+            )),
+        }
+    }
 }
 
 /// Where a payload takes its agent from, as `--agent-from` says it; the
@@ -133,6 +201,7 @@ impl PayloadSpec {
             serial_autologin: true,
             readiness: Readiness::default(),
             env: BTreeMap::new(),
+            channel: Channel::default(),
         }
     }
 }
@@ -150,6 +219,7 @@ impl fmt::Debug for PayloadSpec {
             .field("serial_autologin", &self.serial_autologin)
             .field("readiness", &self.readiness)
             .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("channel", &self.channel)
             .finish()
     }
 }

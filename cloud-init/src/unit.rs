@@ -5,20 +5,32 @@
 /// The systemd unit, one copy for the whole project: `packaging/` owns it.
 pub const UNIT: &str = include_str!("../../packaging/lab-agent.service");
 
+use crate::spec::Channel;
+
 /// The unit as a lab VM gets it: [`UNIT`]'s settings, its comments (the
-/// why of each setting, 1.2 KiB) replaced by a pointer to them. The unit
-/// rides in the cloud-config, which cloud-init parses on every boot.
-pub fn guest_unit() -> String {
+/// why of each setting, 1.2 KiB) replaced by a pointer to them, and
+/// `lab-agent serve` listening on `channel`. The unit rides in the
+/// cloud-config, which cloud-init parses on every boot.
+pub fn guest_unit(channel: Channel) -> String {
     let mut out = String::from(
         "# lab-agent: readiness and grading endpoint of a lab VM, written by cloud-init.\n\
          # Why each setting: packaging/lab-agent.service in lab-agent's source.\n",
     );
     for line in UNIT.lines().filter(|l| !l.starts_with('#')) {
         out.push_str(line);
+        if line == SERVE {
+            for arg in channel.listen_args() {
+                out.push(' ');
+                out.push_str(&arg);
+            }
+        }
         out.push('\n');
     }
     out
 }
+
+/// The unit's command line, to which the channel's `--listen`s are added.
+const SERVE: &str = "ExecStart=/usr/local/bin/lab-agent serve";
 
 /// Replaces the getty's command line so that it logs root in at once. The
 /// first, empty `ExecStart=` clears the packaged one (systemd appends
@@ -45,9 +57,22 @@ mod tests {
                 .map(str::to_owned)
                 .collect()
         };
-        let guest = guest_unit();
+        let guest = guest_unit(Channel::Tcp);
         assert_eq!(settings(&guest), settings(UNIT));
-        assert!(settings(UNIT).contains(&"ExecStart=/usr/local/bin/lab-agent serve".to_owned()));
+        assert!(settings(UNIT).contains(&SERVE.to_owned()));
         assert!(guest.len() < UNIT.len() / 2, "{}", guest.len());
+        let both = guest_unit(Channel::Both);
+        assert!(
+            both.contains(&format!(
+                "{SERVE} --listen 0.0.0.0:8899 --listen vsock:8899\n"
+            )),
+            "{both}"
+        );
+        let vsock = guest_unit(Channel::Vsock);
+        assert!(
+            vsock.contains(&format!("{SERVE} --listen vsock:8899\n")),
+            "{vsock}"
+        );
+        assert_eq!(settings(&both).len(), settings(UNIT).len());
     }
 }

@@ -17,9 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Semaphore, watch};
 
 /// The peer every fuzzed request comes from (logged, never trusted).
-const PEER: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
-    std::net::Ipv4Addr::LOCALHOST,
-    40000,
+const PEER: lab_agent::Peer = lab_agent::Peer::Tcp(std::net::SocketAddr::V4(
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 40000),
 ));
 
 pub const TOKEN: &str = "fuzz-token-0123456789-abcdefghijklmnopqrstu";

@@ -27,12 +27,44 @@ pub fn wait_secs(flag: &str, secs: u64, min: u64) -> Result<Duration, Failure> {
 /// `--url URL --token-file F`: one agent.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AgentArgs {
-    /// The agent's base URL, e.g. `http://10.0.0.5:8899`
+    /// The agent's URL: `http://HOST:PORT`, `vsock://CID:PORT`,
+    /// `vsock+unix:///PATH?port=PORT` or `kubevirt://NAMESPACE/VMI[?port=PORT]`
     #[arg(long, value_name = "URL")]
     pub url: String,
     /// File holding the agent's token (as written by `labctl secret --token-out`)
     #[arg(long, value_name = "FILE")]
     pub token_file: PathBuf,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Where a `kubevirt://` URL's API server is, outside a pod (in one, the
+/// pod's service account is used).
+#[derive(Debug, Clone, clap::Args)]
+pub struct KubeArgs {
+    /// For `kubevirt://`: the Kubernetes API server, `https://HOST[:PORT]`
+    /// [default: the pod's own, in-cluster]
+    #[arg(long, value_name = "URL", requires_all = ["kube_token_file", "kube_ca_file"])]
+    pub kube_server: Option<String>,
+    /// For `kubevirt://`: the API token's file, read at each connection
+    #[arg(long, value_name = "FILE", requires = "kube_server")]
+    pub kube_token_file: Option<PathBuf>,
+    /// For `kubevirt://`: the API server's CA bundle (PEM)
+    #[arg(long, value_name = "FILE", requires = "kube_server")]
+    pub kube_ca_file: Option<PathBuf>,
+}
+
+impl KubeArgs {
+    /// `builder` going through the API server given, if one is.
+    pub fn on(&self, builder: ClientBuilder) -> Result<ClientBuilder, Failure> {
+        let (Some(server), Some(token), Some(ca)) =
+            (&self.kube_server, &self.kube_token_file, &self.kube_ca_file)
+        else {
+            return Ok(builder);
+        };
+        let api = lab_agent_client::KubeApi::from_files(server, token, ca);
+        Ok(builder.kube_api(api.map_err(Failure::client)?))
+    }
 }
 
 /// `builder`'s client for the agent at `url`, with the token in

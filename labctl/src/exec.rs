@@ -73,7 +73,10 @@ impl Config {
         request
             .validate()
             .map_err(|e| Failure::usage(format!("the command cannot be sent: {e}")))?;
-        let mut builder = Client::builder().request_timeout(answer_timeout);
+        let mut builder = args
+            .agent
+            .kube
+            .on(Client::builder().request_timeout(answer_timeout))?;
         if let Some(id) = &args.instance {
             builder = builder.instance(id);
         }

@@ -53,7 +53,9 @@ impl Exit {
         match e {
             Error::InstanceChanged { .. } => Exit::InstanceChanged,
             e if e.is_setup_failed() => Exit::SetupFailed,
-            Error::InvalidUrl { .. } | Error::InvalidInstanceId { .. } => Exit::Usage,
+            Error::InvalidUrl { .. } | Error::InvalidInstanceId { .. } | Error::Kube { .. } => {
+                Exit::Usage
+            }
             e if e.is_unauthorized() => Exit::Usage,
             // The agent refused a command we sent (unknown user, bad cwd):
             // the caller's to fix. A 400 to a request that has nothing of

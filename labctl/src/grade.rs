@@ -21,7 +21,8 @@ pub struct GradeArgs {
     /// The lab's folder (with its `lab.toml`)
     #[arg(value_name = "LAB_DIR")]
     pub lab: PathBuf,
-    /// The agent's base URL, e.g. `http://10.0.0.5:8899`; repeat with
+    /// The agent's URL, e.g. `http://10.0.0.5:8899` or `kubevirt://labs/vm-42`
+    /// (every form: `labctl exec --help`); repeat with
     /// `--vm` for each VM of a session
     #[arg(long = "url", value_name = "URL", required = true)]
     pub urls: Vec<String>,
@@ -35,6 +36,8 @@ pub struct GradeArgs {
     /// --token-file F1 --vm client --url URL2 --token-file F2`)
     #[arg(long = "vm", value_name = "NAME")]
     pub vms: Vec<String>,
+    #[command(flatten)]
+    pub kube: common::KubeArgs,
     /// Where the lab's files are in the guest: the checks' `LAB_DIR`
     /// (default: what the agent reports in `/v1/info`, else `/opt/lab`)
     #[arg(long = "lab-dir", value_name = "PATH")]
@@ -88,7 +91,9 @@ impl Config {
                 .hint("`--vm NAME --url URL --token-file FILE` for each VM of a lab with [[vms]]"));
             }
         };
-        let mut builder = Client::builder().request_timeout(answer_timeout);
+        let mut builder = args
+            .kube
+            .on(Client::builder().request_timeout(answer_timeout))?;
         if let Some(id) = &args.instance {
             builder = builder.instance(id);
         }
@@ -131,7 +136,9 @@ pub fn run(args: &GradeArgs) -> Result<Exit, Failure> {
 /// `--vm`: the lab's VMs graded as one session ([`session`]).
 fn run_session(args: &GradeArgs) -> Result<Exit, Failure> {
     let (answer_timeout, wait, lab) = checked(args, true)?;
-    let builder = Client::builder().request_timeout(answer_timeout);
+    let builder = args
+        .kube
+        .on(Client::builder().request_timeout(answer_timeout))?;
     let session = session::session(&args.vms, &args.urls, &args.token_files, builder)?;
     let guest_lab_dir = args.guest_lab_dir.as_deref();
     session::grade(&session, &lab, guest_lab_dir, wait, args.json)

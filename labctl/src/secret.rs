@@ -50,6 +50,10 @@ pub struct SecretArgs {
     /// the payload holding only the agent's SHA-256 (a few KiB per VM)
     #[arg(long, value_enum, value_name = "FROM", default_value_t = AgentFromArg::Embedded)]
     pub agent_from: AgentFromArg,
+    /// Where the agent listens: `tcp` (port 8899), `vsock` (virtio-vsock
+    /// port 8899, KubeVirt's `autoattachVSOCK`; no network at all) or both
+    #[arg(long, value_name = "CHANNEL", default_value = "both")]
+    pub channel: lab_agent_cloudinit::Channel,
     /// Syntax of the Secret manifest
     #[arg(long, value_enum, default_value_t = ManifestFormat::Yaml)]
     pub format: ManifestFormat,
@@ -122,6 +126,7 @@ impl Config {
             token_out: args.token_out.clone(),
             serial_autologin: !args.no_autologin,
             agent_from: args.agent_from.into(),
+            channel: args.channel,
             json: args.json,
         }))
     }

@@ -3,7 +3,7 @@
 //! `--follow` prints the setup logs as they grow first (the client's
 //! [`lab_agent_client::Follow`]).
 
-use super::common;
+use super::common::{self, KubeArgs};
 use super::exit::{Exit, Failure};
 use super::life;
 use super::progress::{print_setup_log, wait_with_display};
@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
 pub struct WaitArgs {
-    /// An agent's base URL; repeat for the VMs of a multi-VM lab
+    /// An agent's URL (`http://`, `vsock://`, `vsock+unix://`, `kubevirt://`:
+    /// see `labctl exec --help`); repeat for the VMs of a multi-VM lab
     #[arg(long = "url", value_name = "URL", required = true)]
     pub urls: Vec<String>,
     /// Token file; give one for all VMs, or one per `--url`, in the same order
@@ -48,6 +49,8 @@ pub struct WaitArgs {
     /// --token-file F1 --vm client --url URL2 --token-file F2`)
     #[arg(long = "vm", value_name = "NAME")]
     pub vms: Vec<String>,
+    #[command(flatten)]
+    pub kube: KubeArgs,
 }
 
 /// `--timeout` without a lab: ten minutes, a slow lab's first boot under
@@ -95,7 +98,7 @@ impl Config {
             }
         };
         let clients = (args.urls.iter().zip(files))
-            .map(|(url, file)| common::client(Client::builder(), url, file))
+            .map(|(url, file)| common::client(args.kube.on(Client::builder())?, url, file))
             .collect::<Result<_, _>>()?;
         Ok(Config {
             clients,
@@ -109,8 +112,12 @@ impl Config {
 pub fn run(args: &WaitArgs) -> Result<Exit, Failure> {
     let config = Config::from_args(args)?;
     if !args.vms.is_empty() {
-        let session =
-            crate::session::session(&args.vms, &args.urls, &args.token_files, Client::builder())?;
+        let session = crate::session::session(
+            &args.vms,
+            &args.urls,
+            &args.token_files,
+            args.kube.on(Client::builder())?,
+        )?;
         return crate::session::wait(&session, config.timeout, config.json);
     }
     let rt = common::runtime()?;

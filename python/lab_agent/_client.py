@@ -55,9 +55,25 @@ class _Base:
         token_file: Optional[str] = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         instance: Optional[str] = None,
+        kube_server: Optional[str] = None,
+        kube_token_file: Optional[str] = None,
+        kube_ca_file: Optional[str] = None,
     ) -> None:
-        """A client for the agent at ``url`` (``http://HOST:8899``), with its
-        token given, or read from ``token_file``: exactly one of the two.
+        """A client for the agent at ``url``, with its token given, or read
+        from ``token_file``: exactly one of the two.
+
+        ``url`` is where the agent is: ``http://HOST:8899`` (TCP),
+        ``vsock://CID:PORT`` (AF_VSOCK from this host),
+        ``vsock+unix:///PATH?port=PORT`` (a hybrid vsock socket: Firecracker,
+        Cloud Hypervisor, vhost-device-vsock) or
+        ``kubevirt://NAMESPACE/VMI[?port=8899]`` (KubeVirt's vsock
+        subresource through the API server). For ``kubevirt://`` the pod's
+        own service account is used unless ``kube_server``
+        (``https://HOST[:PORT]``), ``kube_token_file`` and ``kube_ca_file``
+        are given, all three; credentials that cannot be used are a
+        ``ValueError``. KubeVirt's refusals raise :class:`Unreachable` with
+        ``relay_status`` (403: no RBAC ``get`` on
+        ``virtualmachineinstances/vsock``; 404: no such VMI).
 
         ``request_timeout`` is how many seconds an answer is awaited beyond
         what the request asks the agent to spend (an exec's
@@ -81,6 +97,9 @@ class _Base:
             token_file=token_file,
             request_timeout=request_timeout,
             instance=instance,
+            kube_server=kube_server,
+            kube_token_file=kube_token_file,
+            kube_ca_file=kube_ca_file,
         )
 
     @property

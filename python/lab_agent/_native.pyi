@@ -30,7 +30,12 @@ class AgentError(Exception):
     log_tail: Optional[str]
 
 class Unauthorized(AgentError): ...
-class Unreachable(AgentError): ...
+class Unreachable(AgentError):
+    """No answer could be had from the agent. relay_status: when KubeVirt's
+    vsock relay refused the connection (``kubevirt://``), its HTTP status
+    (401, 403, 404, 400, 5xx); else None (also for a TLS failure)."""
+
+    relay_status: Optional[int]
 
 class AgentWentAway(Unreachable):
     """The agent restarted, crashed or was reset between two calls, and an
@@ -107,6 +112,7 @@ class Rendered:
     user_data_bytes: bytes
     agent_from: str
     agent_sha256: str
+    channel: str
     token: str
     token_generated: bool
     agent_path: str
@@ -136,6 +142,9 @@ class Client:
         token_file: Optional[str] = None,
         request_timeout: Optional[float] = None,
         instance: Optional[str] = None,
+        kube_server: Optional[str] = None,
+        kube_token_file: Optional[str] = None,
+        kube_ca_file: Optional[str] = None,
     ) -> None: ...
     @property
     def url(self) -> str: ...
@@ -197,6 +206,7 @@ def render_secret(
     vm: Optional[str] = None,
     params: Optional[Dict[str, str]] = None,
     agent_from: str = "embedded",
+    channel: str = "both",
 ) -> Rendered: ...
 # (labctl timeline --json's object as JSON text, [(document, stamp)] of
 # malformed backend stamps); ValueError when the text holds no answers.

@@ -37,6 +37,8 @@ class Rendered:
     #: ``"embedded"`` or ``"disk"``.
     agent_from: str = "embedded"
     agent_sha256: str = ""
+    #: ``"tcp"``, ``"vsock"`` or ``"both"``: where the agent listens.
+    channel: str = "both"
 
 
 
@@ -52,6 +54,7 @@ def render_secret(
     vm: Optional[str] = None,
     params: Optional[Mapping[str, str]] = None,
     agent_from: str = "embedded",
+    channel: str = "both",
 ) -> Rendered:
     """Renders ``lab``'s payload into a Kubernetes Secret, exactly as
     ``labctl secret LAB --name NAME [--namespace NS] [--label K=V]...
@@ -79,6 +82,10 @@ def render_secret(
     once per cluster as a containerDisk with ``serial: lab-agent`` or a
     ConfigMap volume with ``volumeLabel: LAB-AGENT``); the user-data is
     gzip'd, a few KiB. ``"embedded"`` (the default) carries the agent.
+    ``channel`` (``labctl secret --channel``) is where the agent listens:
+    ``"tcp"`` (port 8899), ``"vsock"`` (virtio-vsock port 8899, KubeVirt's
+    ``autoattachVSOCK``: no network at all) or ``"both"`` (the default);
+    another is a ``ValueError``.
     Raises :class:`RenderError` (agent, names, token, over 1 MiB) or
     :class:`LabError`.
 
@@ -97,6 +104,7 @@ def render_secret(
         vm=vm,
         params=None if params is None else dict(params),
         agent_from=agent_from,
+        channel=channel,
     )
     return Rendered(
         text=r.text,
@@ -110,6 +118,7 @@ def render_secret(
         user_data_bytes=r.user_data_bytes,
         agent_from=r.agent_from,
         agent_sha256=r.agent_sha256,
+        channel=r.channel,
     )
 
 
@@ -125,6 +134,7 @@ async def render_secret_async(
     vm: Optional[str] = None,
     params: Optional[Mapping[str, str]] = None,
     agent_from: str = "embedded",
+    channel: str = "both",
 ) -> Rendered:
     """:func:`render_secret` off the event loop: it runs in asyncio's
     default thread pool (``asyncio.to_thread``), so the loop goes on
@@ -143,4 +153,5 @@ async def render_secret_async(
         vm,
         params,
         agent_from,
+        channel,
     )

@@ -152,9 +152,13 @@ impl Client {
     /// `DEFAULT_REQUEST_TIMEOUT`) is how long an answer is awaited beyond
     /// what the request asks the agent to spend. `instance` pins the client
     /// to that instance id (`ClientBuilder::instance`); one that is not 32
-    /// lowercase hex digits is a `ValueError`.
+    /// lowercase hex digits is a `ValueError`. `kube_server`,
+    /// `kube_token_file` and `kube_ca_file` (all three or none): the API
+    /// server a `kubevirt://` URL goes through (`KubeApi::from_files`);
+    /// none: the pod's own.
     #[new]
-    #[pyo3(signature = (url, token=None, token_file=None, request_timeout=None, instance=None))]
+    #[pyo3(signature = (url, token=None, token_file=None, request_timeout=None, instance=None, kube_server=None, kube_token_file=None, kube_ca_file=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         url: &str,
@@ -162,6 +166,9 @@ impl Client {
         token_file: Option<PathBuf>,
         request_timeout: Option<f64>,
         instance: Option<String>,
+        kube_server: Option<String>,
+        kube_token_file: Option<PathBuf>,
+        kube_ca_file: Option<PathBuf>,
     ) -> PyResult<Client> {
         if let Some(id) = instance
             .as_deref()
@@ -191,6 +198,21 @@ impl Client {
         let mut builder = lab_agent_client::Client::builder().request_timeout(request_timeout);
         if let Some(id) = instance {
             builder = builder.instance(id);
+        }
+        match (kube_server, kube_token_file, kube_ca_file) {
+            (None, None, None) => {}
+            (Some(server), Some(token), Some(ca)) => {
+                let api = lab_agent_client::KubeApi::from_files(&server, token, &ca);
+                builder = builder.kube_api(api.map_err(|e| value_error(py, e.to_string()))?);
+            }
+            _ => {
+                return Err(value_error(
+                    py,
+                    "give `kube_server`, `kube_token_file` and `kube_ca_file` together, or none \
+                     (in a pod: its own service account)"
+                        .to_owned(),
+                ));
+            }
         }
         builder
             .build(url, &token)

@@ -178,7 +178,10 @@ pub fn session_error(py: Python<'_>, e: lab_agent_client::SessionError) -> PyErr
 }
 
 fn client_error_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
-    let err = if e.is_unauthorized() {
+    // Credentials that cannot be used: an argument's fault, as in Python.
+    let err = if matches!(e, Error::Kube { .. }) {
+        return plain(py, pyo3::exceptions::PyValueError::new_err(message), None);
+    } else if e.is_unauthorized() {
         Unauthorized::new_err(message)
     } else if e.is_too_large() {
         TooLarge::new_err(message)
@@ -241,6 +244,16 @@ fn client_error_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
             [(
                 "expected",
                 expected.as_str().into_pyobject(py).map(|o| o.into_any()),
+            )],
+        ),
+        // Every `Unreachable`: KubeVirt's refusal's HTTP status, else None
+        // (a TLS failure, or no relay at all).
+        _ if err.is_instance_of::<Unreachable>(py) => with_attrs(
+            py,
+            err,
+            [(
+                "relay_status",
+                e.relay_status().into_pyobject(py).map(|o| o.into_any()),
             )],
         ),
         _ => err,

@@ -7,7 +7,7 @@ use crate::error::{RenderError, plain};
 use crate::lab::Lab;
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::lab_payload::{self, BudgetReport, RenderOptions};
-use lab_agent_cloudinit::{AgentFrom, Arch, Format, SecretMeta};
+use lab_agent_cloudinit::{AgentFrom, Arch, Channel, Format, SecretMeta};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -28,6 +28,8 @@ pub struct Rendered {
     user_data_bytes: Py<PyBytes>,
     /// `"embedded"` or `"disk"`.
     agent_from: &'static str,
+    /// `"tcp"`, `"vsock"` or `"both"`: where the agent listens.
+    channel: &'static str,
     /// The SHA-256 of the agent (what a `"disk"` payload pins).
     agent_sha256: String,
     /// The token the agent will require (generated unless one was given).
@@ -62,7 +64,7 @@ fn labctl_on_path() -> Option<PathBuf> {
 }
 
 #[pyfunction]
-#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml", arch=None, vm=None, params=None, agent_from="embedded"))]
+#[pyo3(signature = (lab, name, namespace=None, labels=None, agent_path=None, token=None, format="yaml", arch=None, vm=None, params=None, agent_from="embedded", channel="both"))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
 pub fn render_secret(
     py: Python<'_>,
@@ -77,9 +79,13 @@ pub fn render_secret(
     vm: Option<&str>,
     params: Option<BTreeMap<String, String>>,
     agent_from: &str,
+    channel: &str,
 ) -> PyResult<Rendered> {
     let agent_from = agent_from
         .parse::<AgentFrom>()
+        .map_err(|e| plain(py, PyValueError::new_err(e), None))?;
+    let channel = channel
+        .parse::<Channel>()
         .map_err(|e| plain(py, PyValueError::new_err(e), None))?;
     // As `labctl secret --vm --param`: the VM's setup and variables; the
     // model says what is wrong with either.
@@ -137,6 +143,7 @@ pub fn render_secret(
         format,
         serial_autologin: true,
         agent_from,
+        channel,
     };
     let lab = &for_vm;
     let rendered = py
@@ -149,6 +156,7 @@ pub fn render_secret(
         user_data_bytes: PyBytes::new(py, rendered.user_data.as_bytes()).unbind(),
         user_data: rendered.user_data.into_string(),
         agent_from: agent_from.name(),
+        channel: channel.name(),
         agent_sha256: lab_agent_cloudinit::AgentPin::of(&agent.bytes).sha256,
         token,
         token_generated,

@@ -129,3 +129,32 @@ def test_render_secret_from_disk_is_labctl_and_pins_the_agent(tmp_path: Path) ->
     embedded = lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, token=token)
     assert embedded.user_data_bytes == embedded.user_data.encode()
     assert embedded.agent_from == "embedded" and embedded.agent_sha256 == sha
+
+
+def test_render_secret_channel_is_labctl_s(tmp_path: Path) -> None:
+    token = new_token()
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    lab = lab_agent.Lab.load(HELLO)
+    serve = "ExecStart=/usr/local/bin/lab-agent serve"
+    for channel, listens in [
+        ("vsock", " --listen vsock:8899\\n"),
+        ("tcp", "\\n"),
+        ("both", " --listen 0.0.0.0:8899 --listen vsock:8899\\n"),
+    ]:
+        r = lab_agent.render_secret(
+            lab, "hello-lab-vm1", agent_path=STATIC_AGENT, token=token, channel=channel
+        )
+        out = subprocess.run(
+            [LABCTL_BIN, "secret", str(HELLO), "--name", "hello-lab-vm1", "--token-file",
+             str(token_file), "--agent", STATIC_AGENT, "--channel", channel],
+            capture_output=True, check=False,
+        )
+        assert out.returncode == 0, out.stderr
+        assert r.text.encode() == out.stdout, channel
+        assert r.channel == channel
+        assert serve + listens in r.user_data, channel
+    assert lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT).channel == "both"
+    with pytest.raises(ValueError, match="channel"):
+        lab_agent.render_secret(lab, "vm", agent_path=STATIC_AGENT, channel="serial")

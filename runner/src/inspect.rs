@@ -276,6 +276,7 @@ fn budget(lab: &Lab, agent: Option<&Path>, params: &Params, found: &mut Findings
         serial_autologin: true,
         // The larger payload: a lab that fits with the agent fits without.
         agent_from: Default::default(),
+        channel: Default::default(),
     };
     let vms: Vec<Option<&str>> = match lab.vms.is_empty() {
         true => vec![None],

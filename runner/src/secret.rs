@@ -13,7 +13,9 @@ use crate::payload::{
     BudgetReport, PayloadError, RenderOptions, Rendered, render_logged, write_private,
 };
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
-use lab_agent_cloudinit::{AgentFrom, AgentPin, Arch, Format, SecretMeta, agent_disk, lab_payload};
+use lab_agent_cloudinit::{
+    AgentFrom, AgentPin, Arch, Channel, Format, SecretMeta, agent_disk, lab_payload,
+};
 use lab_agent_proto::lab::{LAB_VM_ENV, Lab};
 use std::io::Write;
 use std::path::PathBuf;
@@ -48,6 +50,8 @@ pub struct SecretJob {
     /// The agent in the payload, or only its pin (the VM then needs the
     /// agent's disk, which `log` is told how to attach).
     pub agent_from: AgentFrom,
+    /// Where the agent listens (`--channel`).
+    pub channel: Channel,
     /// Write the [`SecretReport`] to `out` as JSON (the Secret in it
     /// unless `output` is given).
     pub json: bool,
@@ -71,6 +75,8 @@ pub struct SecretReport {
     pub agent: PathBuf,
     /// `embedded` or `disk`.
     pub agent_from: &'static str,
+    /// `tcp`, `vsock` or `both`.
+    pub channel: &'static str,
     /// The SHA-256 of the agent (pinned in the payload with `disk`).
     pub agent_sha256: String,
     pub format: &'static str,
@@ -110,6 +116,7 @@ impl SecretJob {
             format: self.format,
             serial_autologin: self.serial_autologin,
             agent_from: self.agent_from,
+            channel: self.channel,
         };
         let Rendered {
             user_data,
@@ -154,6 +161,7 @@ impl SecretJob {
             arch: arch.name(),
             agent: agent.path,
             agent_from: self.agent_from.name(),
+            channel: self.channel.name(),
             agent_sha256: pin.sha256,
             format: match self.format {
                 Format::Yaml => "yaml",

@@ -5,4 +5,5 @@ pub mod hostile;
 pub mod image_tools;
 pub mod local;
 pub mod pydeps;
+pub mod relay;
 pub mod vm;

@@ -61,6 +61,11 @@ pub fn hostile_agent_bin() -> PathBuf {
     bin("HOSTILE_AGENT_BIN", "hostile-agent")
 }
 
+/// The relay stand-ins (`src/bin/relay-stand-in.rs`), for the Python tests.
+pub fn relay_stand_in_bin() -> PathBuf {
+    bin("RELAY_STAND_IN_BIN", "relay-stand-in")
+}
+
 /// `src/bin/rusage-run.rs`: runs a command and reports its own peak RSS
 /// and CPU.
 pub fn rusage_run_bin() -> PathBuf {

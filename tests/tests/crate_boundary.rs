@@ -12,6 +12,11 @@ use std::process::Command;
 
 /// The crates in `package`'s normal (non-dev, non-build) dependency tree.
 fn normal_deps(package: &str) -> BTreeSet<String> {
+    normal_deps_with(package, &[])
+}
+
+/// [`normal_deps`] with `features` of the package on.
+fn normal_deps_with(package: &str, features: &[&str]) -> BTreeSet<String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
     let out = Command::new(cargo)
@@ -25,6 +30,7 @@ fn normal_deps(package: &str) -> BTreeSet<String> {
             "none",
         ])
         .args(["--manifest-path", manifest, "-p", package])
+        .args(features.iter().flat_map(|f| ["--features", f]))
         .output()
         .expect("run `cargo tree`");
     assert!(
@@ -79,6 +85,41 @@ fn the_client_library_pulls_in_no_cli_generator_or_process_control() {
     );
 }
 
+/// `kubevirt://` (feature `kubevirt`) costs TLS and nothing else: rustls on
+/// ring (whose randomness, for TLS and the WebSocket's masks, is the one
+/// `getrandom` it brings); a backend without the feature links none of it.
+#[test]
+fn the_client_s_kubevirt_feature_adds_tls_only() {
+    let plain = normal_deps("lab-agent-client");
+    let with = normal_deps_with("lab-agent-client", &["kubevirt"]);
+    let added: BTreeSet<&str> = with.difference(&plain).map(String::as_str).collect();
+    // cfg-if and subtle: getrandom's and rustls' small helpers.
+    let tls = BTreeSet::from([
+        "cfg-if",
+        "subtle",
+        "getrandom",
+        "ring",
+        "rustls",
+        "rustls-pki-types",
+        "rustls-webpki",
+        "tokio-rustls",
+        "untrusted",
+        "zeroize",
+    ]);
+    assert!(
+        added.is_subset(&tls),
+        "the `kubevirt` feature adds {:?} beyond TLS",
+        added.difference(&tls).collect::<Vec<_>>()
+    );
+    assert!(
+        added.contains("rustls") && plain.is_subset(&with),
+        "{added:?}"
+    );
+    for crate_ in ["rustls", "ring", "tokio-rustls"] {
+        assert!(!plain.contains(crate_), "{crate_} without the feature");
+    }
+}
+
 #[test]
 fn the_agent_pulls_in_nothing_of_the_client_cli_or_generator() {
     check(
@@ -108,7 +149,7 @@ fn labctl_pulls_in_no_python_binding() {
 }
 
 /// The wheel is the client, the wire types and the generator (with its
-/// `fs` edge for `render_secret`): no CLI (clap, labctl), no runner (the
+/// `fs` edge for `render_secret`; with `kubevirt://`): no CLI (clap, labctl), no runner (the
 /// sandbox and the qemu driver), no tracing subscriber, no process control.
 #[test]
 fn the_python_wheel_pulls_in_no_cli_or_qemu_driver() {
@@ -123,7 +164,8 @@ fn the_python_wheel_pulls_in_no_cli_or_qemu_driver() {
             "nix",
             "tempfile",
         ],
-        70,
+        // 70, and the client's `kubevirt` feature (TLS: 8 crates).
+        78,
     );
 }
 

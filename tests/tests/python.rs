@@ -4,7 +4,9 @@
 //! the real agent on loopback. maturin and pytest come from the cache
 //! `tests/pydeps.sh` fills; nothing is downloaded here.
 
-use lab_agent_tests::local::{TempDir, agent_bin, describe, hostile_agent_bin, labctl_bin};
+use lab_agent_tests::local::{
+    TempDir, agent_bin, describe, hostile_agent_bin, labctl_bin, relay_stand_in_bin,
+};
 use lab_agent_tests::pydeps;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -124,6 +126,7 @@ fn the_wheel_installs_into_a_clean_venv_and_its_pytest_suite_passes() {
         .env("LAB_AGENT_BIN", agent_bin())
         .env("LABCTL_BIN", labctl_bin())
         .env("HOSTILE_AGENT_BIN", hostile_agent_bin())
+        .env("RELAY_STAND_IN_BIN", relay_stand_in_bin())
         .env("LAB_AGENT_REPO", &root)
         .env("LAB_AGENT_STATIC", &fake_agent)
         .env("LAB_AGENT_WHEEL", &wheel)

@@ -7,13 +7,13 @@
 //!   that is being written, only connections that do nothing.
 
 use crate::http::conns::{Busy, Conn};
+use crate::http::listen::Stream;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 /// How long a write may make no progress before the connection is dropped.
@@ -21,7 +21,7 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 pub struct ConnIo {
-    stream: TcpStream,
+    stream: Stream,
     conn: Arc<Conn>,
     /// Set while a write or flush is pending: the deadline, and the busy
     /// mark that keeps the connection from being evicted meanwhile.
@@ -29,7 +29,7 @@ pub struct ConnIo {
 }
 
 impl ConnIo {
-    pub fn new(stream: TcpStream, conn: Arc<Conn>) -> ConnIo {
+    pub fn new(stream: Stream, conn: Arc<Conn>) -> ConnIo {
         ConnIo {
             stream,
             conn,
@@ -103,7 +103,10 @@ impl AsyncWrite for ConnIo {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        match &self.stream {
+            Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Vsock(_) => false,
+        }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -2,7 +2,9 @@
 //! shutdown), [`conn_io`] (the socket as hyper sees it: write timeout, busy
 //! while bytes are unsent), [`conns`] (the connection cap), [`router`] (the
 //! table; auth first; one log line per request), [`rejections`] (401s and
-//! refused connections, counted and summarised), [`api_error`] (error →
+//! refused connections, counted and summarised), [`listen`] (TCP and
+//! vsock listeners, one stream type), [`vsock`] (`AF_VSOCK` on the
+//! reactor), [`api_error`] (error →
 //! status + JSON), [`body`] (bodies that escape output while sending it),
 //! [`budget`] (the output held for unsent answers). And here, the small
 //! helpers the endpoints share: JSON responses, query parsing.
@@ -12,9 +14,11 @@ pub mod body;
 pub mod budget;
 pub mod conn_io;
 pub mod conns;
+pub mod listen;
 pub mod rejections;
 pub mod router;
 pub mod server;
+pub mod vsock;
 
 use crate::http::body::Body;
 use hyper::StatusCode;

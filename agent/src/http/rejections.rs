@@ -8,8 +8,8 @@
 //! sees it now, not a minute later; what follows within the minute goes
 //! into the next summary.
 
+use crate::http::listen::PeerHost;
 use crate::logging::cut;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,7 @@ pub struct Rejections {
 struct Counts {
     unauthorized: u64,
     refused: u64,
-    peers: Vec<IpAddr>,
+    peers: Vec<PeerHost>,
     /// Addresses beyond [`PEERS_NAMED`] (counted, not named).
     more_peers: bool,
     /// One example of a rejected request (method and path, escaped and
@@ -38,20 +38,20 @@ struct Counts {
 }
 
 impl Rejections {
-    pub fn unauthorized(&self, peer: SocketAddr, method: &str, path: &str) {
+    pub fn unauthorized(&self, peer: PeerHost, method: &str, path: &str) {
         let mut c = self.lock();
         c.unauthorized += 1;
-        c.note_peer(peer.ip());
+        c.note_peer(peer);
         if c.example.is_none() {
             c.example = Some(format!("{} {}", cut(method, 16), cut(path, 100)));
         }
         c.write_if_due();
     }
 
-    pub fn refused_connection(&self, peer: SocketAddr) {
+    pub fn refused_connection(&self, peer: PeerHost) {
         let mut c = self.lock();
         c.refused += 1;
-        c.note_peer(peer.ip());
+        c.note_peer(peer);
         c.write_if_due();
     }
 
@@ -107,7 +107,7 @@ impl Counts {
         );
     }
 
-    fn note_peer(&mut self, ip: IpAddr) {
+    fn note_peer(&mut self, ip: PeerHost) {
         if !self.peers.contains(&ip) {
             if self.peers.len() < PEERS_NAMED {
                 self.peers.push(ip);

@@ -5,13 +5,13 @@ use crate::api::{info, ready, setup_log};
 use crate::app::App;
 use crate::http::Response;
 use crate::http::api_error::ApiError;
+use crate::http::listen::Peer;
 use crate::logging::cut;
 use hyper::body::Incoming;
 use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request};
 use lab_agent_proto::paths;
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,7 +21,7 @@ pub const COMMAND_LOG_CHARS: usize = 200;
 pub async fn handle(
     app: Arc<App>,
     req: Request<Incoming>,
-    peer: SocketAddr,
+    peer: Peer,
 ) -> Result<Response, Infallible> {
     let mut line = Line {
         started: Instant::now(),
@@ -36,7 +36,7 @@ pub async fn handle(
     if let Err(ApiError::Unauthorized) = result {
         // Counted, not logged: see `rejections`.
         app.rejections
-            .unauthorized(peer, line.method.as_str(), &line.path);
+            .unauthorized(peer.host(), line.method.as_str(), &line.path);
         return Ok(ApiError::Unauthorized.into_response());
     }
     let resp = result.unwrap_or_else(ApiError::into_response);
@@ -49,7 +49,7 @@ pub async fn handle(
 /// `abandoned` (an exec's command was then terminated: `process::Job`).
 struct Line {
     started: Instant,
-    peer: SocketAddr,
+    peer: Peer,
     method: Method,
     path: String,
     exec: Option<ExecLog>,
@@ -59,7 +59,7 @@ struct Line {
 impl Line {
     fn write(&self, status: &str) {
         let ms = self.started.elapsed().as_millis() as u64;
-        let (peer, method, path) = (self.peer, &self.method, &self.path);
+        let (peer, method, path) = (&self.peer, &self.method, &self.path);
         // One line per request, every value escaped and cut by the logger
         // (`logging::clean`). Headers are never logged: they carry the token.
         // One call site for both kinds of line (each costs code): the

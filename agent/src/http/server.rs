@@ -6,6 +6,7 @@
 use crate::app::App;
 use crate::http::conn_io::ConnIo;
 use crate::http::conns::{Admit, Conns};
+use crate::http::listen::{Listeners, Stream};
 use crate::http::router;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -14,8 +15,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
 
 /// Open connections at most. A connection beyond it evicts the one idle
@@ -45,7 +44,7 @@ pub const MAX_REFUSALS: usize = 32;
 
 /// Answers 429 and closes, reading what the client sent for a moment so
 /// the close does not reset the connection before it reads the answer.
-async fn refuse(mut stream: TcpStream) {
+async fn refuse(mut stream: Stream) {
     let _ = tokio::time::timeout(Duration::from_millis(500), async {
         stream.write_all(REFUSED).await?;
         stream.shutdown().await?;
@@ -64,7 +63,7 @@ async fn refuse(mut stream: TcpStream) {
 /// polls answer at once, running commands get `grace` to finish before
 /// they are killed.
 pub async fn run(
-    listener: TcpListener,
+    mut listener: Listeners,
     app: Arc<App>,
     shutting_down: watch::Sender<bool>,
     shutdown: impl Future<Output = ()>,
@@ -106,7 +105,7 @@ pub async fn run(
             Admit::Refuse => {
                 // Counted and summarised, never one line each: refusals
                 // come in floods, from clients without a token.
-                app.rejections.refused_connection(peer);
+                app.rejections.refused_connection(peer.host());
                 // Closing with the request unread would reset the
                 // connection and lose the answer: read a little first,
                 // briefly, for a bounded number of refusals at a time.
@@ -119,7 +118,7 @@ pub async fn run(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
+        stream.set_nodelay();
         let app = app.clone();
         let svc = service_fn({
             let conn = conn.clone();

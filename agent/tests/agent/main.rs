@@ -15,6 +15,7 @@ mod floods;
 mod hostile;
 mod instance;
 mod lifecycle;
+mod listen;
 mod logs;
 mod privilege;
 mod profiles;

@@ -24,6 +24,8 @@ pub struct ClientBuilder {
     long_poll: Duration,
     dialer: Option<Arc<dyn Dialer>>,
     instance: Option<String>,
+    #[cfg(feature = "kubevirt")]
+    kube: Option<Arc<crate::KubeApi>>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -34,7 +36,7 @@ impl fmt::Debug for ClientBuilder {
             .field("long_poll", &self.long_poll)
             .field("dialer", &self.dialer.is_some())
             .field("instance", &self.instance)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -46,12 +48,24 @@ impl Default for ClientBuilder {
             long_poll: DEFAULT_LONG_POLL,
             dialer: None,
             instance: None,
+            #[cfg(feature = "kubevirt")]
+            kube: None,
         }
     }
 }
 
 impl ClientBuilder {
-    /// Time allowed to establish a TCP connection.
+    /// The Kubernetes API server (and credentials) a `kubevirt://` URL
+    /// goes through; without one, the pod's own ([`crate::KubeApi::in_cluster`]).
+    #[cfg(feature = "kubevirt")]
+    pub fn kube_api(mut self, api: crate::KubeApi) -> Self {
+        self.kube = Some(Arc::new(api));
+        self
+    }
+
+    /// Time allowed to establish a connection: TCP; a vsock connect or a
+    /// hybrid socket's `CONNECT`; TLS to the API server and KubeVirt's
+    /// upgrade for `kubevirt://`.
     pub fn connect_timeout(mut self, t: Duration) -> Self {
         self.connect_timeout = t;
         self
@@ -98,38 +112,48 @@ impl ClientBuilder {
         self
     }
 
-    /// A client for the agent at `url` (`http://host:port`), sending `token`.
+    /// A client for the agent at `url`, sending `token`: `http://HOST:PORT`,
+    /// `vsock://CID:PORT`, `vsock+unix:///PATH?port=PORT` or (feature
+    /// `kubevirt`) `kubevirt://NAMESPACE/VMI[?port=PORT]` (see
+    /// [`crate::transport`]).
     pub fn build(self, url: &str, token: &str) -> Result<Client, Error> {
         let pin = self.instance.as_deref().map(checked_pin).transpose()?;
         let invalid = |problem: &str| Error::InvalidUrl {
             url: url.to_owned(),
             problem: problem.to_owned(),
         };
-        let uri: hyper::Uri = url
-            .parse()
-            .map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(invalid(
-                    "the agent speaks plain HTTP (the token, not TLS, guards it): use `http://`",
-                ));
-            }
-            Some(other) => return Err(invalid(&format!("scheme `{other}` is not `http`"))),
-            None => return Err(invalid("it has no scheme: write `http://HOST:PORT`")),
-        }
-        let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
-            return Err(invalid("it has no host"));
-        };
-        if uri.query().is_some() {
-            return Err(invalid("it has a query string: give only the base URL"));
-        }
-        let authority = match uri.port_u16() {
-            Some(p) => format!("{host}:{p}"),
-            None => host.to_owned(),
-        };
-        let prefix = uri.path().trim_end_matches('/').to_owned();
-        let base = format!("http://{authority}{prefix}");
+        let (base, origin, authority, remote) =
+            match transport::parse(url).map_err(|p| invalid(&p))? {
+                Target::Http => {
+                    let (base, authority) = http_base(url, &invalid)?;
+                    (base.clone(), base, authority, None)
+                }
+                Target::Channel { channel, canonical } => {
+                    if self.dialer.is_some() {
+                        return Err(invalid(
+                            "a dialer opens TCP connections: give an `http://` URL with it",
+                        ));
+                    }
+                    let remote = Remote {
+                        #[cfg(feature = "kubevirt")]
+                        kube: match (&channel, &self.kube) {
+                            (transport::Channel::Kubevirt(_), None) => {
+                                Some(Arc::new(crate::KubeApi::in_cluster()?))
+                            }
+                            (_, kube) => kube.clone(),
+                        },
+                        channel,
+                    };
+                    // The agent reads no `Host`; this one names no real host.
+                    let authority = "localhost".to_owned();
+                    (
+                        canonical,
+                        format!("http://{authority}"),
+                        authority,
+                        Some(Arc::new(remote)),
+                    )
+                }
+            };
 
         let token = token.trim_end();
         if token.is_empty() {
@@ -140,6 +164,7 @@ impl ClientBuilder {
         })?;
         auth.set_sensitive(true);
 
+        let channel = remote.is_some();
         let opened = Arc::new(AtomicU64::new(0));
         let mut http = HttpConnector::new();
         // Small request/response pairs: don't let Nagle hold them back.
@@ -150,6 +175,7 @@ impl ClientBuilder {
             dialer: self.dialer.clone(),
             connect_timeout: self.connect_timeout,
             opened: opened.clone(),
+            remote,
         };
         let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
@@ -164,7 +190,9 @@ impl ClientBuilder {
 
         Ok(Client {
             inner: Arc::new(Inner {
+                channel,
                 base,
+                origin,
                 authority,
                 auth,
                 connect_timeout: self.connect_timeout,
@@ -188,4 +216,43 @@ pub(super) fn checked_pin(id: &str) -> Result<Arc<str>, Error> {
     } else {
         Err(Error::InvalidInstanceId { id: id.to_owned() })
     }
+}
+
+/// An `http://` URL's base (without trailing `/`) and `Host` authority.
+fn http_base(url: &str, invalid: &dyn Fn(&str) -> Error) -> Result<(String, String), Error> {
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(invalid(
+                "the agent speaks plain HTTP (the token, not TLS, guards it): use `http://`",
+            ));
+        }
+        Some(other) => {
+            return Err(invalid(&format!(
+                "scheme `{other}` is not one the client speaks: `http`, `vsock`, \
+                     `vsock+unix` or `kubevirt`"
+            )));
+        }
+        None => {
+            return Err(invalid(
+                "it has no scheme: write `http://HOST:PORT` (or `vsock://CID:PORT`, \
+                     `vsock+unix:///PATH?port=PORT`, `kubevirt://NAMESPACE/VMI`)",
+            ));
+        }
+    }
+    let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
+        return Err(invalid("it has no host"));
+    };
+    if uri.query().is_some() {
+        return Err(invalid("it has a query string: give only the base URL"));
+    }
+    let authority = match uri.port_u16() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    };
+    let prefix = uri.path().trim_end_matches('/').to_owned();
+    Ok((format!("http://{authority}{prefix}"), authority))
 }

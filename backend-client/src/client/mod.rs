@@ -37,6 +37,7 @@ pub(crate) use wire::{busy_resume, deadline_after, status_error, transport};
 use crate::error::{Error, PinnedBy, Request};
 use crate::interim::{self, Guarded};
 use crate::reuse;
+use crate::transport::{self, Conn, Remote, Target};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::header::{
@@ -71,8 +72,16 @@ pub struct Client {
 }
 
 struct Inner {
-    /// `http://host:port` plus an optional path prefix, without trailing `/`.
+    /// The URL as messages name it: `http://host:port` plus an optional
+    /// path prefix, without trailing `/`, or another channel's URL
+    /// (`vsock://…`, `kubevirt://…`).
     base: String,
+    /// What request URIs start with: `base` for `http://`, else
+    /// `http://localhost` (the connector dials the channel).
+    origin: String,
+    /// Whether `base` is not an `http://` URL (a request is then named
+    /// "PATH via URL").
+    channel: bool,
     /// `host:port` for the `Host` header.
     authority: String,
     /// `Bearer <token>`, marked sensitive so it never shows in debug output.
@@ -500,10 +509,12 @@ impl Client {
     }
 
     pub(crate) fn request(&self, method: Method, path: &str) -> Request {
-        Request {
-            method,
-            url: format!("{}{path}", self.inner.base),
-        }
+        let url = if self.inner.channel {
+            format!("{path} via {}", self.inner.base)
+        } else {
+            format!("{}{path}", self.inner.base)
+        };
+        Request { method, url }
     }
 
     fn build_request(
@@ -514,7 +525,7 @@ impl Client {
     ) -> hyper::Request<Full<Bytes>> {
         let mut b = hyper::Request::builder()
             .method(method.clone())
-            .uri(format!("{}{path}", self.inner.base))
+            .uri(format!("{}{path}", self.inner.origin))
             .header(HOST, &self.inner.authority)
             .header(AUTHORIZATION, self.inner.auth.clone());
         if body.is_some() {
@@ -608,6 +619,18 @@ impl Client {
             Some(c)
         })
         .find_map(|c| c.downcast_ref::<std::io::Error>());
+        // KubeVirt (or the API server) said no, with a status.
+        #[cfg(feature = "kubevirt")]
+        if let Some(r) = io
+            .and_then(|io| io.get_ref())
+            .and_then(|e| e.downcast_ref::<transport::kubevirt::Refused>())
+        {
+            return Error::Relay {
+                request: request.clone(),
+                status: r.status,
+                message: r.message.clone(),
+            };
+        }
         match io {
             Some(io) if io.kind() == std::io::ErrorKind::TimedOut => Error::ConnectTimeout {
                 request: request.clone(),

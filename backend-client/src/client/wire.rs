@@ -12,21 +12,20 @@ pub(super) struct Counted {
     pub(super) dialer: Option<Arc<dyn Dialer>>,
     pub(super) connect_timeout: Duration,
     pub(super) opened: Arc<AtomicU64>,
+    /// Where a URL other than `http://` leads (vsock, KubeVirt).
+    pub(super) remote: Option<Arc<Remote>>,
 }
 
 type Connecting = Pin<
     Box<
         dyn Future<
-                Output = Result<
-                    TokioIo<Guarded<TcpStream>>,
-                    Box<dyn std::error::Error + Send + Sync>,
-                >,
+                Output = Result<TokioIo<Guarded<Conn>>, Box<dyn std::error::Error + Send + Sync>>,
             > + Send,
     >,
 >;
 
 impl tower_service::Service<Uri> for Counted {
-    type Response = TokioIo<Guarded<TcpStream>>;
+    type Response = TokioIo<Guarded<Conn>>;
     type Error = Box<dyn std::error::Error + Send + Sync>;
     type Future = Connecting;
 
@@ -36,6 +35,16 @@ impl tower_service::Service<Uri> for Counted {
 
     fn call(&mut self, uri: Uri) -> Connecting {
         let opened = self.opened.clone();
+        if let Some(remote) = &self.remote {
+            let (remote, timeout) = (remote.clone(), self.connect_timeout);
+            return Box::pin(async move {
+                let conn = tokio::time::timeout(timeout, remote.dial())
+                    .await
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+                opened.fetch_add(1, Ordering::Relaxed);
+                Ok(TokioIo::new(Guarded::new(conn)))
+            });
+        }
         if let Some(dialer) = &self.dialer {
             let host = uri.host().unwrap_or_default();
             let dialing = dialer.dial(host, uri.port_u16().unwrap_or(80));
@@ -46,14 +55,14 @@ impl tower_service::Service<Uri> for Counted {
                     .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
                 stream.set_nodelay(true)?;
                 opened.fetch_add(1, Ordering::Relaxed);
-                Ok(TokioIo::new(Guarded::new(stream)))
+                Ok(TokioIo::new(Guarded::new(Conn::Tcp(stream))))
             });
         }
         let connecting = self.http.call(uri);
         Box::pin(async move {
             let io = connecting.await?;
             opened.fetch_add(1, Ordering::Relaxed);
-            Ok(TokioIo::new(Guarded::new(io.into_inner())))
+            Ok(TokioIo::new(Guarded::new(Conn::Tcp(io.into_inner()))))
         })
     }
 }

@@ -43,6 +43,30 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The relay in front of the agent refused the connection: KubeVirt's
+    /// vsock subresource or the API server before it answered the upgrade
+    /// with `status` (401: the API token; 403: no RBAC `get` on
+    /// `virtualmachineinstances/vsock`; 404: no such VMI; 400: a VMI
+    /// without `autoattachVSOCK`, or not running; 500: virt-handler not
+    /// reached), or, without a status, TLS with the API server failed.
+    /// `message` is its own (a Kubernetes `Status`'s), shown escaped.
+    #[error(
+        "KubeVirt's vsock relay refused the connection{} when {request}: {}",
+        status.map(|s| format!(" (status {s})")).unwrap_or_default(),
+        escape(message)
+    )]
+    Relay {
+        request: Request,
+        status: Option<u16>,
+        message: String,
+    },
+
+    /// The Kubernetes API credentials for a `kubevirt://` URL cannot be
+    /// used: not in a pod, a token or CA file missing or unreadable, a
+    /// server URL that is not `https://`.
+    #[error("the Kubernetes API credentials cannot be used: {problem}")]
+    Kube { problem: String },
+
     /// The TCP connection was not made within the connect timeout.
     #[error("no connection within {} when {request}", secs(*after))]
     ConnectTimeout { request: Request, after: Duration },
@@ -330,8 +354,39 @@ impl Error {
             | Error::ConnectTimeout { .. }
             | Error::Transport { .. }
             | Error::AgentWentAway { .. }
+            | Error::Relay { .. }
             | Error::Timeout { .. } => true,
             Error::WaitTimeout { last, .. } => !matches!(last, LastSeen::State(_)),
+            _ => false,
+        }
+    }
+
+    /// KubeVirt's relay refused the connection ([`Error::Relay`]): its
+    /// status, if it answered with one.
+    pub fn relay_status(&self) -> Option<u16> {
+        match self {
+            Error::Relay { status, .. } => *status,
+            _ => None,
+        }
+    }
+
+    /// A refusal of KubeVirt's relay that waiting may end: no such VMI
+    /// yet (404), a VMI not running yet (400 naming its phase), virt-api
+    /// or virt-handler not reached (5xx). Credentials (401, 403), a VMI
+    /// without vsock, and TLS failures are not.
+    pub(crate) fn relay_may_pass(&self) -> bool {
+        match self {
+            Error::Relay {
+                status: Some(s),
+                message,
+                ..
+            } => {
+                matches!(s, 404 | 409 | 500..=599)
+                    || (*s == 400
+                        && message.contains(
+                            "Unable to connect to VirtualMachineInstance because phase is",
+                        ))
+            }
             _ => false,
         }
     }
@@ -389,6 +444,7 @@ impl Error {
     pub fn request(&self) -> Option<&Request> {
         match self {
             Error::Connect { request, .. }
+            | Error::Relay { request, .. }
             | Error::ConnectTimeout { request, .. }
             | Error::Transport { request, .. }
             | Error::AgentWentAway { request, .. }
@@ -442,6 +498,43 @@ impl Error {
             Error::InvalidInstanceId { .. } => "give the id the backend recorded from the \
                  VM's first ready answer (`labctl wait --json` prints it as `instance.id`)"
                 .to_owned(),
+            Error::Relay { status, .. } => match status {
+                Some(401) => "the API server did not take the token: in a pod, its service \
+                     account token (mounted, not expired); else the one `--kube-token-file` gives"
+                    .to_owned(),
+                Some(403) => "the token's service account may not open the VM's vsock: give it \
+                     RBAC `get` on `virtualmachineinstances/vsock` in the API group \
+                     `subresources.kubevirt.io`, in the VM's namespace \
+                     (`examples/kubevirt/vsock/role.yaml`)"
+                    .to_owned(),
+                Some(404) => "no such VirtualMachineInstance (yet): check the namespace and \
+                     name; a VirtualMachine's VMI appears once it runs"
+                    .to_owned(),
+                Some(400) => "the VMI needs `spec.domain.devices.autoattachVSOCK: true` (and \
+                     KubeVirt's `VSOCK` feature gate), and must be running"
+                    .to_owned(),
+                Some(101) => "something between this client and KubeVirt answers in its place: \
+                     is the server the cluster's API server?"
+                    .to_owned(),
+                Some(_) => "virt-api or virt-handler could not be reached: look at their \
+                     logs (`kubectl -n kubevirt logs`), or retry"
+                    .to_owned(),
+                None => "give the CA bundle of the cluster's API server (in a pod it is the \
+                     service account's `ca.crt`; else `--kube-ca-file`)"
+                    .to_owned(),
+            },
+            Error::Kube { .. } => "in a pod, mount its service account (the default: \
+                 `automountServiceAccountToken`); elsewhere give the API server, a token file \
+                 and its CA (`labctl --kube-server URL --kube-token-file F --kube-ca-file F`, \
+                 `KubeApi::from_files` in a backend)"
+                .to_owned(),
+            Error::Connect { request, .. } if request.url.contains(" via vsock") => {
+                "the guest's vsock does not answer on that port (yet): is the VM running with a \
+                 vsock device, and does its agent listen on vsock (`labctl secret --channel \
+                 vsock|both`)? A VM's agent starts some seconds into boot; `labctl wait` \
+                 retries until it answers"
+                    .to_owned()
+            }
             Error::Connect { source, .. } => match source.kind() {
                 std::io::ErrorKind::ConnectionRefused => {
                     "nothing listens there yet: is `lab-agent` running on that address and port? \
@@ -455,6 +548,13 @@ impl Error {
             Error::ConnectTimeout { .. } => "the address does not answer: check it, and that the \
                  network (or a network policy) lets this host reach the agent's port"
                 .to_owned(),
+            Error::Transport { request, .. } if request.url.contains(" via kubevirt://") => {
+                "KubeVirt relayed the connection but no agent answered on that vsock port: \
+                 the VM may still be booting, or its agent does not listen on vsock \
+                 (`labctl secret --channel vsock|both`); a relay that closes mid-answer lands \
+                 here too"
+                    .to_owned()
+            }
             Error::Transport { .. } => "the port accepted the connection but no agent answered: \
                  the VM may still be booting (qemu forwards ports before the guest listens), \
                  or something other than lab-agent listens there"
@@ -549,6 +649,10 @@ impl Error {
                 _ => source.to_string(),
             },
             Error::ConnectTimeout { .. } => "connect timed out".to_owned(),
+            Error::Relay {
+                status: Some(s), ..
+            } => format!("KubeVirt's relay answered {s}"),
+            Error::Relay { .. } => "TLS with the API server failed".to_owned(),
             Error::Transport { .. } => "connection closed before a response".to_owned(),
             Error::AgentWentAway { .. } => "the agent went away".to_owned(),
             Error::Timeout { after, .. } => format!("no response within {}", secs(*after)),

@@ -26,7 +26,7 @@ pub use golden::{GOLDEN_IMAGE_ANNOTATION, Reason, Unusable, golden_unusable_reas
 use crate::arch::Arch;
 use crate::k8s_names;
 use crate::secret::SecretMeta;
-use crate::spec::AgentFrom;
+use crate::spec::{AgentFrom, Channel};
 use crate::yaml::{self, Node};
 use quantity::Quantity;
 use std::collections::BTreeMap;
@@ -45,48 +45,6 @@ pub const LABEL_PREFIX: &str = "lab-agent/";
 pub const SESSION_DOMAIN_PARAM: &str = "SESSION_DOMAIN";
 /// The Secret of VM `NAME` is `NAME` + this.
 pub const SECRET_SUFFIX: &str = "-userdata";
-
-/// Where the backend reaches the agent: what the payload listens on, and
-/// so whether the VM gets a vsock device and the policy a hole for 8899.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Channel {
-    Tcp,
-    Vsock,
-    #[default]
-    Both,
-}
-
-impl Channel {
-    pub fn name(self) -> &'static str {
-        match self {
-            Channel::Tcp => "tcp",
-            Channel::Vsock => "vsock",
-            Channel::Both => "both",
-        }
-    }
-
-    fn tcp(self) -> bool {
-        self != Channel::Vsock
-    }
-
-    fn vsock(self) -> bool {
-        self != Channel::Tcp
-    }
-}
-
-impl std::str::FromStr for Channel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Channel, String> {
-        match s {
-            "tcp" => Ok(Channel::Tcp),
-            "vsock" => Ok(Channel::Vsock),
-            "both" => Ok(Channel::Both),
-            other => Err(format!(
-                "channel must be \"tcp\", \"vsock\" or \"both\", not {other:?}"
-            )),
-        }
-    }
-}
 
 /// The volume that brings the agent's disk (`labctl agent-disk`) to a VM
 /// whose payload pins its agent (`--agent-disk`).

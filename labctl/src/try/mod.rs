@@ -219,7 +219,7 @@ fn run_config(config: Config) -> Result<Exit, Failure> {
     let tried = match tried {
         _ if !config.keep || ended == Ended::Interrupted => tried,
         Tried::Vm(vm) if vm.is_running() => {
-            vm::leave_running(vm, &config, &result);
+            vm::leave_running(*vm, &config, &result);
             return result;
         }
         Tried::Vms(vms) => {

@@ -102,6 +102,9 @@ pub struct MachineSpec {
     /// qemu may outlive this process (`labctl try --keep`): it gets no
     /// parent-death signal. Otherwise it dies with its parent.
     pub detached: bool,
+    /// A virtio-vsock device, backed by this `vhost-device-vsock`
+    /// ([`super::vsock`]); `None`: none.
+    pub vsock: Option<PathBuf>,
 }
 
 impl MachineSpec {
@@ -122,6 +125,7 @@ impl MachineSpec {
             disks: Vec::new(),
             seed_extra: Vec::new(),
             detached: false,
+            vsock: None,
         }
     }
 }
@@ -152,6 +156,12 @@ pub struct RunPaths {
     pub qmp: PathBuf,
     /// The qemu command line, for whoever debugs a boot.
     pub cmdline: PathBuf,
+    /// With a vsock device: the backend's vhost-user socket (qemu's end),
+    /// the guest's vsock as a hybrid vsock socket (a client's end), and
+    /// the backend's log.
+    pub vhost_user: PathBuf,
+    pub vsock: PathBuf,
+    pub vsock_log: PathBuf,
 }
 
 impl RunPaths {
@@ -165,6 +175,9 @@ impl RunPaths {
             stderr: dir.join("qemu-stderr.log"),
             qmp: dir.join("qmp.sock"),
             cmdline: dir.join("qemu-cmdline.txt"),
+            vhost_user: dir.join("vhost-vsock.sock"),
+            vsock: dir.join("vsock.sock"),
+            vsock_log: dir.join("vhost-device-vsock.log"),
         }
     }
 }
@@ -254,6 +267,10 @@ pub fn qemu_args(spec: &MachineSpec, paths: &RunPaths, port: u16) -> Vec<OsStrin
         }
     }
     a.push(["-device", "virtio-rng-pci"]);
+    if spec.vsock.is_some() {
+        let vsock = super::vsock::qemu_args(paths, spec.memory_mib);
+        a.push(vsock.iter().map(String::as_str));
+    }
     a.push(["-serial", &format!("file:{}", paths.console.display())]);
     a.push([
         "-qmp",
@@ -456,6 +473,39 @@ mod tests {
         assert_eq!(
             values(&args, "-device"),
             ["virtio-net-pci,netdev=net0,romfile=", "virtio-rng-pci"]
+        );
+    }
+
+    #[test]
+    fn a_vsock_device_is_vhost_user_on_shared_memory() {
+        let mut spec = MachineSpec::new(
+            "v",
+            Guest::Disk {
+                image: "/img/d.raw".into(),
+            },
+        );
+        spec.memory_mib = 1536;
+        let plain = strings(&qemu_args(&spec, &paths(), 1));
+        assert!(
+            !plain
+                .iter()
+                .any(|a| a.contains("vsock") || a.contains("memfd")),
+            "{plain:?}"
+        );
+        spec.vsock = Some("/opt/vhost-device-vsock".into());
+        let args = strings(&qemu_args(&spec, &paths(), 1));
+        assert_eq!(
+            values(&args, "-object"),
+            ["memory-backend-memfd,id=mem0,size=1536M,share=on"]
+        );
+        assert_eq!(values(&args, "-machine"), ["memory-backend=mem0"]);
+        assert_eq!(
+            values(&args, "-chardev"),
+            ["socket,id=vsock0,path=/run/d/vhost-vsock.sock"]
+        );
+        assert!(
+            values(&args, "-device").contains(&"vhost-user-vsock-pci,chardev=vsock0"),
+            "{args:?}"
         );
     }
 

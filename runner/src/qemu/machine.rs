@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::argv::{self, ARM64_UEFI, MachineSpec, RunPaths};
 use super::console::{self, ConsoleMark, Watch};
 use super::qmp::Qmp;
-use super::{Accel, Arch, QemuError, program, run, seed, spawn};
+use super::{Accel, Arch, GUEST_PORT, QemuError, program, run, seed, spawn};
 
 /// How long qemu gets to open its QMP socket.
 const QMP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -39,6 +39,9 @@ pub struct Machine {
     paths: RunPaths,
     qmp: Mutex<Option<Qmp>>,
     leave_running: bool,
+    /// The vsock device's backend (`vhost-device-vsock`), if the guest
+    /// has one: killed after qemu.
+    vsock: Option<Mutex<Child>>,
 }
 
 impl Machine {
@@ -93,6 +96,18 @@ impl Machine {
             &spec.seed_extra,
         )?;
 
+        // The vsock device's backend first: qemu connects to its socket.
+        let mut vsock = spec
+            .vsock
+            .as_deref()
+            .map(|program| super::vsock::start_backend(program, &paths, spec.detached))
+            .transpose()?;
+        let stop_backend = |backend: &mut Option<Child>| {
+            if let Some(mut b) = backend.take() {
+                let _ = b.kill();
+                let _ = b.wait();
+            }
+        };
         // A free port can be taken between our probe and qemu's bind: retry.
         let mut last_err = None;
         for _attempt in 0..3 {
@@ -124,6 +139,7 @@ impl Machine {
                         paths,
                         qmp: Mutex::new(Some(qmp)),
                         leave_running: false,
+                        vsock: vsock.take().map(Mutex::new),
                     });
                 }
                 Err(e) => {
@@ -132,12 +148,14 @@ impl Machine {
                     let port_taken = matches!(&e, QemuError::QemuStart { stderr, .. }
                         if stderr.contains("hostfwd") || stderr.contains("host forwarding"));
                     if !port_taken {
+                        stop_backend(&mut vsock);
                         return Err(e);
                     }
                     last_err = Some(e);
                 }
             }
         }
+        stop_backend(&mut vsock);
         Err(last_err.expect("three attempts"))
     }
 
@@ -166,6 +184,23 @@ impl Machine {
     /// `http://127.0.0.1:PORT`, for the client or `labctl --url`.
     pub fn agent_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// With a vsock device: `vsock+unix:///RUN_DIR/vsock.sock?port=8899`,
+    /// the agent over the guest's vsock.
+    pub fn vsock_url(&self) -> Option<String> {
+        self.vsock.as_ref().map(|_| {
+            format!(
+                "vsock+unix://{}?port={GUEST_PORT}",
+                self.paths.vsock.display()
+            )
+        })
+    }
+
+    /// The vsock backend's process id, if the guest has a vsock device.
+    pub fn vsock_pid(&self) -> Option<u32> {
+        let backend = self.vsock.as_ref()?;
+        Some(backend.lock().unwrap_or_else(|e| e.into_inner()).id())
     }
 
     /// When qemu was started (just before the spawn).
@@ -271,13 +306,16 @@ impl Machine {
         PowerOff::Killed
     }
 
-    /// SIGKILL to qemu's PID, then reap it.
+    /// SIGKILL to qemu's PID, then reap it; then its vsock backend's.
     pub fn kill(&self) {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        if let Ok(None) = child.try_wait() {
-            let _ = child.kill();
+        let procs = std::iter::once(&self.child).chain(self.vsock.as_ref());
+        for p in procs {
+            let mut child = p.lock().unwrap_or_else(|e| e.into_inner());
+            if let Ok(None) = child.try_wait() {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
         }
-        let _ = child.wait();
     }
 
     /// qemu's own stderr so far.

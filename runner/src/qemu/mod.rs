@@ -22,13 +22,17 @@
 //! - [`console`]: the serial console log: waits, marks, boot milestones.
 //! - [`qmp`]: the QEMU Machine Protocol client.
 //! - [`spawn`]: qemu never outlives its parent (unless asked to).
+//! - [`vsock`]: a virtio-vsock device (`vhost-user-vsock-pci` on
+//!   `vhost-device-vsock`), the guest's vsock a socket in the run dir.
 //!
 //! # Invariants
 //! - The base image is never written: every machine boots from its own
 //!   qcow2 overlay in its run dir.
 //! - The guest reaches nothing but the one forwarded port, on loopback
 //!   (`-netdev user,restrict=on,hostfwd=tcp:127.0.0.1:PORT-:8899`), and,
-//!   in a session, the session's other guests ([`lan`]).
+//!   in a session, the session's other guests ([`lan`]); and, with a
+//!   vsock device, whoever opens the hybrid vsock socket in its run dir
+//!   (mode 0700, as the run dir).
 //! - qemu is stopped by its own PID; nothing here kills by name.
 
 pub mod accel;
@@ -39,6 +43,7 @@ pub mod machine;
 pub mod qmp;
 pub mod seed;
 pub mod spawn;
+pub mod vsock;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

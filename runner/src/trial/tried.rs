@@ -12,12 +12,13 @@ use std::time::Duration;
 /// A lab of one VM's name in [`Tried::session`].
 pub const ONE_VM: &str = "the VM";
 
-/// The lab, running.
+/// The lab, running. A single VM's target is boxed: it is many times the
+/// size of a session's handle (a qemu machine with its vsock backend).
 pub enum Tried {
     /// One VM: `lab-agent serve` on loopback, in a sandbox or on the machine.
-    Local(LocalAgent),
+    Local(Box<LocalAgent>),
     /// One VM: a qemu guest.
-    Vm(VmTarget),
+    Vm(Box<VmTarget>),
     /// A session: a sandbox of this machine per VM.
     Sandboxes(LocalSession),
     /// A session: a qemu guest per VM.
@@ -48,22 +49,19 @@ impl Tried {
             None => {}
         }
         Ok(match (&plan.vm, lab.vms.is_empty()) {
-            (Some(vm), true) => Tried::Vm(start_watched(
+            (Some(vm), true) => Tried::Vm(Box::new(start_watched(
                 rt,
                 |cancelled| VmTarget::start(lab, agent, plan.keep, vm, cancelled),
                 |target| target.stop(Stop::Interrupted),
-            )??),
+            )??)),
             (Some(vm), false) => Tried::Vms(start_watched(
                 rt,
                 |cancelled| VmSession::start(lab, agent, vm, &plan.params, plan.keep, cancelled),
                 |vms| vms.stop(Stop::Interrupted),
             )??),
-            (None, true) => Tried::Local(rt.block_on(interruptible(LocalAgent::start(
-                lab,
-                agent,
-                plan.sandbox,
-                image,
-            )))??),
+            (None, true) => Tried::Local(Box::new(rt.block_on(interruptible(
+                LocalAgent::start(lab, agent, plan.sandbox, image),
+            ))??)),
             (None, false) => Tried::Sandboxes(rt.block_on(interruptible(
                 LocalSession::start(lab, agent, &plan.params, image),
             ))??),
@@ -73,8 +71,8 @@ impl Tried {
     /// A lab of one VM: its target (`None` for a session).
     pub fn one(&self) -> Option<&dyn Target> {
         match self {
-            Tried::Local(agent) => Some(agent),
-            Tried::Vm(vm) => Some(vm),
+            Tried::Local(agent) => Some(&**agent),
+            Tried::Vm(vm) => Some(&**vm),
             _ => None,
         }
     }

@@ -83,15 +83,18 @@ impl VmTarget {
     pub fn leave_running(mut self) -> LeftRunning {
         let machine = self.machine.take().expect("running");
         let url = machine.agent_url();
+        let vsock_url = machine.vsock_url();
         let console = machine.console_log_path().to_owned();
+        let vsock_pid = machine.vsock_pid();
         let pid = machine.leave_running();
         let stop = self.dir.join("stop.sh");
-        let stop_written = fs::write(&stop, stop_script(pid, &self.dir));
+        let stop_written = fs::write(&stop, stop_script(pid, vsock_pid, &self.dir));
         // The run dir stays.
         let dir = std::mem::take(&mut self.dir);
         LeftRunning {
             pid,
             url,
+            vsock_url,
             token_file: self.token_file.clone(),
             console,
             stop,
@@ -108,6 +111,8 @@ pub struct LeftRunning {
     pub pid: u32,
     /// The agent's URL (a loopback port forward).
     pub url: String,
+    /// The agent over the guest's vsock (`vsock+unix://`), if it has one.
+    pub vsock_url: Option<String>,
     pub token_file: PathBuf,
     /// The serial console's log.
     pub console: PathBuf,
@@ -144,19 +149,26 @@ fn keep_only(dir: &Path, keep: &[&str]) {
     }
 }
 
-/// `stop.sh` for `--keep`: kills qemu if `pid` is still the qemu of `dir`
+/// `stop.sh` for `--keep`: kills qemu (and its vsock backend,
+/// `vsock_pid`) if `pid` is still the qemu of `dir`
 /// (not a reused PID), waits for it, removes `dir`.
-fn stop_script(pid: u32, dir: &Path) -> String {
+fn stop_script(pid: u32, vsock_pid: Option<u32>, dir: &Path) -> String {
     let dir = shell::word(&dir.display().to_string());
+    let pids = match vsock_pid {
+        Some(v) => format!("{pid} {v}"),
+        None => pid.to_string(),
+    };
     format!(
         "#!/bin/sh\n\
          # Written by `labctl try --keep`: stops the VM it left running and removes its files.\n\
          pid={pid}\n\
          dir={dir}\n\
-         if tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null | grep -qF \"$dir/\"; then\n\
-         \x20   kill \"$pid\"\n\
-         \x20   while kill -0 \"$pid\" 2>/dev/null; do sleep 0.2; done\n\
-         fi\n\
+         for p in {pids}; do\n\
+         \x20   if tr '\\0' ' ' </proc/$p/cmdline 2>/dev/null | grep -qF \"$dir/\"; then\n\
+         \x20       kill \"$p\"\n\
+         \x20       while kill -0 \"$p\" 2>/dev/null; do sleep 0.2; done\n\
+         \x20   fi\n\
+         done\n\
          rm -rf -- \"$dir\"\n\
          echo \"stopped the VM (qemu pid $pid) and removed $dir\"\n"
     )
@@ -168,7 +180,8 @@ mod tests {
 
     #[test]
     fn the_stop_script_checks_the_pid_is_still_this_qemu() {
-        let s = stop_script(4242, Path::new("/tmp/labctl-try-vm-x'y"));
+        let s = stop_script(4242, Some(4243), Path::new("/tmp/labctl-try-vm-x'y"));
+        assert!(s.contains("for p in 4242 4243; do"), "{s}");
         assert!(s.starts_with("#!/bin/sh\n"), "{s}");
         assert!(s.contains("pid=4242\n"), "{s}");
         assert!(s.contains(r"dir='/tmp/labctl-try-vm-x'\''y'"), "{s}");

@@ -14,7 +14,7 @@ use crate::qemu::{
 use lab_agent_client::{Client, ClientBuilder, Progress};
 use lab_agent_cloudinit::agent_bin::{self, Linkage};
 use lab_agent_cloudinit::agent_disk::{self, AgentDisk};
-use lab_agent_cloudinit::{AgentFrom, Arch, Format, SecretMeta};
+use lab_agent_cloudinit::{AgentFrom, Arch, Channel, Format, SecretMeta};
 use lab_agent_proto::lab::Lab;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -116,6 +116,12 @@ impl VmTarget {
         spec.cpus = vm.cpus;
         spec.disk_gib = vm.disk_gib;
         spec.detached = keep;
+        // A real virtio-vsock device, as KubeVirt's `autoattachVSOCK`
+        // gives: the payload's agent listens there too.
+        spec.vsock = qemu::vsock::find_backend()?;
+        if spec.vsock.is_none() {
+            eprintln!("{}{}", target.prefix(), qemu::vsock::missing_note());
+        }
         if let Some(kind) = vm.agent_disk {
             spec.disks.push(ExtraDisk {
                 path: target.dir.join(agent_disk::IMAGE_FILE),
@@ -151,9 +157,12 @@ impl VmTarget {
             (AccelMode::Auto, _) => started.why,
         };
         let prefix = target.prefix();
+        let vsock = machine
+            .vsock_url()
+            .map_or(String::new(), |url| format!(" and {url}"));
         eprintln!(
             "{prefix}accelerator: {} ({why})\n{prefix}booting `{}` (qemu {}): qemu pid {}, agent \
-             at {} (token in `{}`), console `{}`",
+             at {}{vsock} (token in `{}`), console `{}`",
             accel.as_str().to_uppercase(),
             vm.guest.base().display(),
             version_number(&version),
@@ -205,6 +214,9 @@ impl VmTarget {
             },
             format: Format::Yaml,
             serial_autologin: true,
+            // TCP for `labctl try`'s own calls; vsock too when the guest
+            // has a device (one without logs a line and goes on).
+            channel: Channel::Both,
             agent_from: if agent_disk.is_some() {
                 AgentFrom::Disk
             } else {

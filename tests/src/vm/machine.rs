@@ -37,6 +37,10 @@ pub struct BootOptions {
     pub extra_qemu_args: Vec<String>,
     /// Forces the accelerator; default: [`accel_mode`].
     pub accel: Option<Accel>,
+    /// A virtio-vsock device (`vhost-device-vsock`, which
+    /// `tests/install-deps.sh` puts in the cache); its hybrid socket is
+    /// `vsock_url()`'s (the machine's).
+    pub vsock: bool,
     /// The root disk's base instead of the image's never-booted root
     /// filesystem: an earlier VM's disk (its qcow2 overlay, kept after a
     /// clean power-off), as a booted golden is. The VM still writes to an
@@ -56,6 +60,7 @@ impl BootOptions {
             extra_append: String::new(),
             extra_qemu_args: Vec::new(),
             accel: None,
+            vsock: false,
             root_base: None,
         }
     }
@@ -143,6 +148,15 @@ impl Vm {
         // The build script makes a raw root filesystem: no need to ask; an
         // earlier VM's disk is a qcow2 (`qemu-img info` says).
         spec.base_format = opts.root_base.is_none().then(|| "raw".into());
+        if opts.vsock {
+            let backend = lab_runner::qemu::vsock::find_backend()?.ok_or_else(|| {
+                VmError::HostUnsupported(format!(
+                    "{}; `tests/install-deps.sh` (or `tests/vhost-vsock.sh`) installs it",
+                    lab_runner::qemu::vsock::missing_note()
+                ))
+            })?;
+            spec.vsock = Some(backend);
+        }
         let meta = opts.meta_data.clone().unwrap_or_else(|| {
             let id = opts
                 .instance_id

@@ -624,5 +624,6 @@ async fn a_dialer_opens_the_connections() {
     assert!(c.connections_opened() >= 1);
 }
 
+mod channels;
 mod instance;
 mod stream;

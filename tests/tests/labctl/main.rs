@@ -85,6 +85,7 @@ fn lab_folder(tag: &str, lab_toml: &str) -> TempDir {
     dir
 }
 
+mod channels;
 mod exec;
 mod follow;
 mod grade;

@@ -64,6 +64,7 @@ fn args(dir: &TempDir, lab: &Path) -> (SecretArgs, Vec<u8>) {
         token_out: None,
         no_autologin: false,
         agent_from: labctl::secret::AgentFromArg::Embedded,
+        channel: Default::default(),
         json: false,
         vm: None,
         params: Vec::new(),
@@ -352,6 +353,54 @@ fn no_autologin_leaves_the_console_alone() {
     run(&a).report();
     let ud = std::fs::read_to_string(dir.path().join("ud")).unwrap();
     assert!(!ud.contains("serial-getty"), "{ud}");
+}
+
+/// `--channel`: where the unit's `lab-agent serve` listens; `vsock` alone
+/// leaves it no TCP address (the agent's default is not used), and the
+/// report says which.
+#[test]
+fn the_channel_is_the_agent_s_command_line() {
+    let dir = TempDir::new("labctl-channel");
+    let serve = "ExecStart=/usr/local/bin/lab-agent serve";
+    for (channel, listens) in [
+        ("both", " --listen 0.0.0.0:8899 --listen vsock:8899\\n"),
+        ("vsock", " --listen vsock:8899\\n"),
+        ("tcp", "\\n"),
+    ] {
+        let (mut a, _) = args(&dir, &fixture_lab());
+        a.channel = channel.parse().unwrap();
+        a.user_data_out = Some(dir.path().join(format!("ud-{channel}")));
+        a.json = true;
+        assert_eq!(run(&a).report().channel, channel);
+        let ud = std::fs::read_to_string(dir.path().join(format!("ud-{channel}"))).unwrap();
+        assert!(ud.contains(&format!("{serve}{listens}")), "{channel}: {ud}");
+    }
+    // The command line's default, and a channel that is none.
+    let (a, _) = args(&dir, &fixture_lab());
+    let agent = a.agent.unwrap();
+    let lab = fixture_lab();
+    let base = [
+        "secret",
+        lab.to_str().unwrap(),
+        "--name",
+        "x",
+        "--json",
+        "--agent",
+    ];
+    let out = lab_agent_tests::local::labctl(base.iter().copied().chain([agent.to_str().unwrap()]));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["channel"], "both", "{report}");
+    let out = lab_agent_tests::local::labctl(base.iter().copied().chain([
+        agent.to_str().unwrap(),
+        "--channel",
+        "serial",
+    ]));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("channel must be \"tcp\", \"vsock\" or \"both\""),
+        "{err}"
+    );
 }
 
 /// A parameter value with every byte a shell, YAML or the env file could

@@ -48,7 +48,7 @@ fn assert_delivered(spec: &PayloadSpec, d: &Guest) {
     );
     assert_eq!(mode, 0o600, "the token must be readable by root only");
     let (unit, mode) = d.read(UNIT_PATH);
-    assert_eq!(String::from_utf8(unit).unwrap(), guest_unit());
+    assert_eq!(String::from_utf8(unit).unwrap(), guest_unit(spec.channel));
     assert_eq!(mode, 0o644);
     if let Some(setup) = &spec.setup {
         let (script, mode) = d.read(SETUP_SCRIPT_PATH);

@@ -34,6 +34,12 @@
 //!   guest per VM on one private network: ready, graded, its self-test
 //!   holds, stopped without a trace (Debian 12 only; both slots).
 //!
+//! - [`vsock`]: hello-lab on a guest with a virtio-vsock device, reached
+//!   over vsock (the device's hybrid socket, and the KubeVirt stand-in
+//!   relaying to it): `--channel vsock` leaves nothing on TCP; the
+//!   student's firewall and unplugged NIC cut TCP, not vsock; a reboot
+//!   keeps it; exec round trips on each channel, side by side.
+//!
 //! `lifecycle` and `failing` also run on Debian 13 for arm64
 //! (`NAME::debian_13_arm64`), reported as ignored unless
 //! `LAB_AGENT_VM_GUESTS` names `debian-13-arm64` (not in CI:
@@ -56,3 +62,4 @@ mod runaway;
 mod selftest;
 mod session;
 mod try_vm;
+mod vsock;

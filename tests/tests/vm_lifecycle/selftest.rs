@@ -9,7 +9,8 @@
 //! minutes of CI (the guests' differences are the other scenarios').
 //! With `--agent-from disk`: the payload pins the agent, and the runner
 //! attaches the agent's disk as KubeVirt attaches a containerDisk with
-//! `serial: lab-agent` (the embedded payload is every other scenario's).
+//! `serial: lab-agent` (the embedded payload is every other scenario's),
+//! beside the vsock device every `try --vm` guest gets.
 
 use crate::support::*;
 use lab_agent_tests::vm::{GuestOs, VmLock};
@@ -33,6 +34,12 @@ fn self_test_in_a_vm(guest: GuestOs) {
     let lock = VmLock::acquire(&format!("vm-selftest-{guest}")).expect("a VM slot");
     let mut tested = Running::spawn(cmd, "test");
     let line = tested.wait_for_line("qemu pid ", Duration::from_secs(120));
+    // The agent's disk on the last PCI slot and the vsock device beside
+    // it (where the backend is installed, as `tests/install-deps.sh` does).
+    assert!(
+        line.contains(" and vsock+unix://"),
+        "no vsock device: {line}"
+    );
     let pid = crate::failing::qemu_pid(&line);
     let console = between(&line, "console `", "`");
     let run_dir = std::path::Path::new(&console).parent().unwrap().to_owned();

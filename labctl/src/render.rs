@@ -14,8 +14,8 @@
 use crate::exit::{Exit, Failure};
 use crate::payload::{AgentFromArg, ArchArg, PayloadError, pairs, params};
 use lab_agent_cloudinit::Arch;
-use lab_agent_cloudinit::lab_manifest::ManifestOptions;
 use lab_agent_cloudinit::Channel;
+use lab_agent_cloudinit::lab_manifest::ManifestOptions;
 use lab_agent_cloudinit::manifest::{AgentDiskVolume, Backend, ManifestSpec};
 use lab_agent_proto::lab::Lab;
 use lab_runner::render::RenderJob;

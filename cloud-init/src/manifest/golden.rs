@@ -288,7 +288,8 @@ mod tests {
     fn each_reason_is_found_and_said() {
         assert_eq!(reason(&good(), 9 << 30), None);
         assert_eq!(reason(&good(), 10 << 30), None);
-        let cases: Vec<(&str, fn(&mut Value), fn(&Reason) -> bool)> = vec![
+        type Case = (&'static str, fn(&mut Value), fn(&Reason) -> bool);
+        let cases: Vec<Case> = vec![
             (
                 "terminating",
                 |p| p["metadata"]["deletionTimestamp"] = json!("2026-10-16T00:00:00Z"),

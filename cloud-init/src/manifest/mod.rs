@@ -560,6 +560,10 @@ fn choose_root(spec: &ManifestSpec, shape: &LabShape<'_>) -> Result<RootChoice, 
             "the root it gives is smaller than the lab needs, and the containerDisk's is smaller \
              still: use a larger golden (or lower `min_root_bytes`)",
         )),
-        Some(why) => Ok(container(Some(why))),
+        // A PVC not found has no name of its own: the one asked for.
+        Some(mut why) => {
+            why.claim = why.claim.or_else(|| spec.golden_pvc.clone());
+            Ok(container(Some(why)))
+        }
     }
 }

@@ -5,10 +5,10 @@
 
 use crate::support::assert_snapshot;
 use lab_agent_cloudinit::manifest::{
-    self, AgentDiskVolume, Backend, Channel, Document, GOLDEN_IMAGE_ANNOTATION, LabShape,
-    ManifestError, ManifestSpec, Plan, Reason, RootChoice,
+    self, AgentDiskVolume, Backend, Document, GOLDEN_IMAGE_ANNOTATION, LabShape, ManifestError,
+    ManifestSpec, Plan, Reason, RootChoice,
 };
-use lab_agent_cloudinit::{AgentFrom, Arch};
+use lab_agent_cloudinit::{AgentFrom, Arch, Channel};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -296,7 +296,8 @@ fn inputs_that_cannot_work_together_are_refused_naming_both() {
 
 #[test]
 fn names_and_quantities_are_checked() {
-    let cases: Vec<(fn(&mut ManifestSpec), &str)> = vec![
+    type Case = (fn(&mut ManifestSpec), &'static str);
+    let cases: Vec<Case> = vec![
         (|s| s.name = "Lab".into(), "invalid name `Lab`"),
         (|s| s.name = "a".repeat(64), "invalid name"),
         (

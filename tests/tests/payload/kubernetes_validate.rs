@@ -2,7 +2,7 @@
 //! --strict`, cluster version 1.34), and the helpers the other manifests'
 //! tests share (`kubevirt_examples.rs`, `labctl_render.rs`).
 
-use crate::support::{TempDir, fixture_lab, labs, run, secret, spec_for, user_data, workspace};
+use crate::support::{TempDir, fixture_lab, labs, run, secret, spec_for, user_data};
 use lab_agent_cloudinit::Format;
 use lab_agent_tests::pydeps;
 use serde_json::Value;

@@ -313,17 +313,108 @@ def render_session(
     )
 
 
-async def render_vm_async(lab: Lab, name: str, **kwargs: Any) -> RenderedManifests:
+async def render_vm_async(
+    lab: Lab,
+    name: str,
+    *,
+    root_image: str,
+    namespace: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    arch: Optional[str] = None,
+    agent_path: Optional[str] = None,
+    agent_from: str = "embedded",
+    agent_disk: Optional[str] = None,
+    channel: str = "both",
+    golden_pvc: Optional[str] = None,
+    golden_pvc_object: PvcObject = NOT_GIVEN,
+    cpus: int = 2,
+    memory: str = "4Gi",
+    backend_namespace: Optional[str] = None,
+    backend_labels: Optional[Mapping[str, str]] = None,
+    cluster_domain: str = "cluster.local",
+    token: Optional[str] = None,
+    params: Optional[Mapping[str, str]] = None,
+    autologin: bool = True,
+) -> RenderedManifests:
     """:func:`render_vm` off the event loop: it runs in asyncio's default
-    thread pool (``asyncio.to_thread``; the render releases the GIL); the
-    same keyword arguments, answer and errors."""
-    return await asyncio.to_thread(render_vm, lab, name, **kwargs)
+    thread pool (``asyncio.to_thread``), so the loop goes on serving while
+    the agent is compressed (the render releases the GIL); the same
+    arguments, answer and errors."""
+    return await asyncio.to_thread(
+        render_vm,
+        lab,
+        name,
+        root_image=root_image,
+        namespace=namespace,
+        labels=labels,
+        arch=arch,
+        agent_path=agent_path,
+        agent_from=agent_from,
+        agent_disk=agent_disk,
+        channel=channel,
+        golden_pvc=golden_pvc,
+        golden_pvc_object=golden_pvc_object,
+        cpus=cpus,
+        memory=memory,
+        backend_namespace=backend_namespace,
+        backend_labels=backend_labels,
+        cluster_domain=cluster_domain,
+        token=token,
+        params=params,
+        autologin=autologin,
+    )
 
 
-async def render_session_async(lab: Lab, name: str, **kwargs: Any) -> RenderedManifests:
+async def render_session_async(
+    lab: Lab,
+    name: str,
+    *,
+    root_image: str,
+    namespace: Optional[str] = None,
+    vm: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    arch: Optional[str] = None,
+    agent_path: Optional[str] = None,
+    agent_from: str = "embedded",
+    agent_disk: Optional[str] = None,
+    channel: str = "both",
+    golden_pvc: Optional[str] = None,
+    golden_pvc_object: PvcObject = NOT_GIVEN,
+    cpus: int = 2,
+    memory: str = "4Gi",
+    backend_namespace: Optional[str] = None,
+    backend_labels: Optional[Mapping[str, str]] = None,
+    cluster_domain: str = "cluster.local",
+    token: Optional[str] = None,
+    params: Optional[Mapping[str, str]] = None,
+    autologin: bool = True,
+) -> RenderedManifests:
     """:func:`render_session` off the event loop (``asyncio.to_thread``);
-    the same keyword arguments, answer and errors."""
-    return await asyncio.to_thread(render_session, lab, name, **kwargs)
+    the same arguments, answer and errors."""
+    return await asyncio.to_thread(
+        render_session,
+        lab,
+        name,
+        vm=vm,
+        root_image=root_image,
+        namespace=namespace,
+        labels=labels,
+        arch=arch,
+        agent_path=agent_path,
+        agent_from=agent_from,
+        agent_disk=agent_disk,
+        channel=channel,
+        golden_pvc=golden_pvc,
+        golden_pvc_object=golden_pvc_object,
+        cpus=cpus,
+        memory=memory,
+        backend_namespace=backend_namespace,
+        backend_labels=backend_labels,
+        cluster_domain=cluster_domain,
+        token=token,
+        params=params,
+        autologin=autologin,
+    )
 
 
 def golden_unusable_reason(

@@ -26,6 +26,11 @@ process. The Python modules here only give the answers Python types.
   concurrency bound;
 - :func:`render_secret` makes a lab's Kubernetes Secret, byte-identical to
   ``labctl secret`` (:func:`render_secret_async` off the event loop);
+  :func:`render_vm` and :func:`render_session` every object of a lab's VM
+  or session (NetworkPolicy, Service, Secrets, VirtualMachines: a
+  :class:`RenderedManifests`), byte-identical to ``labctl render``
+  (``*_async`` off the event loop); :func:`golden_unusable_reason` says
+  whether a golden PVC can be a VM's root now, and why not;
 - :func:`timeline_distribution` sums up many VMs' logged ``/v1/ready``
   answers (with the backend's own stamps beside them: request to ready)
   per phase, the figures of ``labctl timeline --json``;
@@ -65,6 +70,8 @@ process. The Python modules here only give the answers Python types.
 # - ``_fleet``: wait_each, wait_all and grade_all (many VMs, each on its own);
 # - ``_session``: Session (a lab of several VMs, as one);
 # - ``_render``: render_secret and Rendered;
+# - ``_manifests``: render_vm, render_session (every object of a lab's VM
+#   or session) and golden_unusable_reason;
 # - ``_timeline``: timeline_distribution (labctl timeline's figures).
 
 from __future__ import annotations
@@ -121,6 +128,17 @@ from ._ready import (
     Span,
     Timeline,
 )
+from ._manifests import (
+    NOT_GIVEN,
+    RenderedManifests,
+    RenderedVm,
+    RootChoice,
+    golden_unusable_reason,
+    render_session,
+    render_session_async,
+    render_vm,
+    render_vm_async,
+)
 from ._render import Rendered, render_secret, render_secret_async
 from ._session import Session
 from ._timeline import Distribution, PhaseStats, timeline_distribution
@@ -148,6 +166,7 @@ __all__ = [
     "Lab",
     "LabError",
     "MalformedAnswer",
+    "NOT_GIVEN",
     "NotReady",
     "PhaseStats",
     "ProtocolError",
@@ -155,7 +174,10 @@ __all__ = [
     "Rejected",
     "RenderError",
     "Rendered",
+    "RenderedManifests",
+    "RenderedVm",
     "Report",
+    "RootChoice",
     "Session",
     "RootDisk",
     "SetupFailed",
@@ -171,9 +193,14 @@ __all__ = [
     "WaitEach",
     "WaitTimeout",
     "grade_all",
+    "golden_unusable_reason",
     "grade_all_async",
     "render_secret",
     "render_secret_async",
+    "render_session",
+    "render_session_async",
+    "render_vm",
+    "render_vm_async",
     "timeline_distribution",
     "wait_all",
     "wait_all_async",

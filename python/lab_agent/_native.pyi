@@ -208,6 +208,40 @@ def render_secret(
     agent_from: str = "embedded",
     channel: str = "both",
 ) -> Rendered: ...
+class RenderedManifests:
+    text: str
+    # {"lab", "name", "namespace", "arch", "agent_path", "agent_from",
+    # "agent_sha256", "channel", "root": {...}, "vms": [...], "objects": [...]}
+    report_json: str
+
+# labctl render (python/src/manifest.rs); `session`: the lab has [[vms]].
+def render_manifests(
+    lab: Lab,
+    name: str,
+    root_image: str,
+    session: bool,
+    namespace: Optional[str] = None,
+    labels: Optional[Dict[str, str]] = None,
+    vm: Optional[str] = None,
+    params: Optional[Dict[str, str]] = None,
+    arch: Optional[str] = None,
+    agent_path: Optional[str] = None,
+    agent_from: str = "embedded",
+    agent_disk: Optional[str] = None,
+    channel: str = "both",
+    golden_pvc: Optional[str] = None,
+    # The PVC object as JSON text; "null": not found; None: not given.
+    golden_pvc_json: Optional[str] = None,
+    cpus: int = 2,
+    memory: str = "4Gi",
+    backend_namespace: Optional[str] = None,
+    backend_labels: Optional[Dict[str, str]] = None,
+    cluster_domain: str = "cluster.local",
+    token: Optional[str] = None,
+    autologin: bool = True,
+) -> RenderedManifests: ...
+# The PVC object as JSON text ("null": not found).
+def golden_unusable_reason(pvc_json: str, image: str, min_bytes: int) -> Optional[str]: ...
 # (labctl timeline --json's object as JSON text, [(document, stamp)] of
 # malformed backend stamps); ValueError when the text holds no answers.
 def timeline_distribution_json(text: str) -> Tuple[str, List[Tuple[int, str]]]: ...

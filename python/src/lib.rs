@@ -1,8 +1,8 @@
 //! `lab_agent._native`: the Rust half of the `lab_agent` Python package.
 //!
 //! One implementation, two languages: every call here is
-//! `lab-agent-client` (or, for `render_secret`, the generator's
-//! `lab_payload::render`)
+//! `lab-agent-client` (or, for `render_secret` and `render_manifests`, the
+//! generator's `lab_payload::render` and `lab_manifest::render`)
 //! run on one tokio runtime per process. Answers cross into Python as the
 //! JSON the Rust types serialize to, so `Report.to_json()` is `labctl grade
 //! --json` by construction; the package's Python modules
@@ -15,6 +15,8 @@
 //! - `error.rs` — the exception hierarchy and the one mapping from
 //!   `lab_agent_client::Error` to it.
 //! - `lab.rs` — `Lab.load`.
+//! - `manifest.rs` — `render_manifests` (`labctl render`: `render_vm`,
+//!   `render_session`) and `golden_unusable_reason`.
 //! - `render.rs` — `render_secret`.
 //! - `stream.rs` — `ExecStream`, a streamed exec read event by event
 //!   (blocking or asyncio); dropping or closing it ends the request.
@@ -30,6 +32,7 @@ mod client;
 mod each;
 mod error;
 mod lab;
+mod manifest;
 mod render;
 mod stream;
 mod tasks;
@@ -63,6 +66,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client::session_grade_json, m)?)?;
     m.add_function(wrap_pyfunction!(client::session_grade_json_async, m)?)?;
     m.add_function(wrap_pyfunction!(render::render_secret, m)?)?;
+    m.add_class::<manifest::RenderedManifests>()?;
+    m.add_function(wrap_pyfunction!(manifest::render_manifests, m)?)?;
+    m.add_function(wrap_pyfunction!(manifest::golden_unusable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(timeline::timeline_distribution_json, m)?)?;
     m.add_function(wrap_pyfunction!(timeline::timeline_svg, m)?)?;
     m.add_function(wrap_pyfunction!(client::_rust_exec_timings, m)?)?;

@@ -52,7 +52,7 @@ fn render_error(py: Python<'_>, message: String, hint: Option<String>) -> PyErr 
 
 /// The `labctl` that `PATH` names (symlinks resolved, as `labctl` sees
 /// itself), if any.
-fn labctl_on_path() -> Option<PathBuf> {
+pub(crate) fn labctl_on_path() -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)

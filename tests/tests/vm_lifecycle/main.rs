@@ -58,6 +58,7 @@ mod boot_cost;
 mod failing;
 mod golden;
 mod lifecycle;
+mod manifest;
 mod runaway;
 mod selftest;
 mod session;

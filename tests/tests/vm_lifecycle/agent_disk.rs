@@ -12,9 +12,10 @@
 //!   the vsock device of `autoattachVSOCK`: ready and graded over TCP and
 //!   over vsock, the agent installed is the pinned one, the disk left
 //!   unmounted; the student's reboot: ready and graded again.
-//! - [`another_agent_on_the_disk`] (both guests): the disk holds another
-//!   build of the agent: the installer names the mismatch on the serial
-//!   console (and in cloud-init's output log), and no agent ever answers.
+//! - [`another_agent_on_the_disk`] (both guests): the same VM (`--channel
+//!   tcp`), its containerDisk image holding another build of the agent:
+//!   the installer names the mismatch on the serial console (and in
+//!   cloud-init's output log), and no agent ever answers.
 //! - [`configmap_disk`] (Debian 13, once): the VM `labctl render
 //!   --agent-disk configmap:NAME --channel tcp` describes, through the same
 //!   mapping: the ConfigMap `labctl agent-disk` writes, made an ISO as
@@ -23,7 +24,8 @@
 //!   ready and graded over TCP.
 //!
 //! The time to ready beside the embedded payload is the benchmark
-//! `side_by_side` (`#[ignore]`d, not CI).
+//! `side_by_side` (`#[ignore]`d, not CI), the one boot here put together
+//! by hand (`labctl secret`'s payload, [`disk_args`]).
 
 use crate::manifest;
 use crate::support::*;
@@ -227,22 +229,32 @@ fn from_disk(guest: GuestOs) {
 fn another_agent_on_the_disk(guest: GuestOs) {
     let image = image(guest);
     let dir = TempDir::new("vm-agent-disk-other");
-    let lab = repo_root().join("examples/hello-lab");
     let agent = static_agent_for(guest.arch());
-    let payload = render_from_disk(&lab, &dir, guest);
     // Another build: the same program with one byte more (a different
-    // SHA-256, and it would run).
+    // SHA-256, and it would run), in the image the VM names; the payload
+    // pins the real one.
     let mut other = std::fs::read(agent).unwrap();
     other.push(0);
     let other_path = dir.join("other-lab-agent");
     std::fs::write(&other_path, &other).unwrap();
-    let disk = agent_disk(&dir.join("disk"), &other_path);
-    let (vm, conn) = boot(
+    let disk = dir.join("disk");
+    manifest::agent_disk(&disk, &other_path);
+    let (_, vm, conn) = boot_rendered(
         &image,
-        &format!("vm-disk-other-{guest}"),
-        &payload,
-        disk_args(&disk, Some("lab-agent")),
+        &dir,
+        &manifest::cluster(guest, &disk),
+        &format!("disk-other-{guest}"),
+        &[
+            "--agent-from",
+            "disk",
+            "--agent-disk",
+            &format!("containerdisk:{}", manifest::AGENT_IMAGE),
+            "--channel",
+            "tcp",
+        ],
     );
+    let token = std::fs::read_to_string(&conn.token_file).unwrap();
+    let token = token.trim_end();
     let pinned = lab_agent_cloudinit::pin::sha256_hex(&std::fs::read(agent).unwrap());
     let found = lab_agent_cloudinit::pin::sha256_hex(&other);
     // One line on the serial console names both.
@@ -258,7 +270,7 @@ fn another_agent_on_the_disk(guest: GuestOs) {
     let quiet_until = Instant::now() + Duration::from_secs(20);
     while Instant::now() < quiet_until {
         assert!(
-            vm.http_get("/v1/ready", Some(&payload.token)).is_err(),
+            vm.http_get("/v1/ready", Some(token)).is_err(),
             "an agent answered"
         );
         std::thread::sleep(Duration::from_secs(1));

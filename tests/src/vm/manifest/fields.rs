@@ -542,8 +542,10 @@ struct Disk {
     serial: Option<String>,
 }
 
-/// A `disks:` entry: a virtio disk (read-write or not: the harness attaches
-/// every disk after the root read-only, which a reader cannot tell apart).
+/// A `disks:` entry: a virtio disk, its name and serial. The harness
+/// attaches every disk after the root read-only, where KubeVirt layers a
+/// containerDisk writable (tests/vm/README.md says why that does not
+/// matter to a reader); a `readOnly` or any other field is an error.
 fn parse_disk(path: String, v: &Value) -> Result<(String, Disk), ManifestError> {
     let mut d = Fields::of(path.clone(), v)?;
     let name = d.req_str("name", "the volume it shows")?.to_owned();

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use lab_runner::qemu::accel::{self, Hooks};
 use lab_runner::qemu::machine::make_run_dir;
 use lab_runner::qemu::{
-    AccelMode, Guest, Machine, MachineSpec, PowerOff, QemuError, sanitize, seed,
+    AccelMode, ExtraDisk, Guest, Machine, MachineSpec, PowerOff, QemuError, sanitize, seed,
 };
 
 use super::http::{self, HttpAnswer};
@@ -35,6 +35,10 @@ pub struct BootOptions {
     pub extra_append: String,
     /// Appended to qemu's arguments.
     pub extra_qemu_args: Vec<String>,
+    /// Read-only raw disks after the root and the seed (`/dev/vdc`, …), each
+    /// with the serial a KubeVirt `disks:` entry gives it: the runner's own
+    /// (`labctl try --vm --agent-from disk` attaches the agent's disk so).
+    pub disks: Vec<ExtraDisk>,
     /// Forces the accelerator; default: [`accel_mode`].
     pub accel: Option<Accel>,
     /// A virtio-vsock device (`vhost-device-vsock`, which
@@ -59,6 +63,7 @@ impl BootOptions {
             cpus: 2,
             extra_append: String::new(),
             extra_qemu_args: Vec::new(),
+            disks: Vec::new(),
             accel: None,
             vsock: false,
             root_base: None,
@@ -145,6 +150,7 @@ impl Vm {
         spec.cpus = opts.cpus;
         spec.extra_append = opts.extra_append.clone();
         spec.extra_qemu_args = opts.extra_qemu_args.clone();
+        spec.disks = opts.disks.clone();
         // The build script makes a raw root filesystem: no need to ask; an
         // earlier VM's disk is a qcow2 (`qemu-img info` says).
         spec.base_format = opts.root_base.is_none().then(|| "raw".into());

@@ -17,6 +17,10 @@
 //!   a machine-wide VM slot; its console log is kept when the test fails.
 //! - [`http`]: a minimal HTTP probe (slirp accepts TCP long before the guest
 //!   listens, so only an HTTP answer means "up").
+//! - [`manifest`]: a VM as `labctl render` describes it (the
+//!   `VirtualMachine` and its Secret) mapped onto [`BootOptions`], every
+//!   field mapped or an error (tests/vm/README.md, "From the manifest to
+//!   qemu").
 //! - [`lock`]: how many VMs run at once on the machine (two slots on two
 //!   cores), across test binaries; a side-by-side measurement takes all.
 //! - [`accel_mode`]: how the accelerator is chosen; the core's
@@ -43,6 +47,7 @@ pub mod http;
 pub mod image;
 pub mod lock;
 pub mod machine;
+pub mod manifest;
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -2,33 +2,38 @@
 //! whole: cloud-init decompresses it before it splits it) with the agent
 //! on a disk attached as KubeVirt attaches it.
 //!
-//! - [`from_disk`] (both guests): the raw image (`labctl agent-disk`'s
-//!   `lab-agent.img`) on a virtio disk with serial `lab-agent`, as a
-//!   containerDisk volume whose `disks:` entry says `serial: lab-agent`:
-//!   ready, graded, the agent installed is the pinned one, the disk left
+//! - [`from_disk`] (both guests): the VM `labctl render --agent-from disk
+//!   --agent-disk containerdisk:IMAGE --channel both` describes, booted
+//!   through the manifest's mapping (`lab_agent_tests::vm::manifest`,
+//!   tests/vm/README.md "From the manifest to qemu"): its Secret's
+//!   user-data and KubeVirt's meta-data in the seed, the agent's disk taken
+//!   out of the containerDisk image (`labctl agent-disk`'s OCI archive) on
+//!   a virtio disk with the serial its `disks:` entry names (`lab-agent`),
+//!   the vsock device of `autoattachVSOCK`: ready and graded over TCP and
+//!   over vsock, the agent installed is the pinned one, the disk left
 //!   unmounted; the student's reboot: ready and graded again.
-//! - [`another_agent_on_the_disk`] (both guests): the disk holds another
-//!   build of the agent: the installer names the mismatch on the serial
-//!   console (and in cloud-init's output log), and no agent ever answers.
-//! - [`configmap_disk`] (Debian 13, once): the agent disk as KubeVirt
-//!   makes a ConfigMap volume's: the ConfigMap's keys as the kubelet
-//!   mounts them (an atomic writer's `..data` link), written into an ISO
-//!   by `xorrisofs` with KubeVirt's own arguments (kubevirt/kubevirt
-//!   `pkg/config/config.go`, `defaultCreateIsoImage`) and the label
-//!   `LAB-AGENT`, on a virtio disk without a serial: ready.
+//! - [`another_agent_on_the_disk`] (both guests): the same VM (`--channel
+//!   tcp`), its containerDisk image holding another build of the agent:
+//!   the installer names the mismatch on the serial console (and in
+//!   cloud-init's output log), and no agent ever answers.
+//! - [`configmap_disk`] (Debian 13, once): the VM `labctl render
+//!   --agent-disk configmap:NAME --channel tcp` describes, through the same
+//!   mapping: the ConfigMap `labctl agent-disk` writes, made an ISO as
+//!   KubeVirt makes a ConfigMap volume's, labelled as the volume says
+//!   (`LAB-AGENT`), on a virtio disk without a serial; no vsock device:
+//!   ready and graded over TCP.
 //!
 //! The time to ready beside the embedded payload is the benchmark
-//! `side_by_side` (`#[ignore]`d, not CI).
+//! `side_by_side` (`#[ignore]`d, not CI), the one boot here put together
+//! by hand (`labctl secret`'s payload, [`disk_args`]).
 
+use crate::manifest;
 use crate::support::*;
-use lab_agent_tests::image_tools;
-use lab_agent_tests::local::{
-    HELLO_LAB_BEFORE_THE_STEP, TempDir, check_outcomes, describe, labctl_bin,
-};
+use lab_agent_tests::local::{HELLO_LAB_BEFORE_THE_STEP, TempDir, check_outcomes, describe};
+use lab_agent_tests::vm::manifest::{self as vm_manifest, Cluster, MappedVm};
 use lab_agent_tests::vm::{BootOptions, GuestOs, Vm, VmImage};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// First boot of hello-lab under TCG on 2 shared cores: 2–5 min.
@@ -44,20 +49,7 @@ fn render_from_disk(lab: &Path, dir: &TempDir, guest: GuestOs) -> Payload {
 
 /// `labctl agent-disk -o DIR --agent AGENT`: the raw image's path.
 fn agent_disk(dir: &Path, agent: &Path) -> PathBuf {
-    let out = Command::new(labctl_bin())
-        .arg("agent-disk")
-        .arg("-o")
-        .arg(dir)
-        .arg("--agent")
-        .arg(agent)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run labctl agent-disk");
-    assert!(
-        out.status.success(),
-        "labctl agent-disk: {}",
-        describe(&out)
-    );
+    manifest::agent_disk(dir, agent);
     dir.join("lab-agent.img")
 }
 
@@ -119,36 +111,82 @@ fn grade_before_the_step(conn: &Conn, lab: &Path) {
     );
 }
 
+/// The VM `labctl render` describes for `guest` with the agent's disk of
+/// `flags`, mapped onto this host (its disks made in `dir`) and booted.
+fn boot_rendered(
+    image: &VmImage,
+    dir: &TempDir,
+    cluster: &Cluster,
+    name: &str,
+    flags: &[&str],
+) -> (MappedVm, Vm, Conn) {
+    let lab = repo_root().join("examples/hello-lab");
+    let rendered = manifest::render(
+        &lab,
+        &dir.path,
+        image.os.arch(),
+        &cluster.guest_image,
+        name,
+        flags,
+    );
+    let mapped = vm_manifest::map(&rendered.documents, name, cluster, &dir.join("volumes"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let opts = mapped.boot_options(image).unwrap_or_else(|e| panic!("{e}"));
+    let vm = Vm::boot(image, opts).expect("qemu starts");
+    let conn = Conn {
+        url: vm.agent_url(),
+        token_file: rendered.token_file,
+    };
+    (mapped, vm, conn)
+}
+
 fn from_disk(guest: GuestOs) {
     let image = image(guest);
     let dir = TempDir::new("vm-agent-disk");
     let lab = repo_root().join("examples/hello-lab");
     let agent = static_agent_for(guest.arch());
-    let payload = render_from_disk(&lab, &dir, guest);
-    assert!(
-        payload.user_data.len() <= 7000,
-        "{}",
-        payload.user_data.len()
-    );
-    assert_eq!(&payload.user_data[..2], b"\x1f\x8b", "gzip'd whole");
-    let disk = agent_disk(&dir.join("disk"), agent);
-    let (vm, conn) = boot(
+    let disk = dir.join("disk");
+    manifest::agent_disk(&disk, agent);
+    let cluster = manifest::cluster(guest, &disk);
+    let (mapped, vm, conn) = boot_rendered(
         &image,
-        &format!("vm-disk-{guest}"),
-        &payload,
-        disk_args(&disk, Some("lab-agent")),
+        &dir,
+        &cluster,
+        &format!("disk-{guest}"),
+        &[
+            "--agent-from",
+            "disk",
+            "--agent-disk",
+            &format!("containerdisk:{}", manifest::AGENT_IMAGE),
+            "--channel",
+            "both",
+        ],
     );
+    assert!(mapped.user_data.len() <= 7000, "{}", mapped.user_data.len());
+    assert_eq!(&mapped.user_data[..2], b"\x1f\x8b", "gzip'd whole");
+    assert_eq!(mapped.disks[0].serial.as_deref(), Some("lab-agent"));
     let t_ready = wait_ready(&conn, "first boot");
     grade_before_the_step(&conn, &lab);
+    // `autoattachVSOCK`: the same agent over the guest's vsock.
+    let vsock = Conn {
+        url: vm.vsock_url().expect("autoattachVSOCK: a vsock device"),
+        token_file: conn.token_file.clone(),
+    };
+    wait_ready(&vsock, "over vsock");
+    grade_before_the_step(&vsock, &lab);
 
-    // The agent that runs is the one pinned, taken from the disk; the disk
-    // is left as found (not mounted, no temp dir or copy left).
+    // The agent that runs is the one pinned, taken from the disk the VM
+    // names (its serial); the disk is left as found (not mounted, no temp
+    // dir or copy left); the guest is named as KubeVirt's meta-data names
+    // it, and its unit listens on both channels.
     let sha = lab_agent_cloudinit::pin::sha256_hex(&std::fs::read(agent).unwrap());
     let seen = conn.run(
         "sha256sum /usr/local/bin/lab-agent | cut -c1-64; \
          ls -l /dev/disk/by-id/virtio-lab-agent | sed 's/.*-> //'; \
          grep -c iso9660 /proc/mounts || true; \
          ls /usr/local/bin; \
+         hostname; cat /var/lib/cloud/data/instance-id; \
+         journalctl -u lab-agent.service --no-pager -o cat | grep -c 'listening addr=0.0.0.0:8899,vsock:8899 '; \
          grep 'lab-agent payload' /var/log/cloud-init-output.log",
     );
     let lines: Vec<&str> = seen.lines().collect();
@@ -156,13 +194,22 @@ fn from_disk(guest: GuestOs) {
     assert!(lines[1].ends_with("vdc"), "the third virtio disk: {seen}");
     assert_eq!(lines[2], "0", "the agent disk is still mounted: {seen}");
     assert_eq!(lines[3], "lab-agent", "a temp file is left: {seen}");
+    assert_eq!(lines[4], mapped.plan.hostname, "{seen}");
+    assert_eq!(
+        lines[5],
+        vm_manifest::firmware_uuid(&mapped.plan.name),
+        "{seen}"
+    );
+    assert_eq!(lines[6], "1", "the unit listens on TCP and vsock: {seen}");
     assert!(
         seen.contains("lab-agent payload: installed the agent from its disk, "),
         "{seen}"
     );
 
     // The student's reboot: the agent comes back from the root disk (the
-    // installer does not run again), ready and graded.
+    // installer does not run again), ready and graded. Over TCP: the
+    // harness's vsock device model wedges on a connection during the
+    // guest's reset (tests/vm/README.md), which `vsock` walks around.
     let mark = vm.console_mark();
     conn.run("systemd-run --no-block --on-active=1 --unit=lab-test-reboot systemctl reboot");
     vm.wait_for_console_since(mark, "reboot: Restarting system", Duration::from_secs(180))
@@ -172,32 +219,42 @@ fn from_disk(guest: GuestOs) {
     eprintln!(
         "agent disk, {guest}: user-data {} bytes; `labctl wait` ready {:.1} s after qemu \
          started, {:.1} s after the reboot",
-        payload.user_data.len(),
+        mapped.user_data.len(),
         t_ready.as_secs_f64(),
         t_ready2.as_secs_f64()
     );
-    let _ = vm.powerdown(Duration::from_secs(30));
+    let _ = vm.powerdown(mapped.plan.grace);
 }
 
 fn another_agent_on_the_disk(guest: GuestOs) {
     let image = image(guest);
     let dir = TempDir::new("vm-agent-disk-other");
-    let lab = repo_root().join("examples/hello-lab");
     let agent = static_agent_for(guest.arch());
-    let payload = render_from_disk(&lab, &dir, guest);
     // Another build: the same program with one byte more (a different
-    // SHA-256, and it would run).
+    // SHA-256, and it would run), in the image the VM names; the payload
+    // pins the real one.
     let mut other = std::fs::read(agent).unwrap();
     other.push(0);
     let other_path = dir.join("other-lab-agent");
     std::fs::write(&other_path, &other).unwrap();
-    let disk = agent_disk(&dir.join("disk"), &other_path);
-    let (vm, conn) = boot(
+    let disk = dir.join("disk");
+    manifest::agent_disk(&disk, &other_path);
+    let (_, vm, conn) = boot_rendered(
         &image,
-        &format!("vm-disk-other-{guest}"),
-        &payload,
-        disk_args(&disk, Some("lab-agent")),
+        &dir,
+        &manifest::cluster(guest, &disk),
+        &format!("disk-other-{guest}"),
+        &[
+            "--agent-from",
+            "disk",
+            "--agent-disk",
+            &format!("containerdisk:{}", manifest::AGENT_IMAGE),
+            "--channel",
+            "tcp",
+        ],
     );
+    let token = std::fs::read_to_string(&conn.token_file).unwrap();
+    let token = token.trim_end();
     let pinned = lab_agent_cloudinit::pin::sha256_hex(&std::fs::read(agent).unwrap());
     let found = lab_agent_cloudinit::pin::sha256_hex(&other);
     // One line on the serial console names both.
@@ -213,7 +270,7 @@ fn another_agent_on_the_disk(guest: GuestOs) {
     let quiet_until = Instant::now() + Duration::from_secs(20);
     while Instant::now() < quiet_until {
         assert!(
-            vm.http_get("/v1/ready", Some(&payload.token)).is_err(),
+            vm.http_get("/v1/ready", Some(token)).is_err(),
             "an agent answered"
         );
         std::thread::sleep(Duration::from_secs(1));
@@ -242,75 +299,32 @@ fn configmap_disk(guest: GuestOs) {
     let image = image(guest);
     let dir = TempDir::new("vm-agent-configmap");
     let lab = repo_root().join("examples/hello-lab");
-    let agent = static_agent_for(guest.arch());
-    let payload = render_from_disk(&lab, &dir, guest);
-    let iso = configmap_iso(&dir, agent);
-    let (vm, conn) = boot(
+    let disk = dir.join("disk");
+    manifest::agent_disk(&disk, static_agent_for(guest.arch()));
+    let cluster = manifest::cluster(guest, &disk);
+    let (mapped, vm, conn) = boot_rendered(
         &image,
-        &format!("vm-configmap-{guest}"),
-        &payload,
-        disk_args(&iso, None),
+        &dir,
+        &cluster,
+        &format!("configmap-{guest}"),
+        &[
+            "--agent-from",
+            "disk",
+            "--agent-disk",
+            &format!("configmap:{}", manifest::config_map_name(&cluster)),
+            "--channel",
+            "tcp",
+        ],
     );
+    assert!(!mapped.plan.vsock, "--channel tcp: no vsock device");
+    let label = mapped.disks[0].label.clone().expect("a ConfigMap's ISO");
+    assert_eq!(label, "LAB-AGENT");
     wait_ready(&conn, "ConfigMap disk");
     grade_before_the_step(&conn, &lab);
     let seen = conn.run("ls /dev/disk/by-label/; ls /dev/disk/by-id/ | grep -c lab-agent || true");
-    assert!(seen.contains("LAB-AGENT"), "{seen}");
+    assert!(seen.contains(&label), "{seen}");
     assert!(seen.trim_end().ends_with('0'), "no serial: {seen}");
-    let _ = vm.powerdown(Duration::from_secs(30));
-}
-
-/// The ISO KubeVirt makes of the ConfigMap `labctl agent-disk` writes:
-/// its keys as the kubelet lays out a ConfigMap volume (each key a link
-/// into `..data`, itself a link to a timestamped folder), then
-/// `xorrisofs` with `defaultCreateIsoImage`'s arguments, one graft point
-/// per entry of the folder (`getFilesLayout`, hidden entries included).
-fn configmap_iso(dir: &TempDir, agent: &Path) -> PathBuf {
-    let out = dir.join("cm");
-    let yaml = {
-        let disk_dir = dir.join("cm-disk");
-        agent_disk(&disk_dir, agent);
-        disk_dir.join("lab-agent.configmap.yaml")
-    };
-    let parsed: Value = serde_json::from_str(&{
-        let out = lab_agent_tests::pydeps::cloud_init_python()
-            .args([
-                "-c",
-                "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
-            ])
-            .arg(&yaml)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", describe(&out));
-        String::from_utf8(out.stdout).unwrap()
-    })
-    .unwrap();
-    let mount = out.join("volume");
-    let stamp = mount.join("..2026_12_05_12_00_00.000000001");
-    std::fs::create_dir_all(&stamp).unwrap();
-    std::os::unix::fs::symlink("..2026_12_05_12_00_00.000000001", mount.join("..data")).unwrap();
-    for (key, b64) in parsed["binaryData"].as_object().unwrap() {
-        use base64::Engine as _;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(b64.as_str().unwrap())
-            .unwrap();
-        std::fs::write(stamp.join(key), bytes).unwrap();
-        std::os::unix::fs::symlink(format!("..data/{key}"), mount.join(key)).unwrap();
-    }
-    let iso = out.join("volume.iso");
-    let mut xorrisofs = image_tools::tool("xorrisofs");
-    xorrisofs
-        .arg("-output")
-        .arg(&iso)
-        .args(["-follow-links", "-volid", "LAB-AGENT", "-joliet", "-rock"])
-        .args(["-graft-points", "-partition_cyl_align", "on"]);
-    for entry in std::fs::read_dir(&mount).unwrap() {
-        let name = entry.unwrap().file_name();
-        let name = name.to_str().unwrap();
-        xorrisofs.arg(format!("{name}={}", mount.join(name).display()));
-    }
-    let made = xorrisofs.output().expect("run xorrisofs");
-    assert!(made.status.success(), "xorrisofs: {}", describe(&made));
-    iso
+    let _ = vm.powerdown(mapped.plan.grace);
 }
 
 /// Time to ready with the agent on its disk beside the embedded payload,

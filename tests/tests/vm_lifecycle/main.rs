@@ -34,6 +34,14 @@
 //!   guest per VM on one private network: ready, graded, its self-test
 //!   holds, stopped without a trace (Debian 12 only; both slots).
 //!
+//! - [`agent_disk`]: the VM `labctl render --agent-from disk` describes,
+//!   booted through the manifest's mapping (`lab_agent_tests::vm::manifest`):
+//!   the agent from its containerDisk (serial `lab-agent`, both guests,
+//!   over TCP and vsock) or its ConfigMap's ISO (label `LAB-AGENT`,
+//!   Debian 13); another agent on the disk is named and never runs.
+//! - [`manifest`]: `labctl render` run for the VM tests, and every kind of
+//!   VM it writes mapped without a boot (or failing on the field it names).
+//!
 //! - [`vsock`]: hello-lab on a guest with a virtio-vsock device, reached
 //!   over vsock (the device's hybrid socket, and the KubeVirt stand-in
 //!   relaying to it): `--channel vsock` leaves nothing on TCP; the
@@ -58,6 +66,7 @@ mod boot_cost;
 mod failing;
 mod golden;
 mod lifecycle;
+mod manifest;
 mod runaway;
 mod selftest;
 mod session;

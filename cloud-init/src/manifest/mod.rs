@@ -1,8 +1,8 @@
 //! Every Kubernetes object of a lab's VM, or of a session of several, from
 //! one set of inputs ([`ManifestSpec`]), so that they cannot disagree: the
 //! Secret (rendered by [`crate::lab_payload`], handed in), the
-//! `VirtualMachine` that takes its user-data from it ([`vm`]), and the
-//! NetworkPolicy and the session's headless Service ([`network`]). Pure: no
+//! `VirtualMachine` that takes its user-data from it (`vm.rs`), and the
+//! NetworkPolicy and the session's headless Service (`network.rs`). Pure: no
 //! I/O; the edge that reads a lab and renders its payloads is
 //! [`crate::lab_manifest`].
 //!

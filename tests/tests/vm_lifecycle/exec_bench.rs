@@ -66,7 +66,17 @@ def agent(name):
     assert r.status == 200 and answer["exit_code"] == 0, answer
 run = {"floor": floor, "cgroup": lambda: agent("cgroup"), "fallback": lambda: agent("fallback")}
 times = {k: [] for k in run}
+# The agents' own CPU time (ns on CPU, their main thread) over the
+# recorded rounds: what each costs per exec whatever the emulator's pace.
+main_pid = int(subprocess.run(["systemctl", "show", "-P", "MainPID", "lab-agent.service"],
+                              capture_output=True, text=True).stdout)
+pids = {"cgroup": main_pid, "fallback": fallback.pid}
+def on_cpu(pid):
+    return int(open("/proc/%d/schedstat" % pid).read().split()[0])
+cpu = {}
 for i in range(10 + ROUNDS):
+    if i == 10:
+        cpu = {k: on_cpu(p) for k, p in pids.items()}
     order = list(run)
     random.shuffle(order)
     for k in order:
@@ -74,6 +84,7 @@ for i in range(10 + ROUNDS):
         run[k]()
         if i >= 10:
             times[k].append((time.perf_counter() - t) * 1000)
+times["cpu_us_per_exec"] = {k: (on_cpu(p) - cpu[k]) / 1000 / ROUNDS for k, p in pids.items()}
 fallback.terminate()
 fallback.wait()
 print(json.dumps(times))
@@ -170,6 +181,13 @@ fn in_the_guest() {
             paired(&v)
         );
     }
+    let cpu = &times["cpu_us_per_exec"];
+    eprintln!(
+        "the agents' own CPU time per exec in the guest (main thread, /proc/PID/schedstat): \
+         per-exec cgroup {:.0} µs, `--cgroup off` {:.0} µs",
+        cpu["cgroup"].as_f64().unwrap(),
+        cpu["fallback"].as_f64().unwrap()
+    );
     eprintln!(
         "| from the host: lab-agent, per-exec cgroup, kept-alive ({HOST_EXECS} execs) | {:.2} | {:.3} | – |",
         median(&host),

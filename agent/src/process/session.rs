@@ -2,7 +2,7 @@
 //! them: its session, its process group, and their descendants.
 
 use super::WALK_BATCH;
-use nix::libc;
+use nix::unistd::{Pid, getsid};
 
 /// The live processes of session `sid` (whose leader is the shell we
 /// started), of process group `sid`, and every descendant of those — which
@@ -40,8 +40,10 @@ pub async fn session_members(sid: i32) -> Vec<i32> {
         let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
-        // SAFETY: a system call on a number; a pid gone meanwhile is -1.
-        way_in = way_in || pid == sid || unsafe { libc::getsid(pid) } == sid;
+        // A pid gone meanwhile is an error: not a way in.
+        way_in = way_in
+            || pid == sid
+            || getsid(Some(Pid::from_raw(pid))).is_ok_and(|s| s.as_raw() == sid);
         pids.push(pid);
     }
     if !way_in {

@@ -6,7 +6,8 @@
 #
 # Idempotently installs the peers (openssh-server, qemu-guest-agent, wrk;
 # no service is started: a policy-rc.d forbids it), creates the bench user
-# `labbench` (no password, `*` so sshd accepts its key, empty home), builds
+# `labbench` (no password, `*` so sshd accepts its key, empty home; removed
+# at the end unless it was there before), builds
 # the shipped static agent (packaging/build-agent.sh) and the bench, then
 # runs it. The bench starts every peer on loopback itself, in a temp dir,
 # and stops all of them when it ends, fails, is interrupted or hits its time
@@ -28,10 +29,21 @@ fi
 # empty so the login shell reads only the system profile.
 user=labbench
 home=/var/lib/labbench
+# A user this run creates, it removes when it ends: the machine keeps no
+# account of the bench's.
+created_user=
 if ! id "$user" >/dev/null 2>&1; then
-  log "creating user $user"
+  log "creating user $user (removed at the end)"
   useradd --system --no-create-home --home-dir "$home" --shell /bin/bash "$user"
+  created_user=$user
 fi
+remove_user() {
+  [ -n "$created_user" ] || return 0
+  pkill -KILL -u "$created_user" 2>/dev/null || true
+  userdel "$created_user" 2>/dev/null || log "could not remove user $created_user: userdel $created_user"
+  rm -rf "$home"
+}
+trap remove_user EXIT
 # A locked password (`!`) makes sshd refuse even key auth; `*` does not.
 [ "$(getent shadow "$user" | cut -d: -f2)" = "*" ] || usermod -p '*' "$user"
 install -d -o "$user" -g "$(id -gn "$user")" -m 0750 "$home"
@@ -56,7 +68,7 @@ TMPDIR=$work "$bin/lab-agent-bench" --agent "$agent" --labctl "$bin/labctl" \
   --report "${CARGO_TARGET_DIR:-$root/target}/bench-report.md" "$@" &
 bench=$!
 trap 'kill -TERM "$bench" 2>/dev/null' INT TERM HUP
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work"; remove_user' EXIT
 status=0
 while :; do
   wait "$bench" && status=0 || status=$?

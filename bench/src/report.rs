@@ -226,31 +226,39 @@ fn targets(
     let mut t = Vec::<(String, String, bool)>::new();
     if rows.len() >= 2 {
         let floor = rows[0].1.median.as_secs_f64();
-        let agent = rows[1].1.median.as_secs_f64();
-        t.push((
-            "exec (kept-alive) ≤ 1.05 × floor".into(),
-            format!(
-                "{:.3} × (paired by round: {:.3} ×)",
-                agent / floor,
-                rows[1].2
-            ),
-            agent <= 1.05 * floor,
-        ));
+        // Both ways the agent contains a command: a per-exec cgroup where
+        // the guest delegates one, the session sweep elsewhere.
+        let agents: Vec<&ExecRow> = rows
+            .iter()
+            .filter(|(n, _, _)| {
+                n.starts_with("lab-agent, kept-alive")
+                    || n.starts_with("lab-agent, per-exec cgroup")
+            })
+            .collect();
         let peers: Vec<&ExecRow> = rows
             .iter()
             .filter(|(n, _, _)| n.starts_with("OpenSSH") || n.starts_with("qemu-ga"))
             .collect();
-        if let Some(best) = peers.iter().min_by_key(|(_, s, _)| s.median) {
+        let best = peers.iter().min_by_key(|(_, s, _)| s.median);
+        for (name, summary, paired) in agents {
+            let agent = summary.median.as_secs_f64();
             t.push((
-                "exec faster than OpenSSH and qemu-ga".into(),
-                format!(
-                    "{} ms vs the fastest peer ({}) {} ms",
-                    ms(rows[1].1.median),
-                    best.0,
-                    ms(best.1.median)
-                ),
-                rows[1].1.median < best.1.median,
+                format!("exec ≤ 1.10 × floor: {name}"),
+                format!("{:.3} × (paired by round: {paired:.3} ×)", agent / floor),
+                agent <= 1.10 * floor,
             ));
+            if let Some(best) = best {
+                t.push((
+                    format!("exec faster than OpenSSH and qemu-ga: {name}"),
+                    format!(
+                        "{} ms vs the fastest peer ({}) {} ms",
+                        ms(summary.median),
+                        best.0,
+                        ms(best.1.median)
+                    ),
+                    summary.median < best.1.median,
+                ));
+            }
         }
     }
     if let Some(s) = sizes {

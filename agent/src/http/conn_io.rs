@@ -103,10 +103,7 @@ impl AsyncWrite for ConnIo {
     }
 
     fn is_write_vectored(&self) -> bool {
-        match &self.stream {
-            Stream::Tcp(s) => s.is_write_vectored(),
-            Stream::Vsock(_) => false,
-        }
+        self.stream.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -2,6 +2,7 @@
 //! them: its session, its process group, and their descendants.
 
 use super::WALK_BATCH;
+use nix::unistd::{Pid, getsid};
 
 /// The live processes of session `sid` (whose leader is the shell we
 /// started), of process group `sid`, and every descendant of those — which
@@ -9,26 +10,52 @@ use super::WALK_BATCH;
 /// parent lives. Zombies do not count: their reaping is up to their parent
 /// or init.
 ///
-/// It reads all of `/proc` — with 3 000 processes a good part of a second
-/// when done in one go, during which the single-threaded agent answered
-/// nothing. So it yields to the runtime every [`WALK_BATCH`] processes
-/// (each `stat` read is a few µs), rather than taking a thread pool into
-/// a binary whose size every lab VM pays for.
+/// Every exec without a cgroup asks this once its shell has exited, and
+/// almost always nothing is left. So it first looks for a way in: a process
+/// in the session (`getsid`, a system call that reads nothing; the group
+/// is in it, as `setpgid` cannot cross sessions), or `sid` itself. Without
+/// one there is nothing to find — every process below is reached from one,
+/// and a parent that has exited already handed its children to init — and
+/// the answer is not held up by reading every process's `stat` (a few µs
+/// each: the most the exec path spent beyond spawning, BENCHMARKS.md,
+/// "Where the time goes").
+///
+/// With a way in it reads all of `/proc` — with 3 000 processes a good
+/// part of a second when done in one go, during which the single-threaded
+/// agent answered nothing. So it yields to the runtime every [`WALK_BATCH`]
+/// processes (each `stat` read is a few µs), rather than taking a thread
+/// pool into a binary whose size every lab VM pays for.
 pub async fn session_members(sid: i32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    // (pid, ppid, in the session or group, alive). Vectors and sorting
-    // rather than hash maps: the same work, less code in the binary.
-    let mut procs: Vec<(i32, i32, bool, bool)> = Vec::new();
+    let mut pids: Vec<i32> = Vec::new();
+    let mut way_in = false;
     for (n, entry) in dir.flatten().enumerate() {
-        if n % WALK_BATCH == WALK_BATCH - 1 {
+        // One system call a process rather than a file: a longer batch.
+        if n % (WALK_BATCH * 8) == WALK_BATCH * 8 - 1 {
             tokio::task::yield_now().await;
         }
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
+        // A pid gone meanwhile is an error: not a way in.
+        way_in = way_in
+            || pid == sid
+            || getsid(Some(Pid::from_raw(pid))).is_ok_and(|s| s.as_raw() == sid);
+        pids.push(pid);
+    }
+    if !way_in {
+        return Vec::new();
+    }
+    // (pid, ppid, in the session or group, alive). Vectors and sorting
+    // rather than hash maps: the same work, less code in the binary.
+    let mut procs: Vec<(i32, i32, bool, bool)> = Vec::new();
+    for (n, pid) in pids.into_iter().enumerate() {
+        if n % WALK_BATCH == WALK_BATCH - 1 {
+            tokio::task::yield_now().await;
+        }
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };

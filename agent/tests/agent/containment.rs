@@ -559,6 +559,53 @@ fn without_a_cgroup_what_a_command_leaves_dies_with_it_within_session_reach() {
     );
 }
 
+/// Without a cgroup, the sweep after a normal end first asks whether
+/// anything is still in the command's session at all (and skips reading
+/// `/proc` when nothing is). Each escape alone, with nothing left in the
+/// shell's own process group to give the way in: a job in a group of its
+/// own is still found through its session, and what it started in a new
+/// session through it; a process that kept a parent in the session
+/// likewise.
+#[test]
+fn without_a_cgroup_a_leftover_outside_the_shell_s_group_is_still_found() {
+    let dir = TempDir::new("leftovers-alone");
+    let agent = Agent::builder("leftovers-alone")
+        .no_cloud_init()
+        .args(["--cgroup", "off"])
+        .start();
+    let pids = dir.join("pids");
+    for (name, line) in [
+        (
+            "set -m job",
+            "set -m; sleep 600 & echo $! >> \"$P\"; set +m",
+        ),
+        (
+            "new session below a job",
+            "set -m; sh -c 'setsid sleep 600 & echo $! >> \"$P\"; wait' & set +m",
+        ),
+    ] {
+        let _ = std::fs::remove_file(&pids);
+        let out = agent.run(json!({
+            "command": format!("export P={}\n{line}\nwhile [ ! -s \"$P\" ]; do sleep 0.05; done", pids.display()),
+            "timeout_secs": 20,
+            "profile": "none",
+        }));
+        assert_eq!(out["exit_code"], 0, "{name}: {out}");
+        let left: Vec<u32> = std::fs::read_to_string(&pids)
+            .unwrap()
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect();
+        assert_eq!(left.len(), 1, "{name}: {left:?}");
+        let alive_now = survivors(&left);
+        kill_all(&alive_now);
+        assert!(
+            alive_now.is_empty(),
+            "{name}: survived its command: {alive_now:?}"
+        );
+    }
+}
+
 /// The agent lowers its own `oom_score_adj` (the OOM killer must pick a
 /// runaway, not the agent); its commands get 0 back, in both modes. Where
 /// this machine does not let root lower it (no `CAP_SYS_RESOURCE` in a

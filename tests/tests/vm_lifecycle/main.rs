@@ -48,6 +48,11 @@
 //!   student's firewall and unplugged NIC cut TCP, not vsock; a reboot
 //!   keeps it; exec round trips on each channel, side by side.
 //!
+//! - [`exec_bench`]: the exec benchmark inside a Debian 12 guest (floor,
+//!   per-exec cgroup, session fallback, side by side) and from the host;
+//!   `#[ignore]`d, not in CI
+//!   (`… exec_bench::in_the_guest -- --ignored --nocapture`).
+//!
 //! `lifecycle` and `failing` also run on Debian 13 for arm64
 //! (`NAME::debian_13_arm64`), reported as ignored unless
 //! `LAB_AGENT_VM_GUESTS` names `debian-13-arm64` (not in CI:
@@ -63,6 +68,7 @@ mod support;
 mod accel;
 mod agent_disk;
 mod boot_cost;
+mod exec_bench;
 mod failing;
 mod golden;
 mod lifecycle;

@@ -172,9 +172,9 @@ kib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1024 }'; }
 printf '  static, stripped: %d bytes (%s KiB)\n' "$size" "$(kib "$size")" >&2
 printf '  gzip -9:          %d bytes (%s KiB)\n' "$gz" "$(kib "$gz")" >&2
 printf '  base64 of gzip:   ~%d bytes (what the user-data carries)\n' "$(((gz + 2) / 3 * 4))" >&2
-# SPEC §7: under 1,000,000 bytes, with every feature.
+# The agent's size target: under 1,000,000 bytes, with every feature.
 if [ "$size" -ge 1000000 ]; then
-  die "$out is $size bytes, over the agent's budget (under 1,000,000 bytes, SPEC §7) by $((size - 999999))" \
+  die "$out is $size bytes, over the agent's budget (under 1,000,000 bytes) by $((size - 999999))" \
     "see BENCHMARKS.md's Size section for what each part costs and what was trimmed"
 fi
 echo "$out"

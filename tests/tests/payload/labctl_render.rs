@@ -8,9 +8,8 @@
 use crate::kubernetes_validate::load_yaml_all;
 use crate::support::{TempDir, mode, workspace};
 use lab_agent_cloudinit::Arch;
-use lab_agent_tests::local::{describe, labctl, static_agent_for};
+use lab_agent_tests::local::{describe, labctl, static_agent_for, write_token};
 use serde_json::{Value, json};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -63,8 +62,8 @@ fn refused(out: &Output, names: &[&str]) {
 }
 
 fn token_file(dir: &TempDir) -> PathBuf {
-    let path = dir.write("token", format!("{TOKEN}\n"));
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let path = dir.path().join("token");
+    write_token(&path, &format!("{TOKEN}\n"));
     path
 }
 

@@ -74,6 +74,10 @@ impl ServeError {
     }
 }
 
+/// Runs the agent until SIGTERM or SIGINT. It makes the process the subreaper of
+/// its commands and reaps what they orphan (see `process::strays`):
+/// run it in a process of its own, on the runtime's one thread, not beside
+/// other code that starts and waits for children.
 pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     let token = Token::load(&cfg.token_file)?;
     let listener = Listeners::bind(&cfg.listen)
@@ -103,6 +107,13 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
     // Before the first command: the OOM killer must pick a runaway, not
     // the agent (see `process::AGENT_OOM_SCORE_ADJ`).
     let oom_protected = crate::process::protect_from_oom().is_ok();
+    // Also before the first command: what commands leave comes to the
+    // agent, so their leftovers are found without walking `/proc`.
+    if !crate::process::strays::adopt() {
+        tracing::warn!(
+            "could not become the subreaper of commands (prctl PR_SET_CHILD_SUBREAPER): every command without a cgroup costs a walk of /proc when it ends"
+        );
+    }
     let defaults = crate::process::cgroup::Limits {
         pids: cfg.pids_max.map(u64::from),
         memory: cfg.memory_max.flatten(),

@@ -34,6 +34,8 @@ pub struct Job {
     pub stdout: Option<pipe::Receiver>,
     pub stderr: Option<pipe::Receiver>,
     pub started: Instant,
+    /// When it started, as [`super::strays::now_ticks`] counts.
+    pub(super) since: Option<u64>,
     pub(super) jobs: Jobs,
 }
 
@@ -170,16 +172,28 @@ impl Job {
     async fn anything_left(&self) -> bool {
         match &self.cgroup {
             Some(cg) => cg.populated(),
-            None => !session_members(self.pid).await.is_empty(),
+            None => !self.none_adopted() && !session_members(self.pid).await.is_empty(),
         }
+    }
+
+    /// Whether the agent's adopted processes show nothing of this command
+    /// alive (see [`super::strays`]); false: perhaps, walk `/proc`.
+    fn none_adopted(&self) -> bool {
+        // The other commands' shells; this one's is reaped already.
+        let mut others = self.jobs.running_pids();
+        others.retain(|p| *p != self.pid);
+        self.since
+            .is_some_and(|t| super::strays::none_since(t, &others))
     }
 
     /// SIGKILL, no grace, to what the exited shell left: the command is
     /// over, and what it started in the background (a fork bomb, a
     /// spinner, a forgotten server) must not outlive it and take the VM.
     /// With a cgroup, one `cgroup.events` read when nothing was left (the
-    /// common case); without one, a `/proc` walk, which misses what left
-    /// the session and lost its parent (see [`session_members`]).
+    /// common case); without one, a read of the agent's adopted children
+    /// when nothing was left ([`super::strays`]), else a `/proc` walk, which
+    /// misses what left the session and lost its parent (see
+    /// [`session_members`]).
     async fn kill_leftovers(&mut self) {
         if let Some(cg) = &self.cgroup {
             if !cg.populated() {
@@ -187,6 +201,9 @@ impl Job {
             }
             cg.kill();
         } else {
+            if self.none_adopted() {
+                return;
+            }
             let left = session_members(self.pid).await;
             let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
             if left.is_empty() {
@@ -237,6 +254,7 @@ impl Drop for Job {
             stdout: None,
             stderr: None,
             started: self.started,
+            since: self.since,
             jobs: self.jobs.clone(),
         };
         self.pid = 0;

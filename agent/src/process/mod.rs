@@ -14,6 +14,8 @@
 //! - [`job`]: a started command's life ([`Job`]): wait, timeout, terminate,
 //!   leftovers, abandonment;
 //! - [`session`]: the `/proc` walk for commands without a cgroup;
+//! - [`strays`]: the agent as the subreaper of what commands leave, which
+//!   spares that walk when nothing was left;
 //! - [`oom`]: the agent's own `oom_score_adj` and its children's reset.
 
 pub mod capture;
@@ -24,6 +26,7 @@ pub mod job;
 pub mod oom;
 pub mod session;
 pub mod spawn;
+pub mod strays;
 
 pub use crate::process::cgroup::Limits;
 pub use job::{Exit, Job};
@@ -269,6 +272,7 @@ impl Jobs {
     /// into the pool (sweep first: a recycled cgroup makes the `mkdir`
     /// unneeded), then one made only if the pool is still empty.
     pub fn housekeep(&self) {
+        strays::reap(&self.running_pids());
         if let Some(cg) = &self.cgroups {
             cg.sweep();
             cg.prepare();
@@ -279,6 +283,11 @@ impl Jobs {
         let mut running = self.lock();
         running.retain(|(p, _)| *p != pgid);
         running.push((pgid, cgroup));
+    }
+
+    /// The running commands' shells (also their process groups).
+    fn running_pids(&self) -> Vec<i32> {
+        self.lock().iter().map(|(p, _)| *p).collect()
     }
 
     fn remove(&self, pgid: i32) {
@@ -376,6 +385,8 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
         oom_reset: OOM_RESET.load(Ordering::Relaxed),
     };
     let started = Instant::now();
+    // Before the clone: everything the command starts starts after it.
+    let since = strays::now_ticks();
     let spawned = spawn::spawn(&spec);
     let spawned = match spawned {
         Ok(s) => s,
@@ -419,6 +430,7 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
         stdout: None,
         stderr: None,
         started,
+        since,
         jobs: jobs.clone(),
     };
     // Registering with the reactor cannot fail for a fresh pipe; if it

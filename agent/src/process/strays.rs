@@ -1,0 +1,142 @@
+//! What commands leave behind comes to the agent: `lab-agent serve` is a
+//! child subreaper (`PR_SET_CHILD_SUBREAPER`), so a process whose parent
+//! exits is re-parented to the agent, not to init.
+//!
+//! That turns "did this command leave anything running?" into one read of
+//! the agent's own children (`/proc/PID/task/PID/children`, a few µs)
+//! instead of a walk of all of `/proc` after every exec that has no cgroup
+//! ([`super::session`]; ~50 µs with 70 processes, more with more). Once a
+//! command's shell is reaped, each process it started either is one of the
+//! agent's children or hangs below one — every ancestor between it and the
+//! agent that exited handed it up — and each of those was started after the
+//! shell was. So when no child of the agent other than the running
+//! commands' shells started at or after that moment, nothing of the
+//! command is alive. Otherwise (something it left, a concurrent command's
+//! orphan, a kernel without the children file) the walk decides, as before.
+//!
+//! Adopted processes are the agent's to reap: [`reap`], from the
+//! housekeeping after every command's end and every 10 s. A zombie waits
+//! for it at most that long; it holds a pid, no memory.
+
+use nix::libc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once the agent is a subreaper: only then does the children list
+/// hold everything a command left.
+static ADOPTING: AtomicBool = AtomicBool::new(false);
+
+/// Makes the agent the subreaper of everything its commands start. False
+/// when the kernel refuses (then every leftovers check walks `/proc`).
+pub fn adopt() -> bool {
+    // SAFETY: prctl with integer arguments only.
+    let ok = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0;
+    ADOPTING.store(ok, Ordering::Relaxed);
+    ok
+}
+
+/// Now, in the unit of a process's start time (`/proc/PID/stat` field 22:
+/// clock ticks since boot, suspend included). Taken before a command is
+/// started, every process it starts has a start time at or after it.
+pub fn now_ticks() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; sysconf has no preconditions.
+    let (ok, hz) = unsafe {
+        (
+            libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) == 0,
+            libc::sysconf(libc::_SC_CLK_TCK),
+        )
+    };
+    (ok && hz > 0 && ts.tv_sec >= 0).then(|| {
+        let hz = hz as u64;
+        ts.tv_sec as u64 * hz + ts.tv_nsec as u64 * hz / 1_000_000_000
+    })
+}
+
+/// Whether nothing that started at or after `since` (from [`now_ticks`])
+/// is alive below the agent, other than the shells in `running`. False
+/// means "perhaps": ask the `/proc` walk. Reaps the strays that have
+/// exited on the way (a `(cmd &)` that already ended is no leftover).
+pub fn none_since(since: u64, running: &[i32]) -> bool {
+    let Some(strays) = strays(running) else {
+        return false;
+    };
+    strays
+        .into_iter()
+        .all(|pid| reaped(pid) || start_ticks(pid).is_some_and(|t| t < since))
+}
+
+/// Reaps the adopted processes that have exited.
+pub fn reap(running: &[i32]) {
+    for pid in strays(running).unwrap_or_default() {
+        reaped(pid);
+    }
+}
+
+/// Whether `pid`, an adopted process, had exited (and is now reaped).
+fn reaped(pid: i32) -> bool {
+    let mut status = 0;
+    // SAFETY: WNOHANG on our own child, which no one else waits for
+    // (the running commands' shells are never passed here).
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
+}
+
+/// The agent's children other than `running`; `None` when the agent is
+/// not a subreaper or its children cannot be listed (a kernel without
+/// `CONFIG_PROC_CHILDREN`).
+///
+/// One list is enough: the main thread's. The agent runs on that one
+/// thread, which makes every command's shell, and the kernel hands an
+/// orphan to the subreaper's first live thread, the main one. The list
+/// may change while it is read, but only by growing at its tail (an orphan
+/// handed up, a shell started elsewhere): entries leave it only when this
+/// thread reaps them. So every child present when the read began is in it.
+fn strays(running: &[i32]) -> Option<Vec<i32>> {
+    if !ADOPTING.load(Ordering::Relaxed) {
+        return None;
+    }
+    let me = std::process::id();
+    let children = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")).ok()?;
+    Some(
+        children
+            .split_ascii_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .filter(|p| !running.contains(p))
+            .collect(),
+    )
+}
+
+/// When `pid` started, in clock ticks since boot; `None` if it is gone.
+fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid … starttime …`: comm may hold spaces and
+    // parens; starttime is the 20th field after it.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_started_now_starts_at_or_after_now() {
+        let before = now_ticks().unwrap();
+        let child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let started = start_ticks(child.id() as i32).unwrap();
+        let me = start_ticks(std::process::id() as i32).unwrap();
+        let mut child = child;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(started >= before, "{started} < {before}");
+        assert!(
+            me <= before,
+            "the test process started after now? {me} > {before}"
+        );
+    }
+}

@@ -24,14 +24,24 @@ pub fn since_boot_ms() -> u64 {
 
 /// When the kernel booted, on the wall clock, in ms since the epoch.
 /// Taken once per process, so `boot_at` and the stages' times do not
-/// jitter by a millisecond from one answer to the next.
+/// jitter by a millisecond from one answer to the next; and from both
+/// clocks in nanoseconds, rounded once, so an agent restarted in the same
+/// boot says the same millisecond (each clock cut to milliseconds on its
+/// own would differ by one about every other restart).
 pub fn boot_epoch_ms() -> u64 {
     static AT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *AT.get_or_init(|| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer; CLOCK_BOOTTIME cannot fail with it.
+        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
-        (now.as_millis() as u64).saturating_sub(since_boot_ms())
+        let up = ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128;
+        ((now.as_nanos().saturating_sub(up) + 500_000) / 1_000_000) as u64
     })
 }
 

@@ -18,7 +18,10 @@
 //! housekeeping after every command's end and every 10 s. A zombie waits
 //! for it at most that long; it holds a pid, no memory.
 
-use nix::libc;
+use nix::libc::{self, c_int};
+use std::ffi::CString;
+use std::io;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set once the agent is a subreaper: only then does the children list
@@ -68,10 +71,33 @@ pub fn none_since(since: u64, running: &[i32]) -> bool {
         .all(|pid| reaped(pid) || start_ticks(pid).is_some_and(|t| t < since))
 }
 
-/// Reaps the adopted processes that have exited.
+/// Reaps the adopted processes that have exited: one `waitid` when none
+/// has (the common case), no `/proc` read.
 pub fn reap(running: &[i32]) {
-    for pid in strays(running).unwrap_or_default() {
-        reaped(pid);
+    if !ADOPTING.load(Ordering::Relaxed) {
+        return;
+    }
+    loop {
+        // SAFETY: a zeroed siginfo is a valid out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // Peek (WNOWAIT) at whichever child has exited: it may be a
+        // running command's shell, which is its Job's to reap.
+        // SAFETY: a valid out-pointer.
+        let peeked = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: waitid filled in a child's siginfo, or left it zeroed.
+        let pid = unsafe { info.si_pid() };
+        // No child, none exited, or a shell first in line (its Job reaps it
+        // at once, and the next housekeeping goes on from there).
+        if peeked != 0 || pid <= 0 || running.contains(&pid) || !reaped(pid) {
+            return;
+        }
     }
 }
 
@@ -94,18 +120,48 @@ fn reaped(pid: i32) -> bool {
 /// handed up, a shell started elsewhere): entries leave it only when this
 /// thread reaps them. So every child present when the read began is in it.
 fn strays(running: &[i32]) -> Option<Vec<i32>> {
+    static CHILDREN: OnceLock<CString> = OnceLock::new();
     if !ADOPTING.load(Ordering::Relaxed) {
         return None;
     }
-    let me = std::process::id();
-    let children = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")).ok()?;
-    Some(
-        children
-            .split_ascii_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
+    let path = CHILDREN.get_or_init(|| {
+        let me = std::process::id();
+        CString::new(format!("/proc/{me}/task/{me}/children")).unwrap_or_default()
+    });
+    // Raw calls: this runs after every command without a cgroup, and
+    // `std::fs` would add musl's `fcntl` and an `fstat` to the `open`.
+    // SAFETY: a NUL-terminated path; the fd is closed below.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    } as c_int;
+    if fd < 0 {
+        return None;
+    }
+    let mut text = Vec::new();
+    let mut buf = [0u8; 1024];
+    let complete = loop {
+        // SAFETY: reads into our buffer, within its length.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        match n {
+            0 => break true,
+            n if n > 0 => text.extend_from_slice(&buf[..n as usize]),
+            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            _ => break false,
+        }
+    };
+    // SAFETY: our own fd, closed once.
+    unsafe { libc::close(fd) };
+    complete.then(|| {
+        text.split(u8::is_ascii_whitespace)
+            .filter_map(|p| std::str::from_utf8(p).ok()?.parse::<i32>().ok())
             .filter(|p| !running.contains(p))
-            .collect(),
-    )
+            .collect()
+    })
 }
 
 /// When `pid` started, in clock ticks since boot; `None` if it is gone.

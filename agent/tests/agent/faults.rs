@@ -142,7 +142,8 @@ fn an_agent_restart_does_not_change_readiness() {
     let lab = agent.dir.join("lab");
     write_file(
         &lab.join("setup.sh"),
-        "#!/bin/sh\necho preparing\nwhile [ ! -e \"$LAB_DIR/go\" ]; do sleep 0.05; done\necho done\n",
+        // Also ends once the test's dir is gone (a failed test's).
+        "#!/bin/sh\necho preparing\nwhile [ ! -e \"$LAB_DIR/go\" ] && [ -d \"$LAB_DIR\" ]; do sleep 0.05; done\necho done\n",
         0o755,
     );
     let mut setup = agent_command()

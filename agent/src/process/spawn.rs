@@ -468,6 +468,17 @@ fn setup_and_exec(s: &Shared) -> c_int {
                 return fail();
             }
         }
+        // Nothing else: the agent's own descriptors are close-on-exec, but
+        // one it inherited without the flag (from whatever started it, when
+        // that is not systemd) would reach the command. Best effort: a
+        // kernel before 5.9 has no close_range, and only such a descriptor
+        // leaks there.
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as c_long,
+            c_long::from(u32::MAX),
+            0 as c_long,
+        );
         let empty: u64 = 0;
         libc::syscall(
             libc::SYS_rt_sigprocmask,

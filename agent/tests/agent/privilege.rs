@@ -1,7 +1,9 @@
 //! Least privilege in the agent's own files and children: `setup.log` is
 //! root's alone even when it existed with a looser mode, the state dir is
 //! never writable by others, `setup.json` is not writable by others, and a
-//! child gets neither the agent's environment nor any of its descriptors.
+//! child gets neither the agent's environment nor any descriptor but 0, 1
+//! and 2: not the agent's own, nor one the agent inherited without
+//! close-on-exec.
 //! (The payload side — token 0600, private directories — is checked on the
 //! rendered user-data in `tests/tests/payload/least_privilege.rs`.)
 
@@ -39,12 +41,19 @@ fn setup_tightens_a_loose_state_dir_and_log_and_leaks_nothing_to_the_script() {
         .arg("--state-dir")
         .arg(&state)
         .env(SENTINEL.0, SENTINEL.1);
-    // As cloud-init runs it: nothing open but 0, 1 and 2.
-    // SAFETY: fcntl is async-signal-safe; nothing is allocated.
+    // As cloud-init runs it, nothing open but 0, 1 and 2; and then one
+    // descriptor without close-on-exec (fd 9), as a careless parent would
+    // leave it: the script must not get that one either.
+    // SAFETY: fcntl, open and dup2 are async-signal-safe; nothing is
+    // allocated.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
             for fd in 3..4096 {
                 nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC);
+            }
+            let fd = nix::libc::open(c"/dev/null".as_ptr(), nix::libc::O_RDONLY);
+            if fd < 0 || nix::libc::dup2(fd, 9) != 9 {
+                return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
@@ -74,10 +83,17 @@ fn exec_children_get_a_clean_environment_and_only_three_descriptors() {
     let agent = Agent::builder("privilege-exec")
         .no_cloud_init()
         .env(SENTINEL.0, SENTINEL.1)
+        .inheriting_a_descriptor()
         .start();
-    // The agent really has it, so its absence below means something.
+    // The agent really has both, so their absence below means something.
     let own = std::fs::read(format!("/proc/{}/environ", agent.child.id())).unwrap();
     assert!(String::from_utf8_lossy(&own).contains(SENTINEL.1));
+    let inherited = std::fs::read_link(format!("/proc/{}/fd/9", agent.child.id()));
+    assert_eq!(
+        inherited.ok().as_deref(),
+        Some(std::path::Path::new("/dev/null")),
+        "the agent was to inherit fd 9"
+    );
     // Several at once, so other commands' pipes and sockets are open in the
     // agent while each child starts.
     let addr = agent.addr;

@@ -105,6 +105,7 @@ pub struct AgentBuilder {
     env: Vec<(String, String)>,
     oom_score_adj: Option<&'static std::ffi::CStr>,
     accounts: Option<(PathBuf, PathBuf)>,
+    leak_fd: bool,
 }
 
 impl AgentBuilder {
@@ -137,6 +138,13 @@ impl AgentBuilder {
     /// An extra variable in the agent's own environment.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Starts the agent holding one descriptor without close-on-exec (fd
+    /// 9, `/dev/null`), as a careless parent would leave it.
+    pub fn inheriting_a_descriptor(mut self) -> Self {
+        self.leak_fd = true;
         self
     }
 
@@ -193,12 +201,19 @@ impl AgentBuilder {
         // runner inherited (a CI harness's pipes) must not look like the
         // agent's own descriptors leaking into commands.
         let oom = self.oom_score_adj;
+        let leak_fd = self.leak_fd;
         // SAFETY: fcntl, open, write and close are async-signal-safe;
         // nothing is allocated.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
                 for fd in 3..4096 {
                     nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC);
+                }
+                if leak_fd {
+                    let fd = nix::libc::open(c"/dev/null".as_ptr(), nix::libc::O_RDONLY);
+                    if fd < 0 || nix::libc::dup2(fd, 9) != 9 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 if let Some(v) = oom {
                     let fd = nix::libc::open(
@@ -253,6 +268,7 @@ impl Agent {
             env: Vec::new(),
             oom_score_adj: None,
             accounts: None,
+            leak_fd: false,
         }
     }
 
@@ -275,6 +291,7 @@ impl Agent {
             env: std::mem::take(&mut self.env),
             oom_score_adj: None,
             accounts: None,
+            leak_fd: false,
         }
         .start()
     }

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod adoption;
 mod arm64;
 mod auth;
 mod containment;

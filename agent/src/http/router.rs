@@ -30,6 +30,8 @@ pub async fn handle(
         path: req.uri().path().to_owned(),
         exec: None,
         done: false,
+        status: 0,
+        ms: 0,
     };
     let result = route(&app, req, &mut line.exec).await;
     line.done = true;
@@ -40,7 +42,15 @@ pub async fn handle(
         return Ok(ApiError::Unauthorized.into_response());
     }
     let resp = result.unwrap_or_else(ApiError::into_response);
-    line.write(&resp.status().as_u16().to_string());
+    line.status = resp.status().as_u16();
+    line.ms = line.started.elapsed().as_millis() as u64;
+    // Written once the answer is out: hyper writes it in this same poll of
+    // the connection's task, and a spawned task runs only after that one
+    // yields. Formatting the line and writing it (to journald, on a lab
+    // VM: a wakeup of another process on the guest's few CPUs) is then
+    // not part of any answer's latency. A task dropped unrun (the runtime
+    // shutting down) still writes it, from `Drop`.
+    tokio::spawn(async move { drop(line) });
     Ok(resp)
 }
 
@@ -54,11 +64,14 @@ struct Line {
     path: String,
     exec: Option<ExecLog>,
     done: bool,
+    /// The answer's status and how long it took to produce (0: none, the
+    /// client went away first).
+    status: u16,
+    ms: u64,
 }
 
 impl Line {
-    fn write(&self, status: &str) {
-        let ms = self.started.elapsed().as_millis() as u64;
+    fn write(&self, status: &str, ms: u64) {
         let (peer, method, path) = (&self.peer, &self.method, &self.path);
         // One line per request, every value escaped and cut by the logger
         // (`logging::clean`). Headers are never logged: they carry the token.
@@ -81,8 +94,10 @@ impl Line {
 
 impl Drop for Line {
     fn drop(&mut self) {
-        if !self.done {
-            self.write("abandoned");
+        if self.status != 0 {
+            self.write(&self.status.to_string(), self.ms);
+        } else if !self.done {
+            self.write("abandoned", self.started.elapsed().as_millis() as u64);
         }
     }
 }

@@ -166,7 +166,11 @@ fn request_values_cannot_forge_or_flood_log_lines() {
         "env": {"A": "1", "BB": "22"},
     }));
     assert_eq!(r.status, 200, "{}", r.text());
-    let log = agent.log();
+    // A request's line is written just after its answer.
+    let log = eventually(5, "the exec's line", || {
+        let log = agent.log();
+        log.contains("stdin_bytes=5").then_some(log)
+    });
     lines_are_well_formed(&log);
     assert!(!log.contains("\n2026-12-01T00:00:00.000Z"), "{log}");
     assert!(log.contains(r#"user="nobody\n2026-12-01"#), "{log}");

@@ -108,8 +108,10 @@ fn a_users_dotfiles_forge_results_under_login_but_not_under_system() {
     assert_eq!(lines[1], user.name);
     assert_eq!(lines[2], user.home.path().to_str().unwrap());
     assert!(lines[0].contains("/usr/bin"), "{sys}");
-    // The log line says which profile ran.
-    assert!(agent.log().contains("profile=system"), "{}", agent.log());
+    // The log line says which profile ran (written just after the answer).
+    eventually(5, "the line of the `system` exec", || {
+        agent.log().contains("profile=system").then_some(())
+    });
 }
 
 #[test]

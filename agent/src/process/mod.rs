@@ -436,15 +436,15 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
     // Registering with the reactor cannot fail for a fresh pipe; if it
     // does, the Job (dropped here) kills the command.
     job.stdin = stdin_parent
-        .map(pipe::Sender::from_owned_fd)
+        .map(pipe::Sender::from_owned_fd_unchecked)
         .transpose()
         .map_err(start_error)?;
     job.stdout = stdout_parent
-        .map(pipe::Receiver::from_owned_fd)
+        .map(pipe::Receiver::from_owned_fd_unchecked)
         .transpose()
         .map_err(start_error)?;
     job.stderr = stderr_parent
-        .map(pipe::Receiver::from_owned_fd)
+        .map(pipe::Receiver::from_owned_fd_unchecked)
         .transpose()
         .map_err(start_error)?;
     Ok(job)
@@ -474,11 +474,17 @@ fn child_end(stdio: Stdio, dir: Direction) -> io::Result<(OwnedFd, Option<OwnedF
             (fd, None)
         }
         Stdio::Piped => {
-            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-            match dir {
-                Direction::In => (r, Some(w)),
-                Direction::Out => (w, Some(r)),
-            }
+            // Made non-blocking, as tokio wants our end, and the child's
+            // end made blocking again, as a command expects its stdio: one
+            // `fcntl` instead of tokio's `fstat` and two for our end.
+            use nix::fcntl::{FcntlArg, OFlag, fcntl};
+            let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+            let (child, ours) = match dir {
+                Direction::In => (r, w),
+                Direction::Out => (w, r),
+            };
+            fcntl(&child, FcntlArg::F_SETFL(OFlag::empty()))?;
+            (child, Some(ours))
         }
         Stdio::Fd(fd) => (fd, None),
     };

@@ -21,6 +21,7 @@
 use nix::libc::{self, c_int};
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -120,33 +121,44 @@ fn reaped(pid: i32) -> bool {
 /// handed up, a shell started elsewhere): entries leave it only when this
 /// thread reaps them. So every child present when the read began is in it.
 fn strays(running: &[i32]) -> Option<Vec<i32>> {
-    static CHILDREN: OnceLock<CString> = OnceLock::new();
+    // Opened once and read from offset 0 each time (a seq file renders
+    // itself again then, as `read_fresh` relies on for cgroup files): the
+    // path walk through /proc and the close are not paid per command.
+    static CHILDREN: OnceLock<Option<OwnedFd>> = OnceLock::new();
     if !ADOPTING.load(Ordering::Relaxed) {
         return None;
     }
-    let path = CHILDREN.get_or_init(|| {
-        let me = std::process::id();
-        CString::new(format!("/proc/{me}/task/{me}/children")).unwrap_or_default()
-    });
-    // Raw calls: this runs after every command without a cgroup, and
-    // `std::fs` would add musl's `fcntl` and an `fstat` to the `open`.
-    // SAFETY: a NUL-terminated path; the fd is closed below.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    } as c_int;
-    if fd < 0 {
-        return None;
-    }
+    let fd = CHILDREN
+        .get_or_init(|| {
+            let me = std::process::id();
+            let path = CString::new(format!("/proc/{me}/task/{me}/children")).ok()?;
+            // Raw: `std::fs` would add musl's `fcntl` and an `fstat`.
+            // SAFETY: a NUL-terminated path; the fd is owned below.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    libc::O_RDONLY | libc::O_CLOEXEC,
+                )
+            } as c_int;
+            // SAFETY: a new fd of ours, owned from here on.
+            (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+        })
+        .as_ref()?
+        .as_raw_fd();
     let mut text = Vec::new();
     let mut buf = [0u8; 1024];
     let complete = loop {
         // SAFETY: reads into our buffer, within its length.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        let n = unsafe {
+            libc::pread(
+                fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                text.len() as libc::off_t,
+            )
+        };
         match n {
             0 => break true,
             n if n > 0 => text.extend_from_slice(&buf[..n as usize]),
@@ -154,8 +166,6 @@ fn strays(running: &[i32]) -> Option<Vec<i32>> {
             _ => break false,
         }
     };
-    // SAFETY: our own fd, closed once.
-    unsafe { libc::close(fd) };
     complete.then(|| {
         text.split(u8::is_ascii_whitespace)
             .filter_map(|p| std::str::from_utf8(p).ok()?.parse::<i32>().ok())

@@ -26,10 +26,14 @@ pub const QUEUED_PER_SLOT: usize = 4;
 /// `Retry-After` pause costs nothing next to it.
 pub const QUEUE_WAIT: Duration = Duration::from_secs(5);
 
+/// How much of a command the request line shows.
+pub const COMMAND_LOG_CHARS: usize = 200;
+
 /// What the request log line says about an exec.
 #[derive(Debug, Default)]
 pub struct ExecLog {
     pub user: String,
+    /// Cut to [`COMMAND_LOG_CHARS`] already.
     pub command: String,
     pub profile: &'static str,
     pub stdin_bytes: usize,
@@ -64,7 +68,8 @@ pub async fn handle(
     drop((body, body_budget));
     *log = Some(ExecLog {
         user: request.options.user.clone(),
-        command: request.command.clone(),
+        // Only what the line shows: a command may be 128 KiB.
+        command: crate::logging::cut(&request.command, COMMAND_LOG_CHARS).into_owned(),
         profile: request.options.profile.as_str(),
         stdin_bytes: request.options.stdin.as_ref().map_or(0, String::len),
         env_vars: request.options.env.len(),

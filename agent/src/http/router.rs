@@ -6,7 +6,6 @@ use crate::app::App;
 use crate::http::Response;
 use crate::http::api_error::ApiError;
 use crate::http::listen::Peer;
-use crate::logging::cut;
 use hyper::body::Incoming;
 use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request};
@@ -14,9 +13,6 @@ use lab_agent_proto::paths;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// How much of a command the request line shows.
-pub const COMMAND_LOG_CHARS: usize = 200;
 
 pub async fn handle(
     app: Arc<App>,
@@ -86,7 +82,7 @@ impl Line {
             stdin_bytes = e.map(|e| e.stdin_bytes as u64),
             env_vars = e.map(|e| e.env_vars as u64),
             env_bytes = e.map(|e| e.env_bytes as u64),
-            command = e.map(|e| tracing::field::display(cut(&e.command, COMMAND_LOG_CHARS))),
+            command = e.map(|e| tracing::field::display(&e.command)),
             "request"
         );
     }

@@ -6,7 +6,7 @@ use super::{Cwd, SYSTEM_PROFILE, Script, SpawnError};
 use crate::process::identity::Identity;
 use lab_agent_proto::Profile;
 use std::collections::BTreeMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -14,7 +14,59 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 pub(super) fn cstr(what: &str, bytes: &[u8]) -> Result<CString, SpawnError> {
-    CString::new(bytes).map_err(|_| SpawnError::Invalid(format!("{what} contains a NUL byte")))
+    CString::new(bytes).map_err(|_| nul_in(what))
+}
+
+fn nul_in(what: &str) -> SpawnError {
+    SpawnError::Invalid(format!("{what} contains a NUL byte"))
+}
+
+/// C strings in one buffer, for `execve`'s argv or envp: one allocation for
+/// all of them instead of one or two each (an environment is a dozen, on
+/// every exec).
+#[derive(Debug, Default)]
+pub(super) struct CStrings {
+    bytes: Vec<u8>,
+    /// Where each string's NUL is.
+    ends: Vec<usize>,
+}
+
+impl CStrings {
+    /// Room for `count` strings of `bytes` in all (NULs included), so that
+    /// building them does not grow the buffers.
+    pub(super) fn with_capacity(bytes: usize, count: usize) -> CStrings {
+        CStrings {
+            bytes: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(count),
+        }
+    }
+
+    /// Appends one string made of `parts`; `what` names it when a part
+    /// holds a NUL byte (nothing is appended then).
+    pub(super) fn push(&mut self, what: &str, parts: &[&[u8]]) -> Result<(), SpawnError> {
+        if parts.iter().any(|p| p.contains(&0)) {
+            return Err(nul_in(what));
+        }
+        for p in parts {
+            self.bytes.extend_from_slice(p);
+        }
+        self.ends.push(self.bytes.len());
+        self.bytes.push(0);
+        Ok(())
+    }
+
+    pub(super) fn as_cstrs(&self) -> Vec<&CStr> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let s = &self.bytes[start..=end];
+                start = end + 1;
+                // Each ends at its only NUL, by `push`.
+                CStr::from_bytes_with_nul(s).unwrap_or(c"")
+            })
+            .collect()
+    }
 }
 
 /// The shell's argv: `SHELL --login -c COMMAND` or its `profile` variants,
@@ -24,48 +76,52 @@ pub(super) fn argv(
     profile: Profile,
     shell: &str,
     login_flag: &str,
-) -> Result<Vec<CString>, SpawnError> {
-    let mut argv = vec![cstr("the shell", shell.as_bytes())?];
+) -> Result<CStrings, SpawnError> {
+    let command_len = match *script {
+        Script::Command(c) => SYSTEM_PROFILE.len() + c.len(),
+        Script::File(p) => p.as_os_str().len(),
+    };
+    let mut argv = CStrings::with_capacity(64 + command_len, 6);
+    argv.push("the shell", &[shell.as_bytes()])?;
     match *script {
         Script::Command(command) => {
             let is_bash = login_flag == "--login";
             match profile {
                 Profile::Login => {
-                    argv.push(cstr("", login_flag.as_bytes())?);
-                    argv.push(c"-c".to_owned());
-                    argv.push(cstr("command", command.as_bytes())?);
+                    argv.push("", &[login_flag.as_bytes()])?;
+                    argv.push("", &[b"-c"])?;
+                    argv.push("command", &[command.as_bytes()])?;
                 }
                 Profile::System | Profile::None => {
                     // Not a login shell, so no ~/.bash_profile or ~/.profile;
                     // not interactive, so no ~/.bashrc (and --norc to be sure).
                     if is_bash {
-                        argv.extend([c"--noprofile".to_owned(), c"--norc".to_owned()]);
+                        argv.push("", &[b"--noprofile"])?;
+                        argv.push("", &[b"--norc"])?;
                     }
-                    argv.push(c"-c".to_owned());
-                    let text = if profile == Profile::System {
-                        // What a login shell reads before the user's own
-                        // files: /etc/profile (root's, and what it sources).
-                        // On its own line, so the command parses as it would
-                        // alone.
-                        [SYSTEM_PROFILE.as_bytes(), command.as_bytes()].concat()
-                    } else {
-                        command.as_bytes().to_vec()
+                    argv.push("", &[b"-c"])?;
+                    // `system`: what a login shell reads before the user's
+                    // own files, /etc/profile (root's, and what it sources),
+                    // on its own line, so the command parses as it would
+                    // alone.
+                    let profile_text: &[u8] = match profile {
+                        Profile::System => SYSTEM_PROFILE.as_bytes(),
+                        _ => b"",
                     };
-                    argv.push(cstr("command", &text)?);
+                    argv.push("command", &[profile_text, command.as_bytes()])?;
                 }
             }
         }
         Script::File(path) => {
-            argv.push(cstr("", login_flag.as_bytes())?);
+            argv.push("", &[login_flag.as_bytes()])?;
             let executable = std::fs::metadata(path)
                 .map(|m| m.permissions().mode() & 0o111 != 0)
                 .unwrap_or(false);
-            let path = cstr("the script path", path.as_os_str().as_bytes())?;
             if executable {
-                argv.extend([c"-c".to_owned(), c"exec \"$0\"".to_owned(), path]);
-            } else {
-                argv.push(path);
+                argv.push("", &[b"-c"])?;
+                argv.push("", &[b"exec \"$0\""])?;
             }
+            argv.push("the script path", &[path.as_os_str().as_bytes()])?;
         }
     }
     Ok(argv)
@@ -99,7 +155,7 @@ pub fn load_lab_env(path: &Path) -> Result<(), String> {
 pub(super) fn envp(
     id: &Identity,
     env_vars: &BTreeMap<String, String>,
-) -> Result<Vec<CString>, SpawnError> {
+) -> Result<CStrings, SpawnError> {
     // The clean login environment plus the request's `env`, which may
     // override it (later entries win, as with std's Command).
     let mut env: BTreeMap<&[u8], &[u8]> = BTreeMap::new();
@@ -119,10 +175,11 @@ pub(super) fn envp(
         }
         env.insert(k.as_bytes(), v.as_bytes());
     }
-    let envp: Vec<CString> = env
-        .into_iter()
-        .map(|(k, v)| cstr("the environment", &[k, b"=", v].concat()))
-        .collect::<Result<_, _>>()?;
+    let bytes = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    let mut envp = CStrings::with_capacity(bytes, env.len());
+    for (k, v) in env {
+        envp.push("the environment", &[k, b"=", v])?;
+    }
     Ok(envp)
 }
 
@@ -148,4 +205,21 @@ pub(super) fn working_dir(cwd: &Cwd<'_>, id: &Identity) -> Result<(PathBuf, bool
             (dir.to_path_buf(), false)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_strings_share_one_buffer_and_refuse_a_nul() {
+        let mut s = CStrings::default();
+        s.push("a", &[b"HOME", b"=", b"/home/x"]).unwrap();
+        s.push("b", &[b""]).unwrap();
+        let e = s.push("the environment", &[b"A=", b"b\0c"]).unwrap_err();
+        assert!(e.to_string().contains("the environment contains a NUL byte"), "{e}");
+        s.push("c", &[b"-c"]).unwrap();
+        let all: Vec<&[u8]> = s.as_cstrs().iter().map(|c| c.to_bytes()).collect();
+        assert_eq!(all, [&b"HOME=/home/x"[..], b"", b"-c"]);
+    }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Everything needed to become a user: ids, supplementary groups and the
 /// login environment values from passwd.
@@ -86,10 +86,12 @@ impl Identity {
     /// ~85 µs of every exec's critical path on the benchmark machine. With
     /// an nscd running (which musl consults before the files) nothing is
     /// cached.
-    pub fn cached(name: &str) -> Result<Identity, IdentityError> {
-        static CACHE: Mutex<Option<(Stamps, HashMap<String, Identity>)>> = Mutex::new(None);
+    /// Shared, not copied: an exec reads it and drops it.
+    pub fn cached(name: &str) -> Result<Arc<Identity>, IdentityError> {
+        type Users = HashMap<String, Arc<Identity>>;
+        static CACHE: Mutex<Option<(Stamps, Users)>> = Mutex::new(None);
         let Some(stamps) = Stamps::now() else {
-            return Identity::lookup(name);
+            return Identity::lookup(name).map(Arc::new);
         };
         {
             let cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
@@ -100,7 +102,7 @@ impl Identity {
                 return Ok(id.clone());
             }
         }
-        let id = Identity::lookup(name)?;
+        let id = Arc::new(Identity::lookup(name)?);
         let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         match cache.as_mut() {
             Some((at, users)) if *at == stamps && users.len() < 256 => {

@@ -45,7 +45,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use spawn::Spec;
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -354,8 +354,8 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
     let (stderr, stderr_parent) = child_end(cmd.stderr, Direction::Out).map_err(start_error)?;
 
     let groups: Vec<libc::gid_t> = id.groups.iter().map(|g| g.as_raw()).collect();
-    let argv_r: Vec<&CStr> = argv.iter().map(CString::as_c_str).collect();
-    let envp_r: Vec<&CStr> = envp.iter().map(CString::as_c_str).collect();
+    let argv_r = argv.as_cstrs();
+    let envp_r = envp.as_cstrs();
     // A cgroup of its own where the agent has a subtree; without one (or
     // when it cannot be made) the command is contained by session instead.
     let (cgroup, resolved) = jobs.take_cgroup(cmd.limits);

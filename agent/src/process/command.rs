@@ -217,7 +217,11 @@ mod tests {
         s.push("a", &[b"HOME", b"=", b"/home/x"]).unwrap();
         s.push("b", &[b""]).unwrap();
         let e = s.push("the environment", &[b"A=", b"b\0c"]).unwrap_err();
-        assert!(e.to_string().contains("the environment contains a NUL byte"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("the environment contains a NUL byte"),
+            "{e}"
+        );
         s.push("c", &[b"-c"]).unwrap();
         let all: Vec<&[u8]> = s.as_cstrs().iter().map(|c| c.to_bytes()).collect();
         assert_eq!(all, [&b"HOME=/home/x"[..], b"", b"-c"]);

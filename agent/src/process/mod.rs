@@ -47,11 +47,11 @@ use spawn::Spec;
 use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
@@ -322,10 +322,17 @@ impl Jobs {
 }
 
 /// The login shell of this guest: bash when there is one, else sh.
+/// Bash, once found, is remembered (a `stat` less on every exec): were it
+/// removed later, the command fails to start and says so. Its absence is
+/// not remembered, so a lab that installs bash gets it from then on.
 fn login_shell() -> (&'static str, &'static str) {
+    static BASH: OnceLock<&'static str> = OnceLock::new();
+    if let Some(bash) = BASH.get() {
+        return (bash, "--login");
+    }
     for bash in ["/bin/bash", "/usr/bin/bash"] {
         if Path::new(bash).exists() {
-            return (bash, "--login");
+            return (BASH.get_or_init(|| bash), "--login");
         }
     }
     ("/bin/sh", "-l")
@@ -456,23 +463,53 @@ enum Direction {
     Out,
 }
 
+/// The child's end of one stdio stream: ours to close once the child has
+/// it, or the agent's own `/dev/null`.
+#[derive(Debug)]
+enum ChildFd {
+    Owned(OwnedFd),
+    Null(BorrowedFd<'static>),
+}
+
+impl AsFd for ChildFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            ChildFd::Owned(fd) => fd.as_fd(),
+            ChildFd::Null(fd) => *fd,
+        }
+    }
+}
+
+/// `/dev/null` for reading (`In`) or writing, opened once (above 0–2,
+/// close-on-exec) and shared by every command, as each one's `open` and
+/// `close` were two system calls of the path before its `clone3`. Sharing
+/// one open file is harmless here: `/dev/null` has no offset to share, and
+/// a flag a command sets on it (`O_NONBLOCK`) changes nothing it does.
+fn dev_null(dir: Direction) -> io::Result<BorrowedFd<'static>> {
+    static READ: OnceLock<OwnedFd> = OnceLock::new();
+    static WRITE: OnceLock<OwnedFd> = OnceLock::new();
+    let (cell, flags) = match dir {
+        Direction::In => (&READ, nix::fcntl::OFlag::O_RDONLY),
+        Direction::Out => (&WRITE, nix::fcntl::OFlag::O_WRONLY),
+    };
+    if let Some(fd) = cell.get() {
+        return Ok(fd.as_fd());
+    }
+    let fd = spawn::above_stdio(nix::fcntl::open(
+        c"/dev/null",
+        flags | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?)?;
+    // Two first execs at once (the runtime has one thread, but tests
+    // spawn from several): the loser's descriptor is closed.
+    Ok(cell.get_or_init(|| fd).as_fd())
+}
+
 /// The child's end of one stdio stream (above 0–2, close-on-exec), and for
 /// a pipe our end.
-fn child_end(stdio: Stdio, dir: Direction) -> io::Result<(OwnedFd, Option<OwnedFd>)> {
+fn child_end(stdio: Stdio, dir: Direction) -> io::Result<(ChildFd, Option<OwnedFd>)> {
     let (child, ours) = match stdio {
-        Stdio::Null => {
-            let flags = if dir == Direction::In {
-                nix::fcntl::OFlag::O_RDONLY
-            } else {
-                nix::fcntl::OFlag::O_WRONLY
-            };
-            let fd = nix::fcntl::open(
-                c"/dev/null",
-                flags | nix::fcntl::OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )?;
-            (fd, None)
-        }
+        Stdio::Null => return Ok((ChildFd::Null(dev_null(dir)?), None)),
         Stdio::Piped => {
             // Made non-blocking, as tokio wants our end, and the child's
             // end made blocking again, as a command expects its stdio: one
@@ -488,7 +525,7 @@ fn child_end(stdio: Stdio, dir: Direction) -> io::Result<(OwnedFd, Option<OwnedF
         }
         Stdio::Fd(fd) => (fd, None),
     };
-    Ok((spawn::above_stdio(child)?, ours))
+    Ok((ChildFd::Owned(spawn::above_stdio(child)?), ours))
 }
 
 #[cfg(test)]
@@ -543,6 +580,27 @@ mod tests {
         assert_eq!(out, "SigBlk:\t0000000000000000\n");
         // `yes` died of SIGPIPE quietly instead of reporting EPIPE.
         assert_eq!(err, "");
+    }
+
+    /// A command's null stdin is the agent's one read-only `/dev/null`
+    /// (nothing to read, a write to it refused as on any read-only stdin),
+    /// its null output the one write-only one: no descriptor per command.
+    #[tokio::test]
+    async fn null_stdio_is_one_shared_dev_null_each_way() {
+        use std::os::fd::AsRawFd;
+        let (status, out, err) = run("cat; echo x >&0 || echo refused", "root", Cwd::Home)
+            .await
+            .unwrap();
+        assert!(status.success(), "{err}");
+        assert_eq!(out, "refused\n");
+        assert!(err.contains("Bad file descriptor"), "{err}");
+        let fds = |dir| dev_null(dir).unwrap().as_raw_fd();
+        let (r, w) = (fds(Direction::In), fds(Direction::Out));
+        run("true", "root", Cwd::Home).await.unwrap();
+        assert_eq!((fds(Direction::In), fds(Direction::Out)), (r, w));
+        assert!(r > 2 && w > 2 && r != w);
+        let mode = |fd| unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_ACCMODE;
+        assert_eq!((mode(r), mode(w)), (libc::O_RDONLY, libc::O_WRONLY));
     }
 
     #[tokio::test]

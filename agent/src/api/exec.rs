@@ -100,13 +100,20 @@ pub async fn handle(
     let cap = request.options.max_output_bytes as usize;
     let (mut out, mut err) = (Capped::new(cap), Capped::new(cap));
     let (stdout, stderr) = (job.stdout.take(), job.stderr.take());
+    let mut ended = (None, None);
     let exit = {
         let pumps = async {
-            tokio::join!(capture(stdout, &mut out), capture(stderr, &mut err));
+            ended = tokio::join!(capture(stdout, &mut out), capture(stderr, &mut err));
         };
         tokio::pin!(pumps);
         drive(&mut job, &request, pumps).await
     };
+    // Closed once the answer is out: the pipes at their end and the reaped
+    // shell's pidfd, whose teardowns (out of epoll, closed: two system
+    // calls each) were between the shell's exit and the answer. Dropped in
+    // a task of its own, which runs only after this connection's task has
+    // written the answer (as the request's log line is).
+    let spent = (ended, job.take_pidfd());
     let mut result = finish(ids(app), job, exit?);
     let held = (out.held() + err.held()) as u64;
     (result.stdout_truncated, result.stderr_truncated) = (out.truncated(), err.truncated());
@@ -121,6 +128,7 @@ pub async fn handle(
     let mut resp = respond(result);
     // Given back once the answer is sent, or dropped with its connection.
     resp.body_mut().hold(output);
+    tokio::spawn(async move { drop(spent) });
     Ok(resp)
 }
 
@@ -189,10 +197,14 @@ pub fn parse(body: &[u8]) -> Result<ExecRequest, ApiError> {
     Ok(req)
 }
 
-async fn capture(pipe: Option<tokio::net::unix::pipe::Receiver>, sink: &mut Capped) {
-    if let Some(p) = pipe {
-        let _ = pump(p, sink).await;
-    }
+/// Reads `pipe` to its end into `sink`; returns the pipe once there (a pipe
+/// dropped before, when the shell left it open, is closed at once).
+async fn capture(
+    pipe: Option<tokio::net::unix::pipe::Receiver>,
+    sink: &mut Capped,
+) -> Option<tokio::net::unix::pipe::Receiver> {
+    let mut p = pipe?;
+    pump(&mut p, sink).await.ok().map(|()| p)
 }
 
 #[cfg(test)]

@@ -64,15 +64,30 @@ impl Job {
             if let Some(s) = self.status {
                 return Ok(s);
             }
+            // With a pidfd, `waitpid` only once it says the shell exited
+            // (a pidfd registered after the exit is readable at once): no
+            // system call right after the spawn, while the new shell,
+            // often on this same CPU, waits for the agent to sleep.
+            let ready = match &self.exit {
+                Some(fd) => Some(fd.readable().await?),
+                None => None,
+            };
             if let Some(s) = try_reap(self.pid)? {
                 self.status = Some(s);
                 return Ok(s);
             }
-            match &self.exit {
-                Some(fd) => fd.readable().await?.clear_ready(),
+            match ready {
+                Some(mut r) => r.clear_ready(),
                 None => tokio::time::sleep(REAP_POLL).await,
             }
         }
+    }
+
+    /// The reaped shell's pidfd, for the caller to close once the answer
+    /// is out (leaving epoll and closing are two system calls that need
+    /// not come before it). `None` before the shell is reaped.
+    pub fn take_pidfd(&mut self) -> Option<AsyncFd<OwnedFd>> {
+        self.status.and(self.exit.take())
     }
 
     /// Waits for the shell to exit. When `timeout` expires the whole group

@@ -42,7 +42,21 @@ pub struct ExecLog {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
+    /// Not logged: what the exec closes once its answer is out, with the
+    /// line (the pipes at their end, the reaped shell's pidfd), whose
+    /// teardowns (out of epoll, closed: two system calls each) were
+    /// between the shell's exit and the answer.
+    pub spent: Option<Spent>,
 }
+
+/// See [`ExecLog::spent`].
+pub type Spent = (
+    (
+        Option<tokio::net::unix::pipe::Receiver>,
+        Option<tokio::net::unix::pipe::Receiver>,
+    ),
+    Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+);
 
 pub async fn handle(
     app: &App,
@@ -108,11 +122,6 @@ pub async fn handle(
         tokio::pin!(pumps);
         drive(&mut job, &request, pumps).await
     };
-    // Closed once the answer is out: the pipes at their end and the reaped
-    // shell's pidfd, whose teardowns (out of epoll, closed: two system
-    // calls each) were between the shell's exit and the answer. Dropped in
-    // a task of its own, which runs only after this connection's task has
-    // written the answer (as the request's log line is).
     let spent = (ended, job.take_pidfd());
     let mut result = finish(ids(app), job, exit?);
     let held = (out.held() + err.held()) as u64;
@@ -124,11 +133,11 @@ pub async fn handle(
         l.exit_code = result.exit_code;
         l.signal = result.signal;
         l.timed_out = result.timed_out;
+        l.spent = Some(spent);
     }
     let mut resp = respond(result);
     // Given back once the answer is sent, or dropped with its connection.
     resp.body_mut().hold(output);
-    tokio::spawn(async move { drop(spent) });
     Ok(resp)
 }
 
@@ -167,7 +176,9 @@ async fn read_body(req: hyper::Request<Incoming>, limit: usize) -> Result<Bytes,
     {
         return Err(ApiError::PayloadTooLarge { limit });
     }
-    let body = Limited::new(req.into_body(), limit);
+    let (parts, body) = req.into_parts();
+    crate::http::recycle_headers(parts.headers);
+    let body = Limited::new(body, limit);
     match tokio::time::timeout(BODY_READ_TIMEOUT, body.collect()).await {
         Err(_) => Err(ApiError::BadRequest(format!(
             "request body was not received within {} s",

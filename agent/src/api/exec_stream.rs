@@ -59,8 +59,7 @@ pub fn handle(
     });
     let mut body = Body::stream(rx);
     body.hold(output);
-    let mut resp = hyper::Response::new(body);
-    *resp.status_mut() = StatusCode::OK;
+    let mut resp = crate::http::response(StatusCode::OK, body);
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(STREAM_CONTENT_TYPE));
     Ok(resp)

@@ -49,7 +49,7 @@ pub async fn handle(app: &App, query: Option<&str>) -> Result<Response, ApiError
     let start = if restarted { 0 } else { offset };
     let bytes = read_from(&path, start)
         .map_err(|e| ApiError::Internal(format!("failed to read `{}`: {e}", path.display())))?;
-    let mut resp = hyper::Response::new(Body::default());
+    let mut resp = crate::http::response(StatusCode::OK, Body::default());
     let headers = resp.headers_mut();
     headers.insert(
         LOG_OFFSET_HEADER,

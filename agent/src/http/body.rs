@@ -7,6 +7,7 @@
 //! streamed response is the same document `serde_json::to_vec` would give.
 
 use hyper::body::{Bytes, Frame, SizeHint};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -51,6 +52,21 @@ enum Part {
 }
 
 impl Body {
+    /// An empty body with room for `parts` pieces: the queue a body sent
+    /// before left behind (see `Drop`), or a new one.
+    pub fn with_parts(parts: usize) -> Body {
+        let queue = SPARE_PARTS
+            .take()
+            .filter(|q| q.capacity() >= parts)
+            .unwrap_or_else(|| VecDeque::with_capacity(parts));
+        Body {
+            parts: queue,
+            remaining: 0,
+            guards: Vec::new(),
+            stream: None,
+        }
+    }
+
     pub fn bytes(b: impl Into<Bytes>) -> Body {
         let mut body = Body::default();
         body.push_bytes(b);
@@ -61,8 +77,10 @@ impl Body {
     /// (sent chunked, each frame as it comes).
     pub fn stream(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Body {
         Body {
+            parts: VecDeque::new(),
+            remaining: 0,
+            guards: Vec::new(),
             stream: Some(rx),
-            ..Body::default()
         }
     }
 
@@ -125,6 +143,26 @@ impl Body {
         Some(frame)
     }
 }
+
+thread_local! {
+    static SPARE_PARTS: Cell<Option<VecDeque<Part>>> = const { Cell::new(None) };
+}
+
+/// A sent body's queue is kept (emptied) for the next [`Body::with_parts`]:
+/// allocated before each answer and freed as it went out, it was a page
+/// that musl's allocator mapped and unmapped on every exec.
+impl Drop for Body {
+    fn drop(&mut self) {
+        if (1..=MAX_SPARE_PARTS).contains(&self.parts.capacity()) {
+            let mut queue = std::mem::take(&mut self.parts);
+            queue.clear();
+            SPARE_PARTS.set(Some(queue));
+        }
+    }
+}
+
+/// The largest queue kept: what an exec's answer needs.
+const MAX_SPARE_PARTS: usize = 16;
 
 impl hyper::body::Body for Body {
     type Data = Bytes;
@@ -209,6 +247,25 @@ pub(crate) fn escape_into(src: &[u8], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sent body's queue serves the next body that needs as much,
+    /// emptied; a larger need gets a queue of its own.
+    #[test]
+    fn a_dropped_body_leaves_its_queue_to_the_next() {
+        let mut a = Body::with_parts(16);
+        a.push_bytes("x");
+        let at = a.parts.as_slices().0.as_ptr();
+        drop(a);
+        let b = Body::with_parts(8);
+        assert!(b.parts.is_empty());
+        assert_eq!(
+            (b.parts.as_slices().0.as_ptr(), b.parts.capacity()),
+            (at, 16)
+        );
+        drop(b);
+        let c = Body::with_parts(17);
+        assert!(c.parts.capacity() >= 17);
+    }
 
     fn streamed(mut body: Body) -> Vec<u8> {
         let whole = body.to_vec();

@@ -11,8 +11,10 @@ use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request};
 use lab_agent_proto::paths;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tokio::sync::Notify;
 
 pub async fn handle(
     app: Arc<App>,
@@ -41,13 +43,65 @@ pub async fn handle(
     line.status = resp.status().as_u16();
     line.ms = line.started.elapsed().as_millis() as u64;
     // Written once the answer is out: hyper writes it in this same poll of
-    // the connection's task, and a spawned task runs only after that one
-    // yields. Formatting the line and writing it (to journald, on a lab
+    // the connection's task, and the writer's task runs only after that
+    // one yields. Formatting the line and writing it (to journald, on a lab
     // VM: a wakeup of another process on the guest's few CPUs) is then
-    // not part of any answer's latency. A task dropped unrun (the runtime
-    // shutting down) still writes it, from `Drop`.
-    tokio::spawn(async move { drop(line) });
+    // not part of any answer's latency, nor is closing what an exec
+    // leaves (`ExecLog::spent`).
+    after_answer(line);
     Ok(resp)
+}
+
+/// Lines waiting for [`write_lines`]. One queue and one long-lived task
+/// rather than a task per request: a task's memory, allocated before the
+/// answer and freed after it, was a page mapped and unmapped per request
+/// (musl's allocator returns a size class's last free group at once).
+static WAITING: Mutex<Vec<Line>> = Mutex::new(Vec::new());
+static WAKE: Notify = Notify::const_new();
+/// Whether [`write_lines`] runs: without it (a test calling [`handle`]
+/// alone) a line is written at once.
+static WRITER: AtomicBool = AtomicBool::new(false);
+
+fn after_answer(line: Line) {
+    if !WRITER.load(Ordering::Acquire) {
+        return drop(line);
+    }
+    lock(&WAITING).push(line);
+    WAKE.notify_one();
+}
+
+/// Writes the lines of answered requests, each after its answer, for as
+/// long as it runs; [`flush_lines`] writes what it left.
+pub async fn write_lines() {
+    struct Stopped;
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            WRITER.store(false, Ordering::Release);
+        }
+    }
+    let _stopped = Stopped;
+    WRITER.store(true, Ordering::Release);
+    loop {
+        WAKE.notified().await;
+        flush_lines();
+    }
+}
+
+/// Writes every waiting line now (at shutdown, and from the writer).
+pub fn flush_lines() {
+    // Taken out first: writing one must not hold the queue.
+    let mut lines = std::mem::take(&mut *lock(&WAITING));
+    lines.clear();
+    // The emptied buffer back, so the queue keeps its capacity.
+    let mut waiting = lock(&WAITING);
+    if waiting.is_empty() {
+        *waiting = lines;
+    }
+}
+
+fn lock(m: &Mutex<Vec<Line>>) -> std::sync::MutexGuard<'_, Vec<Line>> {
+    // A poisoned queue of lines is still a queue.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The request's log line. Written when the answer is ready — or, when the
@@ -119,11 +173,18 @@ async fn route(
         path: path.clone(),
         allowed,
     };
+    if (&method, path.as_str()) == (&Method::POST, paths::EXEC) {
+        return exec::handle(app, req, exec_log).await;
+    }
+    // No other route reads a header: the map is the answer's (see
+    // `recycle_headers`).
+    let (parts, _) = req.into_parts();
+    crate::http::recycle_headers(parts.headers);
+    let query = parts.uri.query();
     match (&method, path.as_str()) {
-        (&Method::GET, paths::READY) => ready::handle(app, req.uri().query()).await,
+        (&Method::GET, paths::READY) => ready::handle(app, query).await,
         (&Method::GET, paths::INFO) => Ok(info::handle(app)),
-        (&Method::POST, paths::EXEC) => exec::handle(app, req, exec_log).await,
-        (&Method::GET, paths::SETUP_LOG) => setup_log::handle(app, req.uri().query()).await,
+        (&Method::GET, paths::SETUP_LOG) => setup_log::handle(app, query).await,
         (_, paths::READY | paths::INFO | paths::SETUP_LOG) => Err(not_allowed("GET")),
         (_, paths::EXEC) => Err(not_allowed("POST")),
         _ => Err(ApiError::NotFound(path.escape_debug().to_string())),

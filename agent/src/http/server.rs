@@ -70,6 +70,7 @@ pub async fn run(
     grace: Duration,
 ) {
     let conns = Conns::new(MAX_CONNECTIONS);
+    let lines = tokio::spawn(router::write_lines());
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -167,4 +168,6 @@ pub async fn run(
             let _ = tokio::time::timeout(Duration::from_secs(3), drained).await;
         }
     }
+    lines.abort();
+    router::flush_lines();
 }

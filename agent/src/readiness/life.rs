@@ -50,6 +50,18 @@ impl Lives {
     /// The life answering now (bound to cloud-init's instance as soon as
     /// it is known) and the bytes its earlier boots wrote.
     pub fn current(&self, cfg: &ReadinessConfig) -> (Option<Life>, u64) {
+        let current = self.bound(cfg);
+        (current.life.clone(), current.earlier_writes)
+    }
+
+    /// The id of [`Self::current`]'s life.
+    pub fn instance_id(&self, cfg: &ReadinessConfig) -> Option<String> {
+        let current = self.bound(cfg);
+        current.life.as_ref().map(|l| l.instance.id.clone())
+    }
+
+    /// The current life, bound to cloud-init's instance once it is known.
+    fn bound(&self, cfg: &ReadinessConfig) -> std::sync::MutexGuard<'_, Current> {
         let mut current = self.lock();
         if current.pending {
             let ci = CloudInitId::read(cfg.cloud_init_dir.as_deref());
@@ -58,7 +70,7 @@ impl Lives {
                 self.observe(cfg, &ci, &mut current);
             }
         }
-        (current.life.clone(), current.earlier_writes)
+        current
     }
 
     /// Keeps this boot's writes beside the earlier boots' (every minute and

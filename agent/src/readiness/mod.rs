@@ -88,6 +88,12 @@ impl Readiness {
         self.lives.current(&self.cfg).0
     }
 
+    /// [`Self::life`]'s instance id alone (what every exec answer carries:
+    /// one string copied, not the whole life).
+    pub fn instance_id(&self) -> Option<String> {
+        self.lives.instance_id(&self.cfg)
+    }
+
     /// Keeps this boot's writes to the root disk in the state dir
     /// (`written_bytes_total` over reboots): every minute, and at shutdown.
     pub fn keep_writes(&self) {

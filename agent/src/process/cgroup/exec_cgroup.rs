@@ -151,20 +151,19 @@ pub(super) fn open_parts(path: &Path, pids: bool, memory: bool) -> io::Result<Pa
     Ok((dir, events, stat, pids_events, memory_events))
 }
 
-/// The whole current content of a cgroupfs file kept open: reading from
-/// offset 0 makes the kernel render it again (a seq file restarts when the
-/// offset is not where the last read ended). Content longer than `buf` is
-/// an error, not a silent cut.
+/// The whole current content of a cgroupfs file kept open, in one `pread`
+/// at offset 0: that makes the kernel render the file again (a seq file
+/// restarts when the offset is not where the last read ended), and renders
+/// it whole, every line, copying as much as `buf` takes. So a read shorter
+/// than `buf` is all of it (no second read to see the end: one system call
+/// less per file, three per exec with a cgroup); one that fills `buf` may
+/// not be, and is an error rather than a silent cut.
 pub(super) fn read_fresh<'a>(f: &std::fs::File, buf: &'a mut [u8]) -> io::Result<&'a [u8]> {
     use std::os::unix::fs::FileExt;
-    let mut n = 0;
     loop {
-        if n == buf.len() {
-            return Err(io::Error::other("cgroup file larger than expected"));
-        }
-        match f.read_at(&mut buf[n..], n as u64) {
-            Ok(0) => return Ok(&buf[..n]),
-            Ok(k) => n += k,
+        match f.read_at(buf, 0) {
+            Ok(n) if n < buf.len() => return Ok(&buf[..n]),
+            Ok(_) => return Err(io::Error::other("cgroup file larger than expected")),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -198,6 +197,41 @@ pub(super) fn kill_path(path: &Path) -> io::Result<()> {
                 );
             }
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_cgroup_file_is_read_whole_in_one_read_or_refused() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"populated 0\nfrozen 0\n").unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            read_fresh(&f, &mut buf).unwrap(),
+            b"populated 0\nfrozen 0\n"
+        );
+        // A read that fills the buffer may have been cut: refused.
+        let mut exact = [0u8; 21];
+        assert!(read_fresh(&f, &mut exact).is_err());
+        // cgroupfs itself, where this machine has it: whole, again and again.
+        for p in [
+            "/sys/fs/cgroup/cgroup.stat",
+            "/sys/fs/cgroup/unified/cgroup.stat",
+        ] {
+            let Ok(f) = std::fs::File::open(p) else {
+                continue;
+            };
+            for _ in 0..2 {
+                let mut buf = [0u8; 1024];
+                let text = read_fresh(&f, &mut buf).unwrap();
+                assert!(text.starts_with(b"nr_descendants "), "{p}");
+                assert!(text.ends_with(b"\n") && text.len() > 30, "{p}");
+            }
         }
     }
 }

@@ -57,8 +57,8 @@ pub(crate) fn respond(r: ExecResult) -> Response {
         boot_id,
     } = r;
     let opt = |v: Option<i32>| v.map_or_else(|| "null".to_owned(), |n| n.to_string());
-    // Every piece below, with both ids and a limit: one allocation, not a
-    // queue grown (and moved) three times.
+    // Room for every piece below, with both ids and a limit: the queue
+    // the last answer left (`Body`'s `Drop`), never grown.
     let mut body = Body::with_parts(16);
     body.push_bytes(format!(
         r#"{{"exit_code":{},"signal":{},"timed_out":{timed_out},"duration_ms":{duration_ms},"stdout":""#,

@@ -87,7 +87,12 @@ impl Job {
     /// is out (leaving epoll and closing are two system calls that need
     /// not come before it). `None` before the shell is reaped.
     pub fn take_pidfd(&mut self) -> Option<AsyncFd<OwnedFd>> {
-        self.status.and(self.exit.take())
+        // Not `status.and(exit.take())`: that takes it whatever the status.
+        if self.status.is_some() {
+            self.exit.take()
+        } else {
+            None
+        }
     }
 
     /// Waits for the shell to exit. When `timeout` expires the whole group

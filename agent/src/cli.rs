@@ -24,6 +24,10 @@ pub enum Command {
     Version,
     /// `--help` somewhere: print this text and exit 0.
     Help(&'static str),
+    /// Internal, not in the help: the agent starts its binary so to keep a
+    /// pooled cgroup populated (`process::cgroup::holder`); the argument is
+    /// the agent's pid.
+    HoldCgroup(u32),
 }
 
 /// A usage mistake: printed with a hint, exit status 2.
@@ -148,6 +152,18 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Usage
             Some(f) => Err(args.unknown(&f, VERSION_USAGE)),
         },
         "help" | "-h" | "--help" => Ok(Command::Help(MAIN_HELP)),
+        crate::process::cgroup::HOLD_COMMAND => {
+            let parent = args.next_word(main_usage)?;
+            match parent.as_deref().map(str::parse) {
+                Some(Ok(pid)) if args.next_word(main_usage)?.is_none() => {
+                    Ok(Command::HoldCgroup(pid))
+                }
+                _ => Err(UsageError {
+                    message: "`hold-cgroup` is the agent's own: it takes the agent's pid".into(),
+                    usage: main_usage,
+                }),
+            }
+        }
         other => Err(UsageError {
             message: format!("unknown command `{other}`: use serve, setup or version"),
             usage: main_usage,

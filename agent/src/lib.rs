@@ -40,6 +40,7 @@ mod token;
 // What `main.rs` wires.
 pub use cli::Command;
 pub use logging::init as init_logging;
+pub use process::cgroup::hold as hold_cgroup;
 pub use process::{Jobs, load_lab_env};
 pub use serve::{ServeConfig, serve};
 pub use setup::{SetupConfig, run as run_setup};

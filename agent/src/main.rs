@@ -42,6 +42,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Setup(cfg) => runtime().block_on(setup(cfg)),
+        Command::HoldCgroup(parent) => lab_agent::hold_cgroup(parent),
     }
 }
 

@@ -1,11 +1,13 @@
 //! One command's cgroup: its open files, its limits, what it hit, the kill.
 
+use super::holder::Holder;
 use super::*;
 use std::ffi::CString;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One command's cgroup: its path, an open directory (for `clone3`), and
 /// its `cgroup.events` and `cgroup.stat` kept open: the sweep reads both
@@ -21,8 +23,14 @@ pub struct ExecCgroup {
     /// `pids.events` and `memory.events`, where those controllers are on.
     pub(super) pids_events: Option<std::fs::File>,
     pub(super) memory_events: Option<std::fs::File>,
-    /// What its limit files hold now.
+    /// `cgroup.procs`: with a holder, who is in it.
+    pub(super) procs: std::fs::File,
+    /// What its limit files hold now (`pids.max` one more with a holder).
     pub(super) limits: Limits,
+    /// Keeps it populated between commands ([`super::holder`]).
+    pub(super) holder: Option<Holder>,
+    /// `cgroup.kill` was written: never used again (see [`Self::kill`]).
+    pub(super) killed: AtomicBool,
 }
 
 impl ExecCgroup {
@@ -38,8 +46,12 @@ impl ExecCgroup {
     /// that moment may miss it; the SIGKILL that follows ([`Self::kill`])
     /// does not.
     pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let holder = self.holder.as_ref().map(Holder::pid);
         if let Ok(text) = std::fs::read_to_string(self.path.join("cgroup.procs")) {
             for pid in text.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                if Some(pid) == holder {
+                    continue;
+                }
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
             }
         }
@@ -47,14 +59,46 @@ impl ExecCgroup {
 
     /// SIGKILL to everything in the cgroup, atomically with respect to
     /// forks (`cgroup.kill`, Linux 5.14+; before it, one pass of kill(2)).
+    ///
+    /// A killed cgroup is not reused: on some kernels (Linux 6.18 here) a
+    /// process started into a cgroup with `CLONE_INTO_CGROUP` after any
+    /// `cgroup.kill` of it is killed at birth (the fork compares the kill
+    /// count of the parent's cgroup with the target's), so every later
+    /// command in it would die with SIGKILL before its first instruction.
     pub fn kill(&self) {
+        self.killed.store(true, Ordering::Relaxed);
         kill(&self.path);
     }
 
-    /// Whether any process is left in it.
+    /// Whether any process is left in it or below it, its holder aside.
     pub fn populated(&self) -> bool {
+        if let Some(h) = &self.holder {
+            let others = self.others_than(h.pid());
+            // Read after the list: alive now, so the pid listed was its.
+            if h.alive() {
+                return others;
+            }
+        }
         let mut buf = [0u8; 256];
         read_fresh(&self.events, &mut buf).is_ok_and(|t| has_line(t, b"populated 1"))
+    }
+
+    /// Whether `cgroup.procs` lists a process other than `holder`, or a
+    /// cgroup was made below (a root command's; its processes are not in
+    /// the list, so it counts as populated until the holder is gone).
+    fn others_than(&self, holder: i32) -> bool {
+        // Room for the holder's pid alone: a list that fills it has more.
+        let mut buf = [0u8; 32];
+        let alone = read_fresh(&self.procs, &mut buf).is_ok_and(|t| {
+            t.split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .all(|l| counter_value(l) == Some(holder as u64))
+        });
+        if !alone {
+            return true;
+        }
+        let mut buf = [0u8; 1024];
+        read_fresh(&self.stat, &mut buf).map_or(true, |s| counter(s, b"nr_descendants") != 0)
     }
 
     /// The limits its files hold.
@@ -90,31 +134,38 @@ pub(super) fn counted(f: &Option<std::fs::File>, a: &[u8], b: &[u8]) -> bool {
 /// The value of `key` in a flat-keyed cgroup file (`key value` lines);
 /// 0 when absent or not a number.
 pub(super) fn counter(text: &[u8], key: &[u8]) -> u64 {
-    let Some(v) = text
-        .split(|b| *b == b'\n')
+    text.split(|b| *b == b'\n')
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(b" "))
-    else {
-        return 0;
-    };
+        .and_then(counter_value)
+        .unwrap_or(0)
+}
+
+/// A decimal number, digits only.
+fn counter_value(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
     let mut n: u64 = 0;
     for &d in v {
         if !d.is_ascii_digit() {
-            return 0;
+            return None;
         }
         n = n.saturating_mul(10).saturating_add(u64::from(d - b'0'));
     }
-    n
+    Some(n)
 }
 
 type Parts = (
     OwnedFd,
     std::fs::File,
     std::fs::File,
+    std::fs::File,
     Option<std::fs::File>,
     Option<std::fs::File>,
 );
 
-/// The cgroup's directory, `cgroup.events` and `cgroup.stat` (and the
+/// The cgroup's directory, `cgroup.events`, `cgroup.stat` and
+/// `cgroup.procs` (and the
 /// `pids.events` and `memory.events` of the controllers that are on), all
 /// opened through the directory (so all are the same cgroup).
 pub(super) fn open_parts(path: &Path, pids: bool, memory: bool) -> io::Result<Parts> {
@@ -138,6 +189,7 @@ pub(super) fn open_parts(path: &Path, pids: bool, memory: bool) -> io::Result<Pa
     };
     let events = file("cgroup.events")?;
     let stat = file("cgroup.stat")?;
+    let procs = file("cgroup.procs")?;
     let pids_events = if pids {
         Some(file("pids.events")?)
     } else {
@@ -148,7 +200,7 @@ pub(super) fn open_parts(path: &Path, pids: bool, memory: bool) -> io::Result<Pa
     } else {
         None
     };
-    Ok((dir, events, stat, pids_events, memory_events))
+    Ok((dir, events, stat, procs, pids_events, memory_events))
 }
 
 /// The whole current content of a cgroupfs file kept open, in one `pread`

@@ -52,9 +52,11 @@
 
 mod discover;
 mod exec_cgroup;
+mod holder;
 mod pool;
 
 pub use exec_cgroup::{ExecCgroup, kill};
+pub use holder::{HOLD_COMMAND, hold};
 pub use pool::Cgroups;
 
 use std::io;

@@ -3,12 +3,13 @@
 
 use super::discover::*;
 use super::exec_cgroup::*;
+use super::holder::Holder;
 use super::*;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[derive(Debug)]
 pub struct Cgroups {
@@ -30,6 +31,9 @@ pub struct Cgroups {
     /// Left by an earlier agent (a restart keeps what commands left
     /// running), or discarded: removed once empty, never reused.
     stale: Mutex<Vec<PathBuf>>,
+    /// A holder failed to start: none is tried again (each try would cost
+    /// a spawn after every exec).
+    no_holders: AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +43,8 @@ enum Reuse {
     /// Empty and clean: back into the pool.
     Recycle,
     /// Empty, but a (root) command froze it, made cgroups below it or hit
-    /// a limit in it, which the next command must not inherit; or it is
-    /// unreadable (gone).
+    /// a limit in it, which the next command must not inherit; or it was
+    /// killed ([`ExecCgroup::kill`]); or it is unreadable (gone).
     Remove,
 }
 
@@ -116,6 +120,7 @@ impl Cgroups {
             free: Mutex::new(Vec::new()),
             released: Mutex::new(Vec::new()),
             stale: Mutex::new(Vec::new()),
+            no_holders: AtomicBool::new(false),
         };
         // Leftovers of an earlier agent: remove the empty ones now, the
         // rest when empty.
@@ -195,7 +200,10 @@ impl Cgroups {
             v.map_or_else(|| "max".to_owned(), |v| v.to_string())
         }
         if self.pids && (all || cg.limits.pids != want.pids) {
-            std::fs::write(cg.path.join("pids.max"), max(want.pids))?;
+            // The holder is one of the cgroup's tasks: not the command's.
+            let holder = u64::from(cg.holder.is_some());
+            let pids = want.pids.map(|p| p.saturating_add(holder));
+            std::fs::write(cg.path.join("pids.max"), max(pids))?;
             cg.limits.pids = want.pids;
         }
         if self.memory && (all || cg.limits.memory != want.memory) {
@@ -209,17 +217,22 @@ impl Cgroups {
     /// Makes a cgroup ahead of time when the pool is empty (call it off the
     /// request's critical path, after [`Self::sweep`], which refills the
     /// pool without a `mkdir`).
+    /// Also gives each pooled cgroup without a holder one (a new cgroup).
     pub fn prepare(&self) {
-        if !lock(&self.free).is_empty() {
-            return;
+        if lock(&self.free).is_empty() {
+            if let Ok(cg) = self.create() {
+                let mut free = lock(&self.free);
+                if free.len() < POOL {
+                    free.push(cg);
+                } else {
+                    drop(free);
+                    let _ = std::fs::remove_dir(&cg.path);
+                }
+            }
         }
-        if let Ok(cg) = self.create() {
-            let mut free = lock(&self.free);
-            if free.len() < POOL {
-                free.push(cg);
-            } else {
-                drop(free);
-                let _ = std::fs::remove_dir(&cg.path);
+        for cg in lock(&self.free).iter_mut() {
+            if cg.holder.is_none() {
+                self.hold(cg);
             }
         }
     }
@@ -234,7 +247,7 @@ impl Cgroups {
         };
         std::fs::create_dir(&path).map_err(|e| io_err("create the cgroup", e))?;
         let parts = open_parts(&path, self.pids, self.memory);
-        let (dir, events, stat, pids_events, memory_events) = parts.map_err(|e| {
+        let (dir, events, stat, procs, pids_events, memory_events) = parts.map_err(|e| {
             let _ = std::fs::remove_dir(&path);
             io_err("open", e)
         })?;
@@ -243,9 +256,12 @@ impl Cgroups {
             dir,
             events,
             stat,
+            procs,
             pids_events,
             memory_events,
             limits: Limits::default(),
+            holder: None,
+            killed: AtomicBool::new(false),
         };
         // A new cgroup's limits are `max`: the pool holds the defaults.
         if let Err(e) = self.write_limits(&mut cg, self.defaults, false) {
@@ -266,8 +282,8 @@ impl Cgroups {
     /// Removes a cgroup that must not be reused (a failed spawn's), or
     /// leaves it to the sweep to remove once empty. An error path: the
     /// `rmdir` here costs nothing that matters.
-    pub fn discard(&self, cg: ExecCgroup) {
-        if remove(&cg.path) == Removal::Remains {
+    pub fn discard(&self, mut cg: ExecCgroup) {
+        if remove_cgroup(&mut cg) == Removal::Remains {
             lock(&self.stale).push(cg.path);
         }
     }
@@ -290,12 +306,12 @@ impl Cgroups {
                         continue;
                     }
                     drop(free);
-                    if remove(&cg.path) == Removal::Remains {
+                    if remove_cgroup(&mut cg) == Removal::Remains {
                         busy.push(cg);
                     }
                 }
                 Reuse::Remove => {
-                    if remove(&cg.path) == Removal::Remains {
+                    if remove_cgroup(&mut cg) == Removal::Remains {
                         busy.push(cg);
                     }
                 }
@@ -307,13 +323,16 @@ impl Cgroups {
 
     /// Whether a finished command's cgroup can serve the next command.
     fn reusable(&self, cg: &ExecCgroup) -> Reuse {
+        if cg.populated() {
+            return Reuse::Busy;
+        }
+        if cg.killed.load(Ordering::Relaxed) {
+            return Reuse::Remove;
+        }
         let mut buf = [0u8; 256];
         let Ok(events) = read_fresh(&cg.events, &mut buf) else {
             return Reuse::Remove;
         };
-        if has_line(events, b"populated 1") {
-            return Reuse::Busy;
-        }
         let frozen = has_line(events, b"frozen 1");
         let mut buf = [0u8; 1024];
         let nested = read_fresh(&cg.stat, &mut buf).map_or(true, |s| {
@@ -334,8 +353,41 @@ impl Cgroups {
     /// again, written whatever we think it holds, in case a root command
     /// changed them. An error: it cannot be reused.
     fn recycle(&self, cg: &mut ExecCgroup) -> io::Result<()> {
+        if cg.holder.as_ref().is_some_and(|h| !h.alive()) {
+            cg.holder = None;
+        }
+        if cg.holder.is_none() {
+            self.hold(cg);
+        }
         self.write_limits(cg, self.defaults, true)
     }
+
+    /// Gives an empty pooled cgroup a holder, with room for it in
+    /// `pids.max`; without one (it could not start) the cgroup serves as
+    /// well, at the cost [`super::holder`] describes.
+    fn hold(&self, cg: &mut ExecCgroup) {
+        if self.no_holders.load(Ordering::Relaxed) {
+            return;
+        }
+        match Holder::start(cg.dir()) {
+            Ok(h) => cg.holder = Some(h),
+            Err(e) => {
+                self.no_holders.store(true, Ordering::Relaxed);
+                tracing::info!(error = %e, "pooled cgroups get no holder: each command's start and end cost the kernel more");
+                return;
+            }
+        }
+        let limits = cg.limits;
+        if self.write_limits(cg, limits, true).is_err() {
+            cg.holder = None;
+        }
+    }
+}
+
+/// Removes a cgroup no command will use again, its holder first.
+fn remove_cgroup(cg: &mut ExecCgroup) -> Removal {
+    cg.holder = None;
+    remove(&cg.path)
 }
 
 /// Removes an empty cgroup.
@@ -349,13 +401,13 @@ fn remove(path: &Path) -> Removal {
 
 impl Drop for Cgroups {
     fn drop(&mut self) {
-        for cg in lock(&self.free).drain(..) {
-            let _ = std::fs::remove_dir(&cg.path);
+        for mut cg in lock(&self.free).drain(..) {
+            remove_cgroup(&mut cg);
         }
         // Removes those that are empty; what still holds processes stays
         // (as a restart finds it, see `new`).
-        for cg in lock(&self.released).drain(..) {
-            let _ = std::fs::remove_dir(&cg.path);
+        for mut cg in lock(&self.released).drain(..) {
+            remove_cgroup(&mut cg);
         }
         lock(&self.stale).retain(|p| remove(p) == Removal::Remains);
     }
@@ -400,6 +452,7 @@ mod tests {
             free: Mutex::default(),
             released: Mutex::default(),
             stale: Mutex::default(),
+            no_holders: AtomicBool::new(false),
         };
         let ask = |pids, memory| cg.resolve(Some(Limits { pids, memory }));
         assert_eq!(ask(None, None), cg.defaults);

@@ -423,6 +423,25 @@ mod tests {
         parse(args.iter().map(OsString::from))
     }
 
+    /// The agent's own command for its cgroup holders: exactly one pid,
+    /// and nowhere in the help a person reads.
+    #[test]
+    fn hold_cgroup_takes_the_agent_s_pid_and_is_not_in_the_help() {
+        assert!(matches!(
+            run(&["hold-cgroup", "1234"]),
+            Ok(Command::HoldCgroup(1234))
+        ));
+        for bad in [
+            &["hold-cgroup"][..],
+            &["hold-cgroup", "x"],
+            &["hold-cgroup", "1", "2"],
+        ] {
+            let e = run(bad).err().unwrap_or_else(|| panic!("{bad:?} parsed"));
+            assert!(e.to_string().contains("the agent's pid"), "{e}");
+        }
+        assert!(!MAIN_HELP.contains("hold-cgroup"));
+    }
+
     fn serve(args: &[&str]) -> ServeConfig {
         match run(args).unwrap() {
             Command::Serve(c) => c,

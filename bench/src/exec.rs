@@ -41,6 +41,10 @@ impl Variant for FloorV {
             crate::floor::Mode::Clone3Cgroup => {
                 "(diag.) the same into a cgroup of its own (CLONE_INTO_CGROUP)".into()
             }
+            crate::floor::Mode::Clone3CgroupHeld => {
+                "(diag.) the same into a cgroup holding an idle process (as the agent's pool)"
+                    .into()
+            }
         }
     }
     fn sample(&mut self) -> io::Result<Duration> {

@@ -49,6 +49,10 @@ pub enum Mode {
     /// with [`Mode::Clone3`], this is the kernel's part of a per-exec
     /// cgroup, with no agent code in it.
     Clone3Cgroup,
+    /// Diagnostic: as [`Mode::Clone3Cgroup`], into a cgroup that holds one
+    /// idle process throughout, as the agent's pooled cgroups hold their
+    /// holder: the shell's start and end do not empty and refill it.
+    Clone3CgroupHeld,
 }
 
 impl Mode {
@@ -61,6 +65,7 @@ impl Mode {
             Mode::VforkSameSession => "vfork-same-session",
             Mode::Clone3 => "clone3",
             Mode::Clone3Cgroup => "clone3-cgroup",
+            Mode::Clone3CgroupHeld => "clone3-cgroup-held",
         }
     }
 
@@ -73,6 +78,7 @@ impl Mode {
             Mode::VforkSameSession,
             Mode::Clone3,
             Mode::Clone3Cgroup,
+            Mode::Clone3CgroupHeld,
         ]
         .into_iter()
         .find(|m| m.arg() == s)
@@ -176,10 +182,15 @@ pub fn helper_main(mode: Mode, command: &str) -> io::Result<()> {
     let home = CString::new(std::env::var("HOME").unwrap_or_else(|_| "/".into()))
         .map_err(io::Error::other)?;
     let cgroup = match (mode, std::env::var_os("BENCH_CGROUP")) {
-        (Mode::Clone3Cgroup, Some(p)) => Some(std::fs::File::open(p)?),
-        (Mode::Clone3Cgroup, None) => return Err(io::Error::other("BENCH_CGROUP is not set")),
+        (Mode::Clone3Cgroup | Mode::Clone3CgroupHeld, Some(p)) => Some(std::fs::File::open(p)?),
+        (Mode::Clone3Cgroup | Mode::Clone3CgroupHeld, None) => {
+            return Err(io::Error::other("BENCH_CGROUP is not set"));
+        }
         _ => None,
     };
+    if let (Mode::Clone3CgroupHeld, Some(cg)) = (mode, &cgroup) {
+        hold(std::os::fd::AsRawFd::as_raw_fd(cg))?;
+    }
 
     let mut stdin = io::stdin().lock();
     let mut stdout = io::stdout().lock();
@@ -191,7 +202,7 @@ pub fn helper_main(mode: Mode, command: &str) -> io::Result<()> {
             (Mode::Fork, Some(ids)) => fork_once(command, ids, &home),
             (Mode::Vfork, Some(ids)) => vfork_once(&argv, &envp, ids, &home, false),
             (Mode::VforkSameSession, Some(ids)) => vfork_once(&argv, &envp, ids, &home, true),
-            (Mode::Clone3 | Mode::Clone3Cgroup, Some(ids)) => {
+            (Mode::Clone3 | Mode::Clone3Cgroup | Mode::Clone3CgroupHeld, Some(ids)) => {
                 let cg = cgroup.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
                 clone3_once(&argv, &envp, ids, &home, cg)
             }
@@ -392,6 +403,36 @@ fn collect(
 }
 
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Starts an idle process in the cgroup `dir` that lives as long as this
+/// helper (`PR_SET_PDEATHSIG`), as the agent's holder does.
+fn hold(dir: libc::c_int) -> io::Result<()> {
+    // SAFETY: integers only; zero is "not used" for every field.
+    let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+    args.flags = CLONE_INTO_CGROUP;
+    args.exit_signal = libc::SIGCHLD as u64;
+    args.cgroup = dir as u64;
+    // SAFETY: a fork-like clone3 of this single-threaded helper; the child
+    // makes raw system calls only and never returns.
+    let pid = unsafe {
+        let pid = libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut libc::clone_args,
+            std::mem::size_of::<libc::clone_args>(),
+        );
+        if pid == 0 {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            loop {
+                libc::pause();
+            }
+        }
+        pid
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// `clone3` without `CLONE_VM`: the child has its own copy of memory (as
 /// after `fork`), so it may return from the system call and run the same

@@ -458,6 +458,7 @@ fn exec_phase(
     };
     // Declared before `variants`: its helper's shells run in it.
     let diag_cgroup = args.diagnostic.then(|| BenchCgroup::create("diag"));
+    let diag_held = args.diagnostic.then(|| BenchCgroup::create("diag-held"));
     let body = exec::exec_body(SHELL_COMMAND, &user.name, None);
     let mut variants: Vec<Box<dyn Variant + '_>> = vec![
         Box::new(FloorV(floor::Floor::start(
@@ -566,6 +567,19 @@ fn exec_phase(
                     floor::Mode::Clone3Cgroup,
                     Some(cg.path()),
                 )?)));
+                if let Some(Ok(held)) = &diag_held {
+                    pairs.push((
+                        variants.len(),
+                        plain,
+                        "local spawn, no agent (the kernel's part): into a cgroup holding an idle process ÷ without",
+                    ));
+                    variants.push(Box::new(FloorV(floor::Floor::start_in(
+                        user,
+                        SHELL_COMMAND,
+                        floor::Mode::Clone3CgroupHeld,
+                        Some(held.path()),
+                    )?)));
+                }
             }
             Some(Err(why)) => eprintln!("bench: no local cgroup diagnostic: {why}"),
             None => {}

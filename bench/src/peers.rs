@@ -87,7 +87,18 @@ impl Drop for BenchCgroup {
                 }
             }
         }
-        if let Err(e) = std::fs::remove_dir(&self.0) {
+        // Processes in it directly: a diagnostic's idle holder, which dies
+        // with its helper, perhaps not yet.
+        let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
+        let mut removed = std::fs::remove_dir(&self.0);
+        for _ in 0..100 {
+            if removed.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            removed = std::fs::remove_dir(&self.0);
+        }
+        if let Err(e) = removed {
             eprintln!("bench: failed to remove `{}`: {e}", self.0.display());
         }
     }

@@ -34,15 +34,21 @@
 //! housekeeping, after the answer) looks at them: [`Cgroups::release`] on
 //! the answer's path is a push onto a list.
 //!
-//! Why a recycled cgroup is empty when taken: the sweep saw `populated 0`
-//! in its `cgroup.events`, which counts every process in it and below it,
-//! and nothing can enter it afterwards but a process that can write its
+//! A pooled cgroup is not quite empty: it keeps one idle process of the
+//! agent's between commands ([`holder`]), so that a command's start and
+//! end do not empty and refill it (which costs the kernel work on the
+//! command's path). Why a recycled cgroup holds nothing of an earlier
+//! command when taken: the sweep saw nothing in it but its holder and no
+//! cgroup below it (or, without a holder, `populated 0` in its
+//! `cgroup.events`, which counts every process in it and below it), and
+//! nothing can enter it afterwards but a process that can write its
 //! `cgroup.procs` and the agent's root's (root-owned, mode 0644, so only
 //! root) — the agent's own `clone3`, or a root command, which could as well
 //! leave its own cgroup and is not what cgroups contain. What a root command
 //! may have changed in its cgroup is checked too ([`Cgroups::reusable`]):
 //! a cgroup frozen or with child cgroups is removed, not reused, and the
-//! limits are written again.
+//! limits are written again. A cgroup that was killed (`cgroup.kill`, what
+//! a command left) is removed too, never reused: see [`ExecCgroup::kill`].
 //!
 //! Limits ([`Limits`]): each exec cgroup gets `pids.max` and `memory.max`
 //! (and `memory.swap.max` 0) where those controllers are on. Whether a

@@ -285,9 +285,14 @@ impl Jobs {
         running.push((pgid, cgroup));
     }
 
-    /// The running commands' shells (also their process groups).
+    /// The agent's children that are no command's leftovers: the running
+    /// commands' shells (also their process groups) and the pooled
+    /// cgroups' holders (not reaped by the housekeeping when they die, so
+    /// that a holder's pid is never another process's while it is listed).
     fn running_pids(&self) -> Vec<i32> {
-        self.lock().iter().map(|(p, _)| *p).collect()
+        let mut pids: Vec<i32> = self.lock().iter().map(|(p, _)| *p).collect();
+        cgroup::holder_pids(&mut pids);
+        pids
     }
 
     fn remove(&self, pgid: i32) {

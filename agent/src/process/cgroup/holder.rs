@@ -28,6 +28,17 @@
 use nix::libc;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Mutex;
+
+/// The live holders' pids, for the leftovers' check
+/// ([`crate::process::strays`]): children of the agent's that no command
+/// left. A pid leaves the list only once its holder is reaped here.
+static PIDS: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
+
+/// Appends the holders' pids to `to`.
+pub fn holder_pids(to: &mut Vec<libc::pid_t>) {
+    to.extend(PIDS.lock().unwrap_or_else(|e| e.into_inner()).iter());
+}
 
 /// The hidden command that makes `lab-agent` a holder.
 pub const HOLD_COMMAND: &str = "hold-cgroup";
@@ -69,6 +80,7 @@ impl Holder {
             kill_reap_pid(pid);
             return Err(io::Error::other("no pidfd for the cgroup holder"));
         };
+        PIDS.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
         let holder = Holder { pid, pidfd };
         if !spawned.in_cgroup {
             return Err(io::Error::other(
@@ -119,8 +131,9 @@ impl Drop for Holder {
         // SAFETY: one valid pollfd. A killed idle process exits within
         // microseconds; the bound is for a frozen cgroup's.
         unsafe { libc::poll(&mut p, 1, 200) };
-        // Reaped through the pidfd, never by pid: the agent's housekeeping
-        // may have reaped it already and the pid be another child's now.
+        // Reaped through the pidfd. Left unreaped (not dead yet: a frozen
+        // cgroup's; a kernel before 5.4), it is a stray like any other once
+        // off the list, reaped by the housekeeping.
         // SAFETY: a zeroed siginfo is a valid out-parameter.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: P_PIDFD (Linux 5.4+) on our pidfd, WNOHANG.
@@ -132,6 +145,9 @@ impl Drop for Holder {
                 libc::WEXITED | libc::WNOHANG,
             )
         };
+        PIDS.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|p| *p != self.pid);
     }
 }
 

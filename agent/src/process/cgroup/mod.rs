@@ -62,7 +62,7 @@ mod holder;
 mod pool;
 
 pub use exec_cgroup::{ExecCgroup, kill};
-pub use holder::{HOLD_COMMAND, hold};
+pub use holder::{HOLD_COMMAND, hold, holder_pids};
 pub use pool::Cgroups;
 
 use std::io;

@@ -6,6 +6,7 @@ mod support;
 mod adoption;
 mod arm64;
 mod auth;
+mod cgroup_pool;
 mod containment;
 mod contract;
 mod corpus;

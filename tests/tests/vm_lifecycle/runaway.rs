@@ -373,9 +373,10 @@ fn exec_as(conn: &Conn, user: &str, timeout: u64, flags: &[&str], command: &str)
     conn.labctl("exec", &args)
 }
 
-/// Processes in the guest that are not kernel threads.
+/// The guest's processes, kernel threads and the agent's cgroup holders
+/// aside (one idle process per pooled cgroup: the pool holds one or two).
 fn process_count(conn: &Conn) -> usize {
-    conn.run("ps --ppid 2 -p 2 --deselect --no-headers | wc -l")
+    conn.run("ps --ppid 2 -p 2 --deselect --no-headers -o args | grep -v '^/proc/self/exe hold-cgroup ' | wc -l")
         .trim()
         .parse()
         .unwrap()

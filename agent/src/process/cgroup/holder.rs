@@ -7,21 +7,25 @@
 //! Each populated ↔ empty change queues a kernfs notification (a kworker
 //! that, on a 2-vCPU lab VM, runs where the shell or the agent would), and
 //! the first process in an empty cgroup gets a css_set built for it (freed
-//! again when the cgroup empties). Measured on the bench machine (a C loop,
-//! `/bin/true` started with `clone3` every 25 ms, 8 MiB written between
-//! samples, 300 rounds; BENCHMARKS.md): into an empty cgroup +90–170 µs
-//! over no cgroup, into a cgroup holding one idle process +25–40 µs. With
+//! again when the cgroup empties). Measured on the bench machine
+//! (`bench/run.sh --diagnostic`, BENCHMARKS.md): `bash --login -c true`
+//! started into an empty cgroup costs 1.008–1.040 × the same start without
+//! one, into a cgroup holding an idle process 0.995–1.013 ×; the agent
+//! with holders ÷ without, both with a per-exec cgroup, 0.979–0.996. With
 //! one process already there, a command's start and end change nothing in
 //! the cgroup's state but its process list.
 //!
 //! What it changes: "is anything of the command left?" is no longer
 //! `cgroup.events`' `populated` but "anything in `cgroup.procs` besides
-//! the holder, or any cgroup below" ([`super::ExecCgroup::populated`]);
-//! `pids.max` is one more than the command's limit (the holder is a task of
-//! the cgroup). The holder is the agent's child: it dies with the agent
-//! (`PR_SET_PDEATHSIG`), and a cgroup whose holder was killed (a root
-//! command, `cgroup.kill` on leftovers, an OOM group kill) is read as
-//! before and gets a new holder when recycled. It is the agent's own
+//! the holder, or any cgroup below" ([`super::ExecCgroup::populated`]),
+//! asked only when the agent's adopted children do not already say
+//! "nothing" (`crate::process::strays`, which sets the holders aside:
+//! [`holder_pids`]); `pids.max` is one more than the command's limit (the
+//! holder is a task of the cgroup). The holder is the agent's child: it
+//! dies with the agent (`PR_SET_PDEATHSIG`). A cgroup whose holder was
+//! killed (by a root command, or the OOM killer) is read as before and gets
+//! a new holder when recycled; one killed whole (`cgroup.kill` on
+//! leftovers) is removed ([`super::ExecCgroup::kill`]). It is the agent's own
 //! binary, exec'd (no copy of the agent's memory, which a fork would keep
 //! page by page as the agent writes), idle in `pause`, holding no file.
 

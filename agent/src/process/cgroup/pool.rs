@@ -231,8 +231,12 @@ impl Cgroups {
             }
         }
         for cg in lock(&self.free).iter_mut() {
-            if cg.holder.is_none() {
-                self.hold(cg);
+            // Room for it in `pids.max`; else the cgroup goes without.
+            if cg.holder.is_none() && self.hold(cg) {
+                let limits = cg.limits;
+                if self.write_limits(cg, limits, true).is_err() {
+                    cg.holder = None;
+                }
             }
         }
     }
@@ -357,29 +361,29 @@ impl Cgroups {
             cg.holder = None;
         }
         if cg.holder.is_none() {
+            // Its room in `pids.max` comes with the limits below.
             self.hold(cg);
         }
         self.write_limits(cg, self.defaults, true)
     }
 
-    /// Gives an empty pooled cgroup a holder, with room for it in
-    /// `pids.max`; without one (it could not start) the cgroup serves as
-    /// well, at the cost [`super::holder`] describes.
-    fn hold(&self, cg: &mut ExecCgroup) {
+    /// Starts a holder in an empty pooled cgroup (the caller then makes
+    /// room for it in `pids.max`); false: none (it could not start), and
+    /// the cgroup serves as well, at the cost [`super::holder`] describes.
+    fn hold(&self, cg: &mut ExecCgroup) -> bool {
         if self.no_holders.load(Ordering::Relaxed) {
-            return;
+            return false;
         }
         match Holder::start(cg.dir()) {
-            Ok(h) => cg.holder = Some(h),
+            Ok(h) => {
+                cg.holder = Some(h);
+                true
+            }
             Err(e) => {
                 self.no_holders.store(true, Ordering::Relaxed);
                 tracing::info!(error = %e, "pooled cgroups get no holder: each command's start and end cost the kernel more");
-                return;
+                false
             }
-        }
-        let limits = cg.limits;
-        if self.write_limits(cg, limits, true).is_err() {
-            cg.holder = None;
         }
     }
 }

@@ -222,6 +222,11 @@ impl Job {
     async fn kill_leftovers(&mut self) {
         if let Some(cg) = &self.cgroup {
             if self.none_adopted() || !cg.populated() {
+                // Nothing can enter it now but what root moves there: the
+                // sweep need not ask again.
+                if let Some(cg) = &mut self.cgroup {
+                    cg.settled = true;
+                }
                 return;
             }
             cg.kill();

@@ -47,6 +47,10 @@ struct Record {
     /// a string, not a list, as the agent reads no other list (binary size).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     evidence: String,
+    /// When `boot_id`'s boot began, ms since the epoch, as the first agent
+    /// of that boot measured it: every later one says the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    boot_at_ms: Option<u64>,
 }
 
 /// One life of the VM, as the answers tell it.
@@ -54,6 +58,8 @@ struct Record {
 pub struct Life {
     pub instance: Instance,
     pub disk: Disk,
+    /// This boot's wall-clock start, ms since the epoch (see `Record`).
+    pub boot_at_ms: Option<u64>,
 }
 
 /// Which cloud-init instance this boot is, as far as the agent can tell.
@@ -141,6 +147,10 @@ pub fn observe_boot(state_dir: &Path, ci: &CloudInitId, traces: &Traces) -> io::
                 if rec.boot_id != boot_id {
                     rec.boots = rec.boots.saturating_add(1);
                     rec.boot_id = boot_id.clone();
+                    rec.boot_at_ms = None;
+                }
+                if rec.boot_at_ms.is_none() {
+                    rec.boot_at_ms = Some(crate::readiness::timeline::boot_epoch_ms());
                 }
                 // A record of an older agent, or made before cloud-init
                 // said which instance this is: it is this VM's.
@@ -181,6 +191,7 @@ impl Record {
                 booted_before: !self.evidence.is_empty(),
                 evidence: self.evidence.lines().map(str::to_owned).collect(),
             },
+            boot_at_ms: self.boot_at_ms,
         }
     }
 }
@@ -376,6 +387,7 @@ fn new_record(
             }
             lines
         },
+        boot_at_ms: Some(crate::readiness::timeline::boot_epoch_ms()),
     })
 }
 

@@ -93,6 +93,9 @@ impl Lives {
                     rebound = changed,
                     "instance"
                 );
+                if let Some(ms) = life.boot_at_ms {
+                    crate::readiness::timeline::adopt_boot_epoch_ms(ms);
+                }
                 current.earlier_writes = root_disk::earlier_boots(
                     &cfg.state_dir,
                     &life.instance.id,

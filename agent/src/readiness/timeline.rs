@@ -24,13 +24,38 @@ pub fn since_boot_ms() -> u64 {
 
 /// When the kernel booted, on the wall clock, in ms since the epoch.
 /// Taken once per process, so `boot_at` and the stages' times do not
-/// jitter by a millisecond from one answer to the next; and from both
-/// clocks in nanoseconds, rounded once, so an agent restarted in the same
-/// boot says the same millisecond (each clock cut to milliseconds on its
-/// own would differ by one about every other restart).
+/// jitter by a millisecond from one answer to the next, from both clocks
+/// in nanoseconds, rounded once; and kept for the boot in the instance
+/// record ([`adopt_boot_epoch_ms`]), so an agent restarted in the same boot
+/// says the same millisecond: the two clocks are read one after the other,
+/// and when the boot's offset lies near half a millisecond, the time
+/// between the reads (more on a loaded machine) decides which way it
+/// rounds.
 pub fn boot_epoch_ms() -> u64 {
-    static AT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *AT.get_or_init(|| {
+    use std::sync::atomic::Ordering;
+    match BOOT_EPOCH_MS.load(Ordering::Relaxed) {
+        0 => {
+            let ms = measure_boot_epoch_ms();
+            BOOT_EPOCH_MS.store(ms, Ordering::Relaxed);
+            ms
+        }
+        ms => ms,
+    }
+}
+
+/// 0: not taken yet.
+static BOOT_EPOCH_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// This boot's time as the first agent of the boot took it (the instance
+/// record keeps it): what [`boot_epoch_ms`] says from now on.
+pub fn adopt_boot_epoch_ms(ms: u64) {
+    if ms > 0 {
+        BOOT_EPOCH_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn measure_boot_epoch_ms() -> u64 {
+    {
         let mut ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
@@ -42,7 +67,7 @@ pub fn boot_epoch_ms() -> u64 {
             .unwrap_or_default();
         let up = ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128;
         ((now.as_nanos().saturating_sub(up) + 500_000) / 1_000_000) as u64
-    })
+    }
 }
 
 pub fn secs(ms: u64) -> f64 {

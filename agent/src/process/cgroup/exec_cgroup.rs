@@ -31,6 +31,9 @@ pub struct ExecCgroup {
     pub(super) holder: Option<Holder>,
     /// `cgroup.kill` was written: never used again (see [`Self::kill`]).
     pub(super) killed: AtomicBool,
+    /// Its command ended and left nothing: found empty (its holder aside)
+    /// before the answer, so the sweep does not read its process list again.
+    pub(crate) settled: bool,
 }
 
 impl ExecCgroup {

@@ -34,9 +34,11 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 
-/// The live holders' pids, for the leftovers' check
+/// The holders' pids, for the leftovers' check
 /// ([`crate::process::strays`]): children of the agent's that no command
-/// left. A pid leaves the list only once its holder is reaped here.
+/// left. The housekeeping never reaps a listed pid, so while listed it is
+/// the holder's (alive, or its zombie); it leaves the list when its
+/// [`Holder`] is dropped.
 static PIDS: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
 
 /// Appends the holders' pids to `to`.

@@ -38,9 +38,10 @@
 //! agent's between commands ([`holder`]), so that a command's start and
 //! end do not empty and refill it (which costs the kernel work on the
 //! command's path). Why a recycled cgroup holds nothing of an earlier
-//! command when taken: the sweep saw nothing in it but its holder and no
-//! cgroup below it (or, without a holder, `populated 0` in its
-//! `cgroup.events`, which counts every process in it and below it), and
+//! command when taken: the command's end or the sweep saw nothing in it but
+//! its holder (or, without a holder, `populated 0` in its `cgroup.events`,
+//! which counts every process in it and below it), the sweep no cgroup
+//! below it, and
 //! nothing can enter it afterwards but a process that can write its
 //! `cgroup.procs` and the agent's root's (root-owned, mode 0644, so only
 //! root) — the agent's own `clone3`, or a root command, which could as well

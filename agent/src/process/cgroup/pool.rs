@@ -266,6 +266,7 @@ impl Cgroups {
             limits: Limits::default(),
             holder: None,
             killed: AtomicBool::new(false),
+            settled: false,
         };
         // A new cgroup's limits are `max`: the pool holds the defaults.
         if let Err(e) = self.write_limits(&mut cg, self.defaults, false) {
@@ -327,7 +328,7 @@ impl Cgroups {
 
     /// Whether a finished command's cgroup can serve the next command.
     fn reusable(&self, cg: &ExecCgroup) -> Reuse {
-        if cg.populated() {
+        if !cg.settled && cg.populated() {
             return Reuse::Busy;
         }
         if cg.killed.load(Ordering::Relaxed) {
@@ -357,6 +358,7 @@ impl Cgroups {
     /// again, written whatever we think it holds, in case a root command
     /// changed them. An error: it cannot be reused.
     fn recycle(&self, cg: &mut ExecCgroup) -> io::Result<()> {
+        cg.settled = false;
         if cg.holder.as_ref().is_some_and(|h| !h.alive()) {
             cg.holder = None;
         }

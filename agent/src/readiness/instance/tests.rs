@@ -66,6 +66,42 @@ fn another_boot_id_counts_a_boot_and_keeps_the_id() {
     assert_eq!(now.instance.first_boot_at, first.instance.first_boot_at);
 }
 
+/// The boot's wall-clock start is taken by the first agent of the boot and
+/// kept: a restarted agent says the same millisecond, whatever its own
+/// reading of the two clocks (which can round the other way); a record
+/// without it (an older agent's) gets it; another boot takes it anew.
+#[test]
+fn the_boot_time_is_taken_once_per_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = fresh_traces(dir.path());
+    let state = dir.path().join("state");
+    let first = observe(&state, &known("this-vm"), &traces);
+    let measured = first.boot_at_ms.expect("a new record has the boot time");
+    assert!(measured.abs_diff(crate::readiness::timeline::boot_epoch_ms()) <= 1);
+    rewrite(&state, |v| v["boot_at_ms"] = (measured - 7).into());
+    assert_eq!(
+        observe(&state, &known("this-vm"), &traces).boot_at_ms,
+        Some(measured - 7)
+    );
+    rewrite(&state, |v| {
+        v.as_object_mut().unwrap().remove("boot_at_ms");
+    });
+    let adopted = observe(&state, &known("this-vm"), &traces).boot_at_ms;
+    assert!(
+        adopted.is_some_and(|ms| ms.abs_diff(measured) <= 1),
+        "{adopted:?}"
+    );
+    rewrite(&state, |v| {
+        v["boot_id"] = "an-earlier-boot".into();
+        v["boot_at_ms"] = 1.into();
+    });
+    let next = observe(&state, &known("this-vm"), &traces).boot_at_ms;
+    assert!(
+        next.is_some_and(|ms| ms.abs_diff(measured) <= 1),
+        "{next:?}"
+    );
+}
+
 /// The disk of a booted golden: the record of the VM it was booted as
 /// (another cloud-init instance-id), cloud-init's dir of that instance, a
 /// machine-id and a host key from before this boot. A new id, each

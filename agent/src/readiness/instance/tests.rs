@@ -115,7 +115,9 @@ fn a_record_of_another_cloud_init_instance_came_with_the_disk() {
     assert!(!golden.disk.booted_before, "{:?}", golden.disk);
     // The clone's first boot: cloud-init made this instance's dir.
     std::fs::create_dir_all(traces.cloud_lib.join("instances/this-vm")).unwrap();
-    let long_ago = SystemTime::now() - Duration::from_secs(86_400);
+    // Before any boot of the machine running the test (a day ago was not,
+    // on a machine up for more than a day).
+    let long_ago = SystemTime::UNIX_EPOCH + Duration::from_secs(1_577_836_800);
     std::fs::File::options()
         .write(true)
         .open(&traces.machine_id)

@@ -240,20 +240,28 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
 /// reads per exec (`cgroup.events`, `cgroup.stat`, plus the limits'
 /// event files and writes where the controllers are on), a few µs; a `mkdir` only when execs overlap
 /// or come faster than the sweep, an `rmdir` only for a cgroup the pool
-/// has no room for, and one read per kept cgroup every 10 s.
+/// has no room for, and one read per kept cgroup every 10 s. While a
+/// killed command's cgroup is still emptying it comes back sooner (from
+/// 100 ms, doubling): its dying processes are the agent's zombies, each
+/// holding a pid of the unit's `TasksMax` until reaped.
 ///
 /// Every minute it also keeps this boot's writes to the root disk in the
 /// state dir (`written_bytes_total` across reboots; at shutdown too).
 async fn housekeeping(app: Arc<App>) {
     const EVERY: Duration = Duration::from_secs(10);
     const KEEP_WRITES_EVERY: Duration = Duration::from_secs(60);
+    // While a killed command's processes are dying: from 100 ms, doubling.
+    const DYING_FIRST: Duration = Duration::from_millis(100);
     let mut writes_kept = Instant::now();
+    let mut next = EVERY;
     loop {
         tokio::select! {
-            _ = app.jobs.ended() => {}
-            _ = tokio::time::sleep(EVERY) => {}
+            _ = app.jobs.ended() => next = DYING_FIRST,
+            _ = tokio::time::sleep(next) => next = (next * 2).min(EVERY),
         }
-        app.jobs.housekeep();
+        if !app.jobs.housekeep() {
+            next = EVERY;
+        }
         app.rejections.flush_due();
         if writes_kept.elapsed() >= KEEP_WRITES_EVERY {
             writes_kept = Instant::now();

@@ -150,10 +150,7 @@ impl Job {
             }
         }
         let status = self.wait_exit().await?;
-        let settle = tokio::time::Instant::now() + KILL_SETTLE;
-        while tokio::time::Instant::now() < settle && self.anything_left().await {
-            tokio::time::sleep(GROUP_POLL).await;
-        }
+        self.settle().await;
         Ok(status)
     }
 
@@ -194,6 +191,19 @@ impl Job {
             Some(cg) => cg.populated(),
             None => !self.none_adopted() && !session_members(self.pid).await.is_empty(),
         }
+    }
+
+    /// Waits (at most [`KILL_SETTLE`]) for what was killed to be gone,
+    /// reaping what comes to the agent as it dies: an unreaped zombie still
+    /// counts in the unit's `TasksMax`, so the answer comes once the pids
+    /// of a killed fork bomb are free for the next command.
+    async fn settle(&self) {
+        let settle = tokio::time::Instant::now() + KILL_SETTLE;
+        while tokio::time::Instant::now() < settle && self.anything_left().await {
+            self.jobs.reap_strays();
+            tokio::time::sleep(GROUP_POLL).await;
+        }
+        self.jobs.reap_strays();
     }
 
     /// Whether the agent's adopted processes show nothing of this command
@@ -243,10 +253,7 @@ impl Job {
                 let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
         }
-        let settle = tokio::time::Instant::now() + KILL_SETTLE;
-        while tokio::time::Instant::now() < settle && self.anything_left().await {
-            tokio::time::sleep(GROUP_POLL).await;
-        }
+        self.settle().await;
     }
 
     /// Which limits the command hit, with the limits its cgroup had;

@@ -271,12 +271,26 @@ impl Jobs {
     /// Off every request's path: finished commands' emptied cgroups back
     /// into the pool (sweep first: a recycled cgroup makes the `mkdir`
     /// unneeded), then one made only if the pool is still empty.
-    pub fn housekeep(&self) {
-        strays::reap(&self.running_pids());
-        if let Some(cg) = &self.cgroups {
-            cg.sweep();
-            cg.prepare();
+    ///
+    /// True while a killed command's cgroup is still emptying (a fork bomb
+    /// dies over seconds in a slow guest): its dying processes come to the
+    /// agent as zombies, which hold pids until reaped, so the caller comes
+    /// back soon rather than in 10 s.
+    pub fn housekeep(&self) -> bool {
+        self.reap_strays();
+        match &self.cgroups {
+            Some(cg) => {
+                let dying = cg.sweep();
+                cg.prepare();
+                dying
+            }
+            None => false,
         }
+    }
+
+    /// Reaps what commands left that has exited ([`strays::reap`]).
+    fn reap_strays(&self) {
+        strays::reap(&self.running_pids());
     }
 
     fn insert(&self, pgid: i32, cgroup: Option<PathBuf>) {
@@ -399,7 +413,15 @@ pub fn spawn(cmd: ShellCommand<'_>, jobs: &Jobs) -> Result<Job, SpawnError> {
     let started = Instant::now();
     // Before the clone: everything the command starts starts after it.
     let since = strays::now_ticks();
-    let spawned = spawn::spawn(&spec);
+    let spawned = match spawn::spawn(&spec) {
+        // Out of pids: perhaps zombies a killed command left the agent
+        // hold them. Reaped, they are free for one more try.
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+            jobs.reap_strays();
+            spawn::spawn(&spec)
+        }
+        spawned => spawned,
+    };
     let spawned = match spawned {
         Ok(s) => s,
         Err(e) => {

@@ -14,9 +14,12 @@
 //! command is alive. Otherwise (something it left, a concurrent command's
 //! orphan, a kernel without the children file) the walk decides, as before.
 //!
-//! Adopted processes are the agent's to reap: [`reap`], from the
-//! housekeeping after every command's end and every 10 s. A zombie waits
-//! for it at most that long; it holds a pid, no memory.
+//! Adopted processes are the agent's to reap: [`reap`], while a kill of
+//! what a command left settles (before its answer), from the housekeeping
+//! after every command's end and every 10 s (every 100 ms and more while
+//! a killed cgroup still empties), and before a start that failed for
+//! want of pids is tried again. A zombie holds no memory, but a pid: the
+//! unit's `TasksMax` counts it until it is reaped.
 
 use nix::libc::{self, c_int};
 use std::ffi::CString;
@@ -74,6 +77,15 @@ pub fn none_since(since: u64, running: &[i32]) -> bool {
 
 /// Reaps the adopted processes that have exited: one `waitid` when none
 /// has (the common case), no `/proc` read.
+///
+/// `waitid` shows one exited child at a time, the kernel's first: when
+/// that one is in `running` (a shell its Job reaps, or a listed holder
+/// that a `cgroup.kill` or a root command killed, whose zombie stays
+/// until its cgroup goes), it would hide every zombie behind it. Then
+/// each stray is asked in turn instead. Without that, a killed fork
+/// bomb's zombies stayed until the next 10 s housekeeping, each holding
+/// its pid in the unit's `TasksMax`: the next command could not start
+/// (EAGAIN), and `/etc/profile` spun on `fork: retry`.
 pub fn reap(running: &[i32]) {
     if !ADOPTING.load(Ordering::Relaxed) {
         return;
@@ -94,9 +106,16 @@ pub fn reap(running: &[i32]) {
         };
         // SAFETY: waitid filled in a child's siginfo, or left it zeroed.
         let pid = unsafe { info.si_pid() };
-        // No child, none exited, or a shell first in line (its Job reaps it
-        // at once, and the next housekeeping goes on from there).
-        if peeked != 0 || pid <= 0 || running.contains(&pid) || !reaped(pid) {
+        if peeked != 0 || pid <= 0 {
+            return;
+        }
+        if running.contains(&pid) {
+            for stray in strays(running).unwrap_or_default() {
+                reaped(stray);
+            }
+            return;
+        }
+        if !reaped(pid) {
             return;
         }
     }

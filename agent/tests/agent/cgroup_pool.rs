@@ -232,3 +232,54 @@ fn a_pooled_cgroup_holds_one_holder_that_ends_with_the_agent() {
     });
     assert!(cg.children().iter().all(|c| procs(c).is_empty()));
 }
+
+/// What the agent killed of a command comes to it as zombies (it is their
+/// subreaper), each holding a pid of the unit's `TasksMax` until reaped:
+/// they are reaped before the answer, or just after, not at the next 10 s
+/// housekeeping. The killed cgroup's holder dies with them and stays the
+/// agent's zombie until its cgroup goes; reaping must look past it (a
+/// Debian 12 guest's next command, after a root fork bomb, failed to
+/// start with EAGAIN).
+#[test]
+fn a_killed_command_s_leftovers_are_reaped_at_once() {
+    let t = CgroupAgent::start("reaped");
+    let agent_pid = t.agent.child.id();
+    own_cgroup(&t.agent);
+    eventually(5, "a holder", || {
+        t.cg.children()
+            .iter()
+            .flat_map(|c| procs(c))
+            .any(|p| holder_of(p) == Some(agent_pid))
+            .then_some(())
+    });
+    let out = t.agent.run(json!({
+        "command": "for i in $(seq 30); do (sleep 600 &); done; true",
+        "profile": "none",
+    }));
+    assert_eq!(out["exit_code"], 0, "{out}");
+    eventually(3, "the killed sleeps to be reaped", || {
+        let left = zombie_children(agent_pid, "sleep");
+        (left == 0).then_some(())
+    });
+}
+
+/// How many of `parent`'s children named `comm` are zombies.
+fn zombie_children(parent: u32, comm: &str) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{parent}/task")).unwrap();
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.split_once(" (")
+                    .and_then(|(_, r)| r.rsplit_once(") "))
+                    .is_some_and(|(c, r)| c == comm && r.starts_with('Z'))
+            })
+        })
+        .count()
+}

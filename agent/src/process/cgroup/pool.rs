@@ -297,8 +297,9 @@ impl Cgroups {
     /// when it is full, or when they cannot be reused); keeps those that
     /// still hold processes for a later sweep; removes stale ones that have
     /// emptied. In steady state: one `cgroup.events` and one `cgroup.stat`
-    /// read per exec, no `mkdir` or `rmdir`.
-    pub fn sweep(&self) {
+    /// read per exec, no `mkdir` or `rmdir`. True when a killed cgroup
+    /// still holds processes (they are dying).
+    pub fn sweep(&self) -> bool {
         let done = std::mem::take(&mut *lock(&self.released));
         let mut busy = Vec::new();
         for mut cg in done {
@@ -322,8 +323,10 @@ impl Cgroups {
                 }
             }
         }
+        let dying = busy.iter().any(|cg| cg.killed.load(Ordering::Relaxed));
         lock(&self.released).extend(busy);
         lock(&self.stale).retain(|p| remove(p) == Removal::Remains);
+        dying
     }
 
     /// Whether a finished command's cgroup can serve the next command.

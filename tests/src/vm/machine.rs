@@ -105,31 +105,59 @@ impl Vm {
     /// runs several machines back to back (or one of `labctl try`'s) with no
     /// other test's VM in between. [`Vm::release`] hands the lock back.
     ///
-    /// It returns once the kernel has handed over to userspace. If qemu
-    /// itself dies before that of an internal error (an assertion or a
-    /// crash signal: qemu 10.0's TCG aborted once in CI with
-    /// `iotlb_to_section: Assertion ... failed` while the guest's kernel
-    /// probed PCI, 2.5 s into its boot), nothing of the guest or the
-    /// payload has run yet: the VM boots again, once, saying so, with the
-    /// crashed run's console and qemu stderr kept in `target/vm-logs/`.
+    /// It returns once the kernel has handed over to userspace. Before
+    /// that, nothing of the guest's system or the payload has run, so a
+    /// boot that fails there for the emulator's sake boots again, once,
+    /// saying why, with the failed run's console and qemu stderr kept in
+    /// `target/vm-logs/`:
+    /// - qemu itself died of an internal error (an assertion or a crash
+    ///   signal: qemu 10.0's TCG aborted once in CI with `iotlb_to_section:
+    ///   Assertion ... failed` while the guest's kernel probed PCI, 2.5 s
+    ///   into its boot);
+    /// - the kernel reported an RCU stall and is still not in userspace
+    ///   (in CI a Debian 12 kernel under TCG hung bringing up its second
+    ///   CPU, "rcu_preempt kthread timer wakeup didn't happen", and never
+    ///   went on: the test then failed on its own 600 s wait).
     pub fn boot_with(image: &VmImage, opts: BootOptions, lock: VmLock) -> Result<Vm, VmError> {
         let vm = Vm::start(image, opts.clone(), lock)?;
-        match vm.wait_for_console(USERSPACE, KERNEL_WITHIN) {
-            Err(QemuError::QemuExited { status, stderr, .. })
-                if emulator_crash(&status, &stderr) =>
-            {
-                eprintln!(
-                    "vm[{}]: qemu itself failed before the guest's kernel reached userspace \
-                     ({status}: {}); booting it again, once",
-                    opts.name,
-                    stderr.trim()
-                );
-                vm.keep_logs();
-                let lock = vm.release();
-                Vm::start(image, opts, lock)
+        let Some(why) = vm.failed_before_userspace() else {
+            return Ok(vm);
+        };
+        eprintln!("vm[{}]: {why}; booting it again, once", opts.name);
+        vm.keep_logs();
+        let lock = vm.release();
+        Vm::start(image, opts, lock)
+    }
+
+    /// Watches the boot until the kernel hands over to userspace (`None`),
+    /// or says why it will not for the emulator's sake. Anything else (a
+    /// slow boot, the guest's own failure) is `None` too: the test's own
+    /// waits see it.
+    fn failed_before_userspace(&self) -> Option<String> {
+        let deadline = std::time::Instant::now() + KERNEL_WITHIN;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.wait_for_console(USERSPACE, left.min(STALL_CHECK)) {
+                Err(QemuError::QemuExited { status, stderr, .. })
+                    if emulator_crash(&status, &stderr) =>
+                {
+                    return Some(format!(
+                        "qemu itself failed before the guest's kernel reached userspace ({status}: {})",
+                        stderr.trim()
+                    ));
+                }
+                Err(QemuError::ConsoleTimeout { .. }) => {
+                    if let Some(line) = rcu_stall(&self.console_text()) {
+                        return Some(format!(
+                            "the guest's kernel stalled before userspace ({line:?})"
+                        ));
+                    }
+                    if left <= STALL_CHECK {
+                        return None;
+                    }
+                }
+                _ => return None,
             }
-            // Anything else is the test's to see, through its own waits.
-            _ => Ok(vm),
         }
     }
 
@@ -298,6 +326,17 @@ const USERSPACE: &str = "Run /init as init process";
 /// How long [`Vm::boot_with`] watches for [`USERSPACE`] (a loaded machine
 /// under TCG: ~5–30 s).
 const KERNEL_WITHIN: Duration = Duration::from_secs(300);
+/// How often, before userspace, the console is looked at for a stall
+/// (RCU reports one after 21 s without progress).
+const STALL_CHECK: Duration = Duration::from_secs(30);
+
+/// The kernel's RCU stall report on `console`, if any.
+fn rcu_stall(console: &str) -> Option<&str> {
+    console
+        .lines()
+        .find(|l| l.contains("rcu: INFO: ") && l.contains("detected stall"))
+        .map(str::trim)
+}
 
 /// Whether qemu's end was its own failure rather than the guest's doing:
 /// killed by a crash signal (an assertion aborts), or an assertion message.
@@ -350,6 +389,24 @@ mod tests {
             "qemu-system-x86_64: -no-such-option: invalid option"
         ));
         assert!(!emulator_crash("signal: 9 (SIGKILL)", ""));
+    }
+
+    /// The report of the stall that hung a CI boot, and a boot's
+    /// ordinary lines.
+    #[test]
+    fn an_rcu_stall_is_found_on_the_console() {
+        let hung = "[    0.800584] .... node  #0, CPUs:      #1\n\
+                    [   21.120431] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:\n\
+                    [   21.120900] rcu: \t1-...!: (0 ticks this GP) idle=ec28/0/0x0\n";
+        assert_eq!(
+            rcu_stall(hung),
+            Some("[   21.120431] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:")
+        );
+        let self_detected = "[ 30.1] rcu: INFO: rcu_sched self-detected stall on CPU\n";
+        assert!(rcu_stall(self_detected).is_some());
+        let fine = "[    0.749302] rcu: Hierarchical SRCU implementation.\n\
+                    [    3.210000] Run /init as init process\n";
+        assert_eq!(rcu_stall(fine), None);
     }
 
     #[test]

@@ -69,6 +69,23 @@ pub fn kernel_started(text: &str) -> bool {
     milestone(text).is_some() || text.lines().any(has_printk_timestamp)
 }
 
+/// Whether the kernel has handed over to userspace: its `Run /init as init
+/// process` (`/sbin/init` without an initramfs), or systemd's own lines.
+pub fn in_userspace(text: &str) -> bool {
+    text.contains(" as init process") || text.contains("systemd[1]:")
+}
+
+/// The kernel's RCU stall report, if `text` has one: a kernel that has
+/// made no progress for the stall timeout (21 s on Debian's kernels). Under
+/// TCG on a loaded host a Debian 12 kernel once hung that way bringing up
+/// its second CPU ("rcu_preempt kthread timer wakeup didn't happen") and
+/// printed only such reports for minutes.
+pub fn kernel_stall(text: &str) -> Option<&str> {
+    text.lines()
+        .find(|l| l.contains("rcu: INFO: ") && l.contains("detected stall"))
+        .map(str::trim)
+}
+
 /// `[  SECONDS.MICROS] …` at the start of a line (after any `\r`).
 fn has_printk_timestamp(line: &str) -> bool {
     let Some(rest) = line.trim_start_matches('\r').strip_prefix('[') else {
@@ -223,6 +240,27 @@ mod tests {
         ));
         assert!(kernel_started(
             "cloud-init[266]: Cloud-init v. 22.4.2 running 'init' at …\n"
+        ));
+    }
+
+    #[test]
+    fn a_stall_before_userspace_is_told_from_a_boot() {
+        let hung = "[    0.000000] Linux version 6.1.0-40-amd64\n\
+                    [   21.120431] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:\n\
+                    [   21.120900] rcu: \t1-...!: (0 ticks this GP) idle=ec28/0/0x0\n";
+        assert_eq!(
+            kernel_stall(hung),
+            Some("[   21.120431] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:")
+        );
+        assert!(!in_userspace(hung));
+        let self_detected = "[ 30.1] rcu: INFO: rcu_sched self-detected stall on CPU\n";
+        assert!(kernel_stall(self_detected).is_some());
+        let fine = "[    0.749302] rcu: Hierarchical SRCU implementation.\n\
+                    [    3.210000] Run /init as init process\n";
+        assert_eq!(kernel_stall(fine), None);
+        assert!(in_userspace(fine));
+        assert!(in_userspace(
+            "[    5.1] systemd[1]: Detected virtualization qemu.\n"
         ));
     }
 

@@ -142,6 +142,7 @@ impl VmSession {
         let mut watches: Vec<Silence> = self.vms.iter().map(|(_, t)| t.silence()).collect();
         loop {
             for ((name, target), silence) in self.vms.iter().zip(&mut watches) {
+                target.reset_a_stalled_kernel(silence, limit);
                 if let Some(e) = target
                     .install_error()
                     .or_else(|| target.silence_error(silence, limit))

@@ -34,6 +34,9 @@ pub struct VmTarget {
     pub(super) token_file: PathBuf,
     /// qemu start → the agent's first answer.
     pub(super) first_answer: OnceLock<Duration>,
+    /// Set once the machine was reset for a kernel that stalled before
+    /// userspace ([`VmTarget::reset_a_stalled_kernel`]): it is, once.
+    reset: OnceLock<()>,
     /// A session's VM: its name.
     vm: Option<String>,
 }
@@ -91,6 +94,7 @@ impl VmTarget {
             token_file: dir.join("token"),
             dir,
             first_answer: OnceLock::new(),
+            reset: OnceLock::new(),
             vm: member.as_ref().map(|m| m.name.clone()),
         };
 
@@ -298,6 +302,7 @@ impl VmTarget {
             if self.first_answer.get().is_some() {
                 return std::future::pending().await;
             }
+            self.reset_a_stalled_kernel(&mut silence, limit);
             if let Some(e) = self
                 .install_error()
                 .or_else(|| self.silence_error(&mut silence, limit))
@@ -306,6 +311,48 @@ impl VmTarget {
             }
             tokio::time::sleep(WATCH_POLL).await;
         }
+    }
+
+    /// Resets the machine (QMP `system_reset`), once, saying why, when its
+    /// kernel stalled before it reached userspace: the kernel's RCU stall
+    /// report, or a console silent for `limit` after the kernel started.
+    /// Before userspace nothing of the guest's system or the payload has
+    /// run, so booting again loses nothing, and the stall is the
+    /// emulator's: under TCG on a loaded 2-core host a Debian guest's
+    /// kernel hung bringing up its second CPU (RCU stall reports for
+    /// minutes, never userspace), and a Debian 13 one fell silent for good.
+    /// After the one reset the boot's other watches decide.
+    pub(super) fn reset_a_stalled_kernel(&self, silence: &mut Silence, limit: Duration) {
+        if self.first_answer.get().is_some() || self.reset.get().is_some() {
+            return;
+        }
+        let machine = self.machine();
+        let text = machine.console_text();
+        if console::in_userspace(&text) {
+            return;
+        }
+        let why = match console::kernel_stall(&text) {
+            Some(line) => format!(
+                "the guest's kernel stalled before userspace ({})",
+                lab_agent_proto::text::escape(line)
+            ),
+            None if silence.since.elapsed() >= limit && console::kernel_started(&text) => {
+                format!(
+                    "the guest's kernel printed nothing for {}s before userspace",
+                    limit.as_secs()
+                )
+            }
+            None => return,
+        };
+        let _ = self.reset.set(());
+        let mark = console::mark(machine.console_log_path());
+        if let Err(e) = machine.qmp("system_reset", None) {
+            // qemu gone or deaf: the watches on qemu and the console say so.
+            eprintln!("{}{why}; could not reset the VM: {e}", self.prefix());
+            return;
+        }
+        eprintln!("{}{why}: reset the VM, once", self.prefix());
+        (silence.seen, silence.since) = (mark, Instant::now());
     }
 
     /// The installer's own line on the console when it could not install

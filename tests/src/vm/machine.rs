@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use lab_runner::qemu::accel::{self, Hooks};
 use lab_runner::qemu::machine::make_run_dir;
 use lab_runner::qemu::{
-    AccelMode, ExtraDisk, Guest, Machine, MachineSpec, PowerOff, QemuError, sanitize, seed,
+    AccelMode, ExtraDisk, Guest, Machine, MachineSpec, PowerOff, QemuError, console, sanitize, seed,
 };
 
 use super::http::{self, HttpAnswer};
@@ -147,7 +147,7 @@ impl Vm {
                     ));
                 }
                 Err(QemuError::ConsoleTimeout { .. }) => {
-                    if let Some(line) = rcu_stall(&self.console_text()) {
+                    if let Some(line) = console::kernel_stall(&self.console_text()) {
                         return Some(format!(
                             "the guest's kernel stalled before userspace ({line:?})"
                         ));
@@ -330,14 +330,6 @@ const KERNEL_WITHIN: Duration = Duration::from_secs(300);
 /// (RCU reports one after 21 s without progress).
 const STALL_CHECK: Duration = Duration::from_secs(30);
 
-/// The kernel's RCU stall report on `console`, if any.
-fn rcu_stall(console: &str) -> Option<&str> {
-    console
-        .lines()
-        .find(|l| l.contains("rcu: INFO: ") && l.contains("detected stall"))
-        .map(str::trim)
-}
-
 /// Whether qemu's end was its own failure rather than the guest's doing:
 /// killed by a crash signal (an assertion aborts), or an assertion message.
 fn emulator_crash(status: &str, stderr: &str) -> bool {
@@ -393,22 +385,6 @@ mod tests {
 
     /// The report of the stall that hung a CI boot, and a boot's
     /// ordinary lines.
-    #[test]
-    fn an_rcu_stall_is_found_on_the_console() {
-        let hung = "[    0.800584] .... node  #0, CPUs:      #1\n\
-                    [   21.120431] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:\n\
-                    [   21.120900] rcu: \t1-...!: (0 ticks this GP) idle=ec28/0/0x0\n";
-        assert_eq!(
-            rcu_stall(hung),
-            Some("[   21.120431] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:")
-        );
-        let self_detected = "[ 30.1] rcu: INFO: rcu_sched self-detected stall on CPU\n";
-        assert!(rcu_stall(self_detected).is_some());
-        let fine = "[    0.749302] rcu: Hierarchical SRCU implementation.\n\
-                    [    3.210000] Run /init as init process\n";
-        assert_eq!(rcu_stall(fine), None);
-    }
-
     #[test]
     fn instance_ids_end_in_the_run_dir_suffix() {
         assert_eq!(

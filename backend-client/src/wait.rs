@@ -3,11 +3,12 @@
 //! display) or each as it ends ([`wait_each`], a [`Stream`]).
 //!
 //! A VM's port is closed for its first seconds, and under qemu's user
-//! networking a connection may be accepted and then closed before the guest
-//! listens, so "connected" means nothing: only an answer from the agent
-//! counts. Until one comes, refused/reset/closed/timed-out attempts and a
-//! 503 from something in between are "not up yet", retried with a bounded
-//! backoff. Once the agent answers, long-polls (`/v1/ready?wait=`) make a
+//! networking a connection may be accepted and then closed, or left
+//! unanswered, before the guest listens, so "connected" means nothing: only
+//! an answer from the agent counts. Until one comes, refused/reset/closed/
+//! timed-out attempts and a 503 from something in between are "not up
+//! yet", retried with a bounded backoff, and no attempt waits longer than
+//! the connect timeout and 3 s more. Once the agent answers, long-polls (`/v1/ready?wait=`) make a
 //! terminal state known as soon as the agent knows it. `failed` and 401 end
 //! the wait at once.
 
@@ -25,6 +26,15 @@ use tokio::task::JoinSet;
 /// First pause after a failed attempt; doubles up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Until the agent first answers, how long an attempt may wait for its
+/// answer beyond the connect timeout. A port forward (qemu's user
+/// networking, a proxy) accepts the connection before the guest listens,
+/// and a request sent then may never be answered; a new attempt on a new
+/// connection reaches the agent as soon as it listens. An agent answers
+/// `/v1/ready` in milliseconds, even beside a fork bomb in its guest: with
+/// the whole request timeout (30 s) instead, `labctl wait` once saw a
+/// failed setup only after `labctl try` had stopped that VM.
+const FIRST_ANSWER: Duration = Duration::from_secs(3);
 
 /// Where a wait stands, reported after every attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,21 +89,22 @@ impl Client {
                 });
             }
             let remaining = deadline.saturating_duration_since(now);
+            let answered = matches!(last, LastSeen::State(_));
             // Long-poll only once the agent has answered: before that, a
             // long-poll on a half-open forwarded port would just sit there.
-            let wait = if matches!(last, LastSeen::State(_)) {
+            let wait = if answered {
                 self.long_poll().min(remaining)
             } else {
                 Duration::ZERO
             };
+            // Never overrun the deadline by more than a moment.
+            let mut bound = remaining.max(Duration::from_millis(100)) + Duration::from_millis(500);
+            if !answered {
+                bound = bound.min(self.connect_timeout() + FIRST_ANSWER);
+            }
             attempts += 1;
             let sent = Instant::now();
-            let attempt = tokio::time::timeout(
-                // Never overrun the deadline by more than a moment.
-                remaining.max(Duration::from_millis(100)) + Duration::from_millis(500),
-                self.ready_wait(wait),
-            )
-            .await;
+            let attempt = tokio::time::timeout(bound, self.ready_wait(wait)).await;
             let progress = |state, reason: String, answer| Progress {
                 elapsed: start.elapsed(),
                 state,
@@ -150,8 +161,10 @@ impl Client {
                 }
                 Ok(Err(e)) => return Err(e),
                 Err(_elapsed) => {
-                    if !matches!(last, LastSeen::State(_)) {
-                        last = LastSeen::Unreachable("no response".to_owned());
+                    if !answered {
+                        let brief = format!("no response within {}s", bound.as_secs());
+                        on_progress(&progress(None, brief.clone(), None));
+                        last = LastSeen::Unreachable(brief);
                     }
                 }
             }

@@ -197,6 +197,10 @@ impl Client {
         self.inner.opened.load(Ordering::Relaxed)
     }
 
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.inner.connect_timeout
+    }
+
     pub(crate) fn long_poll(&self) -> Duration {
         self.inner.long_poll
     }

@@ -73,6 +73,48 @@ async fn wait_rides_out_an_agent_that_starts_late() {
     assert_eq!(seen.last().unwrap().state, Some(ReadyState::Ready));
 }
 
+/// A port forward that accepts before the guest listens (qemu's user
+/// networking: its SYN to the guest goes unanswered) holds the first
+/// connection open and silent; every later one reaches the agent. The wait
+/// gives up on the silent attempt well before its request timeout (60 s
+/// here) and sees the agent on the next. Regression: each such attempt
+/// cost the whole request timeout, and `labctl wait` saw a failed setup
+/// only after `labctl try` had stopped the VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_forwarded_connection_costs_an_attempt_not_the_wait() {
+    let agent = Agent::start(AgentOptions::default());
+    let target: std::net::SocketAddr = agent.addr.parse().unwrap();
+    let front = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", front.local_addr().unwrap());
+    let forward = tokio::spawn(async move {
+        let (silent, _) = front.accept().await.unwrap();
+        loop {
+            let (mut inbound, _) = front.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+            // The silent one stays open (never read) as long as this task.
+            let _ = &silent;
+        }
+    });
+    let c = Client::builder()
+        .request_timeout(Duration::from_secs(60))
+        .build(&url, &agent.token)
+        .unwrap();
+    let mut seen = Vec::new();
+    let started = Instant::now();
+    let ready = c
+        .wait_ready_with(in_secs(120), |p| seen.push(p.reason.clone()))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    forward.abort();
+    assert_eq!(ready.state, ReadyState::Ready);
+    assert_eq!(seen[0], "no response within 8s", "{seen:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}: {seen:?}");
+}
+
 #[tokio::test]
 async fn a_failed_setup_ends_the_wait_at_once_with_its_log() {
     let agent = Agent::start(

@@ -37,6 +37,8 @@
 //!   whose scenarios run (default: the two amd64 ones; a test for a guest
 //!   left out is ignored: `build.rs` reruns when the variable changes).
 //! - `LAB_AGENT_VM_SLOTS=N`: VMs at once (default 2 on ≥ 2 cores).
+//! - `LAB_AGENT_VM_CPUS=N`: each guest's vCPUs (default 1; the runaway
+//!   scenario asks for 2).
 //! - `LAB_AGENT_VM_ACCEL=auto|kvm|tcg`: the accelerator (default `auto`: KVM
 //!   if the guest's kernel prints under it within seconds, else TCG); the
 //!   same switch `labctl try` obeys, read by the same code.
@@ -57,7 +59,7 @@ use lab_runner::qemu::AccelMode;
 pub use image::{GuestOs, VmImage};
 pub use lab_runner::qemu::{self as core, Accel, Arch, ConsoleMark, PowerOff, QemuError};
 pub use lock::VmLock;
-pub use machine::{BootOptions, Vm};
+pub use machine::{BootOptions, Vm, guest_cpus};
 
 /// Everything that can go wrong with a test VM. Each message says what failed
 /// and carries enough context (log tails) to see why without rerunning.

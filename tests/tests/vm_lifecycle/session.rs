@@ -33,7 +33,7 @@ fn two_vm_lab_on_guests(guest: GuestOs) {
     let lab = repo_root().join("examples/two-vm-lab");
     let mut cmd = on_kernel_with(&labctl_bin(), "test", &lab, &image);
     // One vCPU and 1 GiB each: two TCG guests on a 2-core host, a core each.
-    cmd.args(["--json", "--cpus", "1", "--memory", "1024"]);
+    cmd.args(["--json", "--memory", "1024"]);
 
     let lock = VmLock::acquire_all("vm-session").expect("every VM slot");
     let mut tested = Running::spawn(cmd, "test");
@@ -119,7 +119,7 @@ fn a_guest_dies(guest: GuestOs) {
     let image = image(guest);
     let lab = repo_root().join("examples/two-vm-lab");
     let mut cmd = on_kernel_with(&labctl_bin(), "try", &lab, &image);
-    cmd.args(["--cpus", "1", "--memory", "1024"]);
+    cmd.args(["--memory", "1024"]);
 
     let lock = VmLock::acquire_all("vm-session-dies").expect("every VM slot");
     let mut tried = Running::spawn(cmd, "try");

@@ -4,7 +4,7 @@
 
 use lab_agent_tests::local::{TempDir, describe, labctl_bin};
 use lab_agent_tests::vm::http;
-use lab_agent_tests::vm::{Arch, GuestOs, VmImage};
+use lab_agent_tests::vm::{Arch, GuestOs, VmImage, guest_cpus};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -114,6 +114,7 @@ pub fn on_disk(verb: &str, lab: &Path, image: &VmImage) -> Command {
         .arg("--agent")
         .arg(static_agent_for(arch))
         .args(["--arch", arch.name()])
+        .args(["--cpus", &guest_cpus().to_string()])
         .arg("--vm")
         .arg(&image.disk);
     cmd
@@ -130,6 +131,7 @@ pub fn on_kernel_with(labctl: &Path, verb: &str, lab: &Path, image: &VmImage) ->
         .arg("--agent")
         .arg(static_agent_for(arch))
         .args(["--arch", arch.name()])
+        .args(["--cpus", &guest_cpus().to_string()])
         .arg("--kernel")
         .arg(&image.kernel)
         .arg("--initrd")

@@ -34,16 +34,18 @@ fn grader() -> Account {
 }
 
 fn kube_client(
+    dir: &TempDir,
     k: &KubevirtStandIn,
     url: &str,
     api_token: &str,
     token: &str,
 ) -> Result<Client, Error> {
-    let dir = TempDir::new("kube-token");
-    let token_file = dir.write("token", api_token, 0o600);
+    // Read at each connection: in the test's own dir, which outlives the
+    // client and goes with the test.
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let token_file = dir.write(&format!("kube-token-{n}"), api_token, 0o600);
     let api = KubeApi::from_files(&k.server(), token_file, &k.certs().ca)?;
-    // The token file is read at each connection: keep it for the client's life.
-    std::mem::forget(dir);
     Client::builder().kube_api(api).build(url, token)
 }
 
@@ -192,6 +194,7 @@ async fn a_relay_that_dies_mid_answer_is_a_transport_error() {
     let clients = [
         Client::new(&hybrid.url(PORT), &agent.token).unwrap(),
         kube_client(
+            &dir,
             &kubevirt,
             "kubevirt://labs/vm-1",
             "grader-token",
@@ -237,7 +240,14 @@ async fn kubevirt_carries_every_call_as_kubevirt_relays_it() {
         vec![grader()],
         None,
     );
-    let c = kube_client(&k, "kubevirt://labs/vm-1", "grader-token", &agent.token).unwrap();
+    let c = kube_client(
+        &dir,
+        &k,
+        "kubevirt://labs/vm-1",
+        "grader-token",
+        &agent.token,
+    )
+    .unwrap();
     assert_eq!(c.url(), "kubevirt://labs/vm-1?port=8899");
     every_call_as_on_tcp(&c, &agent, &lab).await;
     // What the client asked for: the subresource, the agent's port,
@@ -273,7 +283,7 @@ async fn kubevirt_s_refusals_say_what_they_are_and_a_wait_stops_at_the_final_one
         None,
     );
     let refusal = |url: &str, api_token: &str| {
-        let c = kube_client(&k, url, api_token, &agent.token).unwrap();
+        let c = kube_client(&dir, &k, url, api_token, &agent.token).unwrap();
         async move { c.ready().await.unwrap_err() }
     };
     for (url, api_token, status, says) in [
@@ -315,7 +325,14 @@ async fn kubevirt_s_refusals_say_what_they_are_and_a_wait_stops_at_the_final_one
         assert!(e.hint().is_some(), "{url}");
     }
     // RBAC does not pass with waiting: a wait ends at once.
-    let c = kube_client(&k, "kubevirt://other/vm-1", "grader-token", &agent.token).unwrap();
+    let c = kube_client(
+        &dir,
+        &k,
+        "kubevirt://other/vm-1",
+        "grader-token",
+        &agent.token,
+    )
+    .unwrap();
     let started = Instant::now();
     let e = c.wait_ready(in_secs(30)).await.unwrap_err();
     assert_eq!(e.relay_status(), Some(403), "{e:?}");
@@ -326,6 +343,7 @@ async fn kubevirt_s_refusals_say_what_they_are_and_a_wait_stops_at_the_final_one
     );
     // A VMI still starting may pass: the wait goes on to its deadline.
     let c = kube_client(
+        &dir,
         &k,
         "kubevirt://labs/vm-starting",
         "grader-token",
@@ -341,6 +359,7 @@ async fn kubevirt_s_refusals_say_what_they_are_and_a_wait_stops_at_the_final_one
     // A wrong port: KubeVirt upgrades, then closes (virt-handler dials the
     // guest after the upgrade): no answer, a transport error.
     let c = kube_client(
+        &dir,
         &k,
         "kubevirt://labs/vm-1?port=9999",
         "grader-token",

@@ -35,7 +35,7 @@ pub struct VmTarget {
     /// qemu start → the agent's first answer.
     pub(super) first_answer: OnceLock<Duration>,
     /// Set once the machine was reset for a kernel that stalled before
-    /// userspace ([`VmTarget::reset_a_stalled_kernel`]): it is, once.
+    /// the guest's system started ([`VmTarget::reset_a_stalled_kernel`]): it is, once.
     reset: OnceLock<()>,
     /// A session's VM: its name.
     vm: Option<String>,
@@ -314,31 +314,33 @@ impl VmTarget {
     }
 
     /// Resets the machine (QMP `system_reset`), once, saying why, when its
-    /// kernel stalled before it reached userspace: the kernel's RCU stall
-    /// report, or a console silent for `limit` after the kernel started.
-    /// Before userspace nothing of the guest's system or the payload has
-    /// run, so booting again loses nothing, and the stall is the
-    /// emulator's: under TCG on a loaded 2-core host a Debian guest's
-    /// kernel hung bringing up its second CPU (RCU stall reports for
-    /// minutes, never userspace), and a Debian 13 one fell silent for good.
-    /// After the one reset the boot's other watches decide.
+    /// kernel stalled before the guest's system started
+    /// ([`console::system_started`]: the kernel and its initramfs only): the
+    /// kernel's RCU stall report, or a console silent for `limit` after the
+    /// kernel started. Until then the root file system has not been
+    /// written and nothing of the payload has run, so booting again loses
+    /// nothing, and the stall is the emulator's: under TCG on a loaded
+    /// 2-core host, Debian guests with two vCPUs hung bringing up the
+    /// second CPU, and in the initramfs with the first halted for good
+    /// (RCU stall reports for minutes). After the one reset the boot's
+    /// other watches decide.
     pub(super) fn reset_a_stalled_kernel(&self, silence: &mut Silence, limit: Duration) {
         if self.first_answer.get().is_some() || self.reset.get().is_some() {
             return;
         }
         let machine = self.machine();
         let text = machine.console_text();
-        if console::in_userspace(&text) {
+        if console::system_started(&text) {
             return;
         }
         let why = match console::kernel_stall(&text) {
             Some(line) => format!(
-                "the guest's kernel stalled before userspace ({})",
+                "the guest's kernel stalled before its system started ({})",
                 lab_agent_proto::text::escape(line)
             ),
             None if silence.since.elapsed() >= limit && console::kernel_started(&text) => {
                 format!(
-                    "the guest's kernel printed nothing for {}s before userspace",
+                    "the guest's kernel printed nothing for {}s before its system started",
                     limit.as_secs()
                 )
             }

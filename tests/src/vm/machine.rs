@@ -105,7 +105,8 @@ impl Vm {
     /// runs several machines back to back (or one of `labctl try`'s) with no
     /// other test's VM in between. [`Vm::release`] hands the lock back.
     ///
-    /// It returns once the kernel has handed over to userspace. Before
+    /// It returns once the guest's own system has started (systemd's first
+    /// line on the console, after the kernel and its initramfs). Before
     /// that, nothing of the guest's system or the payload has run, so a
     /// boot that fails there for the emulator's sake boots again, once,
     /// saying why, with the failed run's console and qemu stderr kept in
@@ -114,13 +115,15 @@ impl Vm {
     ///   signal: qemu 10.0's TCG aborted once in CI with `iotlb_to_section:
     ///   Assertion ... failed` while the guest's kernel probed PCI, 2.5 s
     ///   into its boot);
-    /// - the kernel reported an RCU stall and is still not in userspace
+    /// - the kernel reported an RCU stall and the system has not started
     ///   (in CI a Debian 12 kernel under TCG hung bringing up its second
     ///   CPU, "rcu_preempt kthread timer wakeup didn't happen", and never
-    ///   went on: the test then failed on its own 600 s wait).
+    ///   went on: the test then failed on its own 600 s wait; a Debian 13
+    ///   one, with its first CPU halted for good in the initramfs, "Possible
+    ///   timer handling issue on cpu=0").
     pub fn boot_with(image: &VmImage, opts: BootOptions, lock: VmLock) -> Result<Vm, VmError> {
         let vm = Vm::start(image, opts.clone(), lock)?;
-        let Some(why) = vm.failed_before_userspace() else {
+        let Some(why) = vm.failed_before_the_system() else {
             return Ok(vm);
         };
         eprintln!("vm[{}]: {why}; booting it again, once", opts.name);
@@ -129,27 +132,27 @@ impl Vm {
         Vm::start(image, opts, lock)
     }
 
-    /// Watches the boot until the kernel hands over to userspace (`None`),
+    /// Watches the boot until the guest's system starts (`None`),
     /// or says why it will not for the emulator's sake. Anything else (a
     /// slow boot, the guest's own failure) is `None` too: the test's own
     /// waits see it.
-    fn failed_before_userspace(&self) -> Option<String> {
+    fn failed_before_the_system(&self) -> Option<String> {
         let deadline = std::time::Instant::now() + KERNEL_WITHIN;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.wait_for_console(USERSPACE, left.min(STALL_CHECK)) {
+            match self.wait_for_console(console::SYSTEM_STARTED, left.min(STALL_CHECK)) {
                 Err(QemuError::QemuExited { status, stderr, .. })
                     if emulator_crash(&status, &stderr) =>
                 {
                     return Some(format!(
-                        "qemu itself failed before the guest's kernel reached userspace ({status}: {})",
+                        "qemu itself failed before the guest's system started ({status}: {})",
                         stderr.trim()
                     ));
                 }
                 Err(QemuError::ConsoleTimeout { .. }) => {
                     if let Some(line) = console::kernel_stall(&self.console_text()) {
                         return Some(format!(
-                            "the guest's kernel stalled before userspace ({line:?})"
+                            "the guest's kernel stalled before its system started ({line:?})"
                         ));
                     }
                     if left <= STALL_CHECK {
@@ -340,13 +343,10 @@ pub fn guest_cpus() -> u32 {
     }
 }
 
-/// What the guest's kernel prints as it hands over to userspace (the
-/// images boot kernel + initrd).
-const USERSPACE: &str = "Run /init as init process";
-/// How long [`Vm::boot_with`] watches for [`USERSPACE`] (a loaded machine
-/// under TCG: ~5–30 s).
+/// How long [`Vm::boot_with`] watches for the guest's system to start (a
+/// loaded machine under TCG: ~15–40 s).
 const KERNEL_WITHIN: Duration = Duration::from_secs(300);
-/// How often, before userspace, the console is looked at for a stall
+/// How often, before the system starts, the console is looked at for a stall
 /// (RCU reports one after 21 s without progress).
 const STALL_CHECK: Duration = Duration::from_secs(30);
 

@@ -4,7 +4,7 @@
 //!   prints a line (no cloud image can be downloaded here): the BIOS boots
 //!   the overlay, the image is untouched, a VM that never answers times
 //!   out with its console shown and kept, and qemu is stopped;
-//! - a boot sector printing a kernel's RCU stall before userspace: the
+//! - a boot sector printing a kernel's RCU stall before the system starts: the
 //!   machine is reset once, then the silence ends the wait;
 //! - argument errors, before anything starts.
 
@@ -93,13 +93,13 @@ fn boot_sector_image(dir: &TempDir, msg: &str) -> std::path::PathBuf {
     image
 }
 
-/// A guest whose kernel stalls before userspace (here a boot sector that
+/// A guest whose kernel stalls before its system starts (here a boot sector that
 /// prints what a Debian 12 kernel printed when it hung under TCG in CI:
 /// its banner, then an RCU stall report) is reset once, saying why, and
 /// boots again; the second stall is left to the other watches (here the
 /// silence). Every boot's lines stay in the one console log.
 #[test]
-fn a_kernel_that_stalls_before_userspace_is_reset_once() {
+fn a_kernel_that_stalls_before_the_system_starts_is_reset_once() {
     image(GuestOs::Debian12);
     let dir = TempDir::new("vm-stalled-kernel");
     let image = boot_sector_image(
@@ -131,7 +131,7 @@ fn a_kernel_that_stalls_before_userspace_is_reset_once() {
     assert_eq!(
         resets,
         [
-            "the guest's kernel stalled before userspace ([   21.120431] rcu: INFO: \
+            "the guest's kernel stalled before its system started ([   21.120431] rcu: INFO: \
           rcu_preempt detected stalls on CPUs/tasks:): reset the VM, once"
         ],
         "{err}"

@@ -27,22 +27,7 @@ fn try_vm_image_boots_its_bootloader_and_a_silent_vm_times_out() {
     let before = std::fs::read(&image).unwrap();
     static_agent();
 
-    let lock = VmLock::acquire("vm-disk-image").expect("the VM lock");
-    let out = labctl([
-        "try",
-        repo_root().join("examples/hello-lab").to_str().unwrap(),
-        "--agent",
-        static_agent().to_str().unwrap(),
-        "--vm",
-        image.to_str().unwrap(),
-        "--accel",
-        "tcg",
-        "--memory",
-        "256",
-        "--timeout",
-        "10",
-    ]);
-    drop(lock);
+    let out = try_image("vm-disk-image", &image, &["--timeout", "10"]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
     for needle in [
@@ -69,6 +54,30 @@ fn try_vm_image_boots_its_bootloader_and_a_silent_vm_times_out() {
         before,
         "the image was written"
     );
+}
+
+/// `labctl try examples/hello-lab --vm IMAGE` under TCG in 256 MiB, with
+/// `args`, holding a VM slot as `who` while it runs.
+fn try_image(who: &str, image: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let lock = VmLock::acquire(who).expect("the VM lock");
+    let hello = repo_root().join("examples/hello-lab");
+    let agent = static_agent();
+    let mut argv = vec![
+        "try",
+        hello.to_str().unwrap(),
+        "--agent",
+        agent.to_str().unwrap(),
+        "--vm",
+        image.to_str().unwrap(),
+        "--accel",
+        "tcg",
+        "--memory",
+        "256",
+    ];
+    argv.extend(args);
+    let out = labctl(&argv);
+    drop(lock);
+    out
 }
 
 /// A 1 MiB qcow2 disk (what cloud images come as: the overlay must name
@@ -107,24 +116,11 @@ fn a_kernel_that_stalls_before_the_system_starts_is_reset_once() {
         "[    0.000000] Linux version 6.1.0-stall (LABCTL-STALL)\r\n\
          [   21.120431] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
     );
-    let lock = VmLock::acquire("vm-stalled-kernel").expect("the VM lock");
-    let out = labctl([
-        "try",
-        repo_root().join("examples/hello-lab").to_str().unwrap(),
-        "--agent",
-        static_agent().to_str().unwrap(),
-        "--vm",
-        image.to_str().unwrap(),
-        "--accel",
-        "tcg",
-        "--memory",
-        "256",
-        "--boot-silence",
-        "3",
-        "--timeout",
-        "120",
-    ]);
-    drop(lock);
+    let out = try_image(
+        "vm-stalled-kernel",
+        &image,
+        &["--boot-silence", "3", "--timeout", "120"],
+    );
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
     let resets: Vec<&str> = err.lines().filter(|l| l.contains("reset the VM")).collect();

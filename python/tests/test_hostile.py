@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -28,7 +29,7 @@ def no_controls(text: str) -> None:
     assert not bad, "control characters in %r" % text
 
 
-def test_each_wrong_answer_has_its_exception(hostile) -> None:
+def test_each_wrong_answer_has_its_exception(hostile, tmp_path: Path) -> None:
     c = lab_agent.Client(hostile.start("huge-content-length"), token=TOKEN)
     with pytest.raises(lab_agent.TooLarge) as e:
         c.exec("true")
@@ -54,16 +55,14 @@ def test_each_wrong_answer_has_its_exception(hostile) -> None:
         c.exec("true")
 
     c = lab_agent.Client(hostile.start("relative-lab-dir"), token=TOKEN)
-    lab_dir = hostile_lab(c)
+    lab_dir = hostile_lab(tmp_path)
     with pytest.raises(lab_agent.ProtocolError, match="not an absolute path"):
         c.grade(lab_dir)
 
 
-def hostile_lab(c: lab_agent.Client) -> lab_agent.Lab:
-    import tempfile
-    from pathlib import Path
-
-    d = Path(tempfile.mkdtemp(prefix="hostile-lab-"))
+# In pytest's own tmp_path (under the run's --basetemp): a mkdtemp here
+# left a dir in /tmp per run.
+def hostile_lab(d: Path) -> lab_agent.Lab:
     (d / "lab.toml").write_text('name = "l"\n[[checks]]\nname = "t"\nrun = "true"\n')
     return lab_agent.Lab.load(str(d))
 
@@ -300,12 +299,14 @@ def test_exit_is_safe_with_calls_still_running(hostile) -> None:
     assert not failures, "%d of %d runs crashed: %r" % (len(failures), runs, failures[:3])
 
 
-def test_grade_all_grades_each_vm_and_a_hostile_one_costs_only_itself(agents, hostile) -> None:
+def test_grade_all_grades_each_vm_and_a_hostile_one_costs_only_itself(
+    agents, hostile, tmp_path: Path
+) -> None:
     honest = [agents.start() for _ in range(2)]
     clients = [lab_agent.Client(a.url, token=a.token) for a in honest]
     for c in clients:
         c.wait_ready(timeout=60)
-    lab = hostile_lab(clients[0])
+    lab = hostile_lab(tmp_path)
     clients.append(lab_agent.Client(hostile.start("continue-flood"), token=TOKEN))
     clients.append(lab_agent.Client(hostile.start("bad-exit"), token=TOKEN))
     out = lab_agent.grade_all(clients, lab, concurrency=2)

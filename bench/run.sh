@@ -17,6 +17,20 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 log() { printf 'bench/run.sh: %s\n' "$*" >&2; }
 
+# Help changes nothing: no package, no user, no agent build, no root.
+for arg in "$@"; do
+  case $arg in
+  -h | --help)
+    cargo build --manifest-path "$root/Cargo.toml" --release --locked --quiet \
+      -p lab-agent-bench --bin lab-agent-bench >&2
+    sed -n '2,15s/^# \{0,1\}//p' "$0"
+    echo
+    exec "${CARGO_TARGET_DIR:-$root/target}/release/lab-agent-bench" --help
+    ;;
+  --) break ;;
+  esac
+done
+
 if [ "$(id -u)" != 0 ]; then
   echo "error: bench/run.sh must run as root (it installs packages, starts sshd and switches users)" >&2
   exit 1

@@ -391,20 +391,36 @@ fn ready_and_grade(vm: &Vm, conn: &Conn, lab: &str, within: Duration) -> (Durati
     let token = std::fs::read_to_string(&conn.token_file).unwrap();
     let token = token.trim();
     let t = Instant::now();
+    let mut seen = Vec::new();
     let ready_in = loop {
         let left = within
             .saturating_sub(t.elapsed())
             .max(Duration::from_millis(100));
+        let tried = t.elapsed();
         match http::get_within(vm.addr(), "/v1/ready", Some(token), left) {
             Ok(a) if a.status == 200 => break t.elapsed(),
-            other => assert!(
-                t.elapsed() < within,
-                "/v1/ready did not answer 200 within {within:?}: {other:?}"
-            ),
+            Ok(a) => seen.push(format!("{tried:.2?}: {}", a.status)),
+            Err(e) => seen.push(format!("{tried:.2?}: {e}")),
+        }
+        if t.elapsed() >= within {
+            panic!(
+                "/v1/ready did not answer 200 within {within:?} ({}); {}",
+                seen.join(", "),
+                after_a_miss(vm, conn, token)
+            );
         }
         std::thread::sleep(Duration::from_millis(200));
     };
     assert!(ready_in < within, "/v1/ready took {ready_in:?}");
+    if !seen.is_empty() {
+        // Within the bound, but not at once: what it answered meanwhile,
+        // and what the guest logged, for the figures' reader.
+        eprintln!(
+            "runaway: /v1/ready answered 200 after {ready_in:.2?}, before it: {}; the guest: {}",
+            seen.join(", "),
+            describe(&conn.exec(None, GUEST_LOG))
+        );
+    }
     let t = Instant::now();
     let graded = conn.labctl("grade", &[lab, "--json"]);
     let graded_in = t.elapsed();
@@ -421,6 +437,29 @@ fn ready_and_grade(vm: &Vm, conn: &Conn, lab: &str, within: Duration) -> (Durati
     );
     (ready_in, graded_in)
 }
+
+/// What a missed readiness bound was: a slow answer or no agent (a
+/// reset is the guest refusing the forwarded connection: nothing
+/// listening). Waits up to 60 s for an answer, then asks the guest whether
+/// the agent was replaced and what it logged.
+fn after_a_miss(vm: &Vm, conn: &Conn, token: &str) -> String {
+    let t = Instant::now();
+    let late = loop {
+        match http::get_within(vm.addr(), "/v1/ready", Some(token), Duration::from_secs(5)) {
+            Ok(a) if a.status == 200 => break format!("200 after {:.1?} more", t.elapsed()),
+            other if t.elapsed() > Duration::from_secs(60) => {
+                break format!("no 200 in 60 s more: {other:?}");
+            }
+            _ => std::thread::sleep(Duration::from_millis(500)),
+        }
+    };
+    let out = conn.exec(None, GUEST_LOG);
+    format!("then {late}; the guest says: {}", describe(&out))
+}
+
+/// Whether the agent was replaced, what it logged last, and the kernel.
+const GUEST_LOG: &str = "systemctl show -p MainPID -p NRestarts -p ActiveEnterTimestamp lab-agent.service; \
+    journalctl -o short-monotonic --no-pager -n 30 -u lab-agent.service; dmesg | tail -n 15";
 
 /// After a runaway: ready and grading as [`ready_and_grade`], and the
 /// guest's processes back to `baseline` (+2 for the checking shell's

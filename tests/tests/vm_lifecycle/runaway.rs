@@ -406,7 +406,7 @@ fn ready_and_grade(vm: &Vm, conn: &Conn, lab: &str, within: Duration) -> (Durati
             panic!(
                 "/v1/ready did not answer 200 within {within:?} ({}); {}",
                 seen.join(", "),
-                after_a_miss(vm, conn, token)
+                after_a_miss(vm, conn)
             );
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -416,7 +416,8 @@ fn ready_and_grade(vm: &Vm, conn: &Conn, lab: &str, within: Duration) -> (Durati
         // Within the bound, but not at once: what it answered meanwhile,
         // and what the guest logged, for the figures' reader.
         eprintln!(
-            "runaway: /v1/ready answered 200 after {ready_in:.2?}, before it: {}; the guest: {}",
+            "runaway[{}]: /v1/ready answered 200 after {ready_in:.2?}, before it: {}; the guest: {}",
+            vm.machine().name(),
             seen.join(", "),
             describe(&conn.exec(None, GUEST_LOG))
         );
@@ -438,20 +439,15 @@ fn ready_and_grade(vm: &Vm, conn: &Conn, lab: &str, within: Duration) -> (Durati
     (ready_in, graded_in)
 }
 
-/// What a missed readiness bound was: a slow answer or no agent (a
-/// reset is the guest refusing the forwarded connection: nothing
-/// listening). Waits up to 60 s for an answer, then asks the guest whether
-/// the agent was replaced and what it logged.
-fn after_a_miss(vm: &Vm, conn: &Conn, token: &str) -> String {
+/// What a missed readiness bound was: a slow agent or none (a reset is
+/// the guest refusing the forwarded connection: nothing listening). Any
+/// answer within 60 s more (a 401 counts) says an agent is there; then the
+/// guest says whether it was replaced and what it logged.
+fn after_a_miss(vm: &Vm, conn: &Conn) -> String {
     let t = Instant::now();
-    let late = loop {
-        match http::get_within(vm.addr(), "/v1/ready", Some(token), Duration::from_secs(5)) {
-            Ok(a) if a.status == 200 => break format!("200 after {:.1?} more", t.elapsed()),
-            other if t.elapsed() > Duration::from_secs(60) => {
-                break format!("no 200 in 60 s more: {other:?}");
-            }
-            _ => std::thread::sleep(Duration::from_millis(500)),
-        }
+    let late = match http::wait_for_answer(vm.addr(), "/v1/ready", Duration::from_secs(60)) {
+        Ok(a) => format!("an answer ({}) after {:.1?} more", a.status, t.elapsed()),
+        Err(e) => e.to_string(),
     };
     let out = conn.exec(None, GUEST_LOG);
     format!("then {late}; the guest says: {}", describe(&out))
